@@ -1,0 +1,197 @@
+// Package cpu is the pure-Go backend: it executes a compiled plan dispatch by dispatch
+// with the op references of package ops. It is the numerical reference every other
+// backend is compared with, and the engine for machines without a supported GPU.
+package cpu
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	"pistil/exec"
+	"pistil/exec/plan"
+	"pistil/graph"
+	"pistil/ops"
+)
+
+func init() { exec.RegisterBackend(&Backend{}) }
+
+// Backend is the CPU backend. Workers is the goroutine count the references split heavy
+// loops across (0: every core).
+type Backend struct {
+	Workers int
+}
+
+// Name implements exec.Backend.
+func (b *Backend) Name() string { return "cpu" }
+
+func (b *Backend) workers() int {
+	if b.Workers > 0 {
+		return b.Workers
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// program is a loaded plan: every dispatch resolved to its op reference and a value
+// stub carrying the types and attrs the reference reads.
+type program struct {
+	p       *plan.Plan
+	workers int
+	steps   []step
+	weights map[int]*ops.Tensor // buffer ID -> bound weight
+	arena   []byte              // scratch, sized for the plan
+	outputs map[string]int      // output buffer name -> buffer ID
+	outBufs map[int][]byte      // output buffer ID -> storage
+	tokens  int                 // input buffer ID of "tokens"
+}
+
+type step struct {
+	d     *plan.Dispatch
+	ref   func(env *ops.Env, v *graph.Value, in, out []*ops.Tensor) error
+	value *graph.Value
+}
+
+// Load implements exec.Backend.
+func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) (exec.Program, error) {
+	prog := &program{p: p, workers: b.workers(), weights: map[int]*ops.Tensor{}, outputs: map[string]int{}, outBufs: map[int][]byte{}, tokens: -1}
+	for _, buf := range p.Buffers {
+		switch buf.Kind {
+		case plan.Weight:
+			w, err := weights(buf.Name)
+			if err != nil {
+				return nil, fmt.Errorf("plan %s: weight %s: %w", p.Phase, buf.Name, err)
+			}
+			if w.DType != buf.Type.DType {
+				return nil, fmt.Errorf("plan %s: weight %s is %s in the checkpoint but the plan was compiled for %s", p.Phase, buf.Name, w.DType, buf.Type.DType)
+			}
+			prog.weights[buf.ID] = w
+		case plan.Scratch:
+			if buf.PerN != 0 {
+				return nil, fmt.Errorf("plan %s: scratch buffer %s depends on the context capacity", p.Phase, buf.Name)
+			}
+			prog.arena = make([]byte, buf.Bytes)
+		case plan.Output:
+			prog.outputs[buf.Name] = buf.ID
+			prog.outBufs[buf.ID] = make([]byte, buf.Bytes)
+		case plan.Input:
+			if buf.Name != "tokens" {
+				return nil, fmt.Errorf("plan %s: unknown input %q", p.Phase, buf.Name)
+			}
+			prog.tokens = buf.ID
+		}
+	}
+	if prog.tokens < 0 {
+		return nil, fmt.Errorf("plan %s has no tokens input", p.Phase)
+	}
+	if _, ok := prog.outputs["logits"]; !ok {
+		return nil, fmt.Errorf("plan %s has no logits output", p.Phase)
+	}
+	for i := range p.Dispatches {
+		d := &p.Dispatches[i]
+		info, ok := ops.Default.Info(d.Op)
+		if !ok || info.Ref == nil {
+			return nil, fmt.Errorf("plan %s: dispatch %d: op %q has no CPU reference", p.Phase, d.Index, d.Op)
+		}
+		v := &graph.Value{ID: d.Value, Op: d.Op, Attrs: d.Attrs, Name: d.Label}
+		for _, a := range d.Args {
+			v.Args = append(v.Args, &graph.Value{ID: -1, Type: a.Type})
+		}
+		if len(d.Results) == 1 {
+			v.Type = d.Results[0].Type
+		} else {
+			elems := make([]graph.Type, len(d.Results))
+			for j, r := range d.Results {
+				elems[j] = r.Type
+			}
+			v.Type = graph.Tuple(elems...)
+		}
+		prog.steps = append(prog.steps, step{d: d, ref: info.Ref, value: v})
+	}
+	return prog, nil
+}
+
+func (p *program) Tokens() int { return p.p.Tokens }
+
+// Run implements exec.Program.
+func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos int) ([]float32, error) {
+	s, ok := st.(*state)
+	if !ok {
+		return nil, fmt.Errorf("cpu: state of another backend")
+	}
+	if len(tokens) != p.p.Tokens {
+		return nil, fmt.Errorf("cpu: plan %s takes %d tokens, got %d", p.p.Phase, p.p.Tokens, len(tokens))
+	}
+	if pos+len(tokens) > s.capacity {
+		return nil, fmt.Errorf("context full: %d tokens at position %d exceed the session capacity %d", len(tokens), pos, s.capacity)
+	}
+	env := &ops.Env{Bind: graph.Bindings{T: p.p.Tokens, C: pos, N: s.capacity}, Workers: p.workers}
+	tokenTensor := &ops.Tensor{DType: graph.I32, Shape: []int{len(tokens)}, Data: int32Bytes(tokens)}
+	for i := range p.steps {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		stp := &p.steps[i]
+		in := make([]*ops.Tensor, len(stp.d.Args))
+		for j, a := range stp.d.Args {
+			t, err := p.operand(a, env.Bind, s, tokenTensor)
+			if err != nil {
+				return nil, fmt.Errorf("dispatch %d (%s) arg %d: %w", stp.d.Index, stp.d.Op, j, err)
+			}
+			in[j] = t
+		}
+		out := make([]*ops.Tensor, len(stp.d.Results))
+		for j, r := range stp.d.Results {
+			t, err := p.operand(r, env.Bind, s, tokenTensor)
+			if err != nil {
+				return nil, fmt.Errorf("dispatch %d (%s) result %d: %w", stp.d.Index, stp.d.Op, j, err)
+			}
+			out[j] = t
+		}
+		if err := stp.ref(env, stp.value, in, out); err != nil {
+			return nil, fmt.Errorf("dispatch %d (%s %s): %w", stp.d.Index, stp.d.Op, stp.d.Label, err)
+		}
+	}
+	logits := p.outBufs[p.outputs["logits"]]
+	return (&ops.Tensor{DType: graph.F32, Data: logits}).F32(), nil
+}
+
+// Output returns a named float output of the last Run (logits, hidden.K).
+func (p *program) Output(name string) ([]float32, bool) {
+	id, ok := p.outputs[name]
+	if !ok {
+		return nil, false
+	}
+	return (&ops.Tensor{DType: graph.F32, Data: p.outBufs[id]}).F32(), true
+}
+
+// operand resolves a plan operand to a tensor over the right bytes.
+func (p *program) operand(o plan.Operand, b graph.Bindings, s *state, tokens *ops.Tensor) (*ops.Tensor, error) {
+	buf := &p.p.Buffers[o.Buffer]
+	shape := o.Type.Shape.Eval(b)
+	switch buf.Kind {
+	case plan.Weight:
+		return p.weights[o.Buffer], nil
+	case plan.Input:
+		return tokens, nil
+	case plan.State:
+		t, ok := s.bufs[buf.Name]
+		if !ok {
+			return nil, fmt.Errorf("session has no state %q", buf.Name)
+		}
+		return t, nil
+	}
+	var data []byte
+	switch buf.Kind {
+	case plan.Scratch:
+		data = p.arena
+	case plan.Output:
+		data = p.outBufs[o.Buffer]
+	default:
+		return nil, fmt.Errorf("buffer %d has unknown kind %q", o.Buffer, buf.Kind)
+	}
+	size := o.Type.Bytes(b)
+	if o.Offset < 0 || o.Offset+size > int64(len(data)) {
+		return nil, fmt.Errorf("operand [%d,%d) outside buffer %s of %d bytes", o.Offset, o.Offset+size, buf.Name, len(data))
+	}
+	return &ops.Tensor{DType: o.Type.DType, Shape: shape, Group: o.Type.Group, Data: data[o.Offset : o.Offset+size]}, nil
+}

@@ -1,0 +1,92 @@
+package cpu
+
+import (
+	"fmt"
+	"unsafe"
+
+	"pistil/exec"
+	"pistil/graph"
+	"pistil/ops"
+)
+
+// state is a session's buffers in host memory.
+type state struct {
+	capacity int
+	bufs     map[string]*ops.Tensor
+	// rowBytes is, for buffers whose first dimension is the context capacity N (KV
+	// caches), the bytes of one context row; 0 for the others.
+	rowBytes map[string]int64
+}
+
+// NewState implements exec.Backend.
+func (b *Backend) NewState(specs []exec.StateSpec, capacity int) (exec.State, error) {
+	if capacity <= 0 {
+		return nil, fmt.Errorf("context capacity %d must be positive", capacity)
+	}
+	s := &state{capacity: capacity, bufs: map[string]*ops.Tensor{}, rowBytes: map[string]int64{}}
+	bind := graph.Bindings{N: capacity}
+	for _, sp := range specs {
+		if sp.Type.DType.Quantized() || sp.Type.IsTuple() {
+			return nil, fmt.Errorf("state %s: type %s cannot be a state buffer", sp.Name, sp.Type)
+		}
+		shape := sp.Type.Shape.Eval(bind)
+		s.bufs[sp.Name] = ops.NewTensor(sp.Type.DType, shape...)
+		if len(sp.Type.Shape) > 0 && sp.Type.Shape[0].Sym == graph.SymN {
+			rest := graph.Type{DType: sp.Type.DType, Shape: sp.Type.Shape[1:]}
+			s.rowBytes[sp.Name] = rest.Bytes(bind)
+		}
+	}
+	return s, nil
+}
+
+func (s *state) Bytes() int64 {
+	var n int64
+	for _, t := range s.bufs {
+		n += int64(len(t.Data))
+	}
+	return n
+}
+
+func (s *state) Export(n int) map[string][]byte {
+	out := make(map[string][]byte, len(s.bufs))
+	for name, t := range s.bufs {
+		data := t.Data
+		if rb := s.rowBytes[name]; rb > 0 {
+			data = data[:int64(n)*rb]
+		}
+		out[name] = append([]byte(nil), data...)
+	}
+	return out
+}
+
+func (s *state) Import(data map[string][]byte) error {
+	for name := range s.bufs {
+		if _, ok := data[name]; !ok {
+			return fmt.Errorf("snapshot lacks state %s", name)
+		}
+	}
+	for name, d := range data {
+		t, ok := s.bufs[name]
+		if !ok {
+			return fmt.Errorf("snapshot has state %s that this session lacks", name)
+		}
+		if len(d) > len(t.Data) || (s.rowBytes[name] == 0 && len(d) != len(t.Data)) {
+			return fmt.Errorf("snapshot state %s has %d bytes, the session's buffer %d", name, len(d), len(t.Data))
+		}
+		copy(t.Data, d)
+	}
+	return nil
+}
+
+func (s *state) Zero() {
+	for _, t := range s.bufs {
+		clear(t.Data)
+	}
+}
+
+func int32Bytes(v []int32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}

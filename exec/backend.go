@@ -1,0 +1,84 @@
+package exec
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"pistil/exec/plan"
+	"pistil/graph"
+	"pistil/ops"
+)
+
+// Backend runs compiled plans on one kind of device. Backends register themselves
+// (RegisterBackend, from their package's init) so that exec never imports one; the CLI
+// imports every backend it ships.
+type Backend interface {
+	// Name is the registry key ("cpu", "cuda", "metal").
+	Name() string
+	// Load prepares a plan to run with its weight buffers bound through weights (by
+	// canonical name). It is called once per plan; the Program is replayed every step.
+	Load(p *plan.Plan, weights func(name string) (*ops.Tensor, error)) (Program, error)
+	// NewState allocates a session's state buffers, zeroed, with the context capacity N
+	// bound.
+	NewState(specs []StateSpec, capacity int) (State, error)
+}
+
+// Program is one loaded plan.
+type Program interface {
+	// Tokens is the plan's T.
+	Tokens() int
+	// Run executes one step: tokens (len == Tokens()) at positions pos..pos+T-1, reading and
+	// updating st in place. It returns the logits rows the plan produces (T rows, or the
+	// last only), row-major, valid until the next Run.
+	Run(ctx context.Context, st State, tokens []int32, pos int) ([]float32, error)
+}
+
+// StateSpec names one state buffer and its type (N symbolic in KV caches).
+type StateSpec struct {
+	Name string
+	Type graph.Type
+}
+
+// State is a session's device-resident state: KV caches, conv and recurrent states.
+type State interface {
+	// Bytes is the allocation size.
+	Bytes() int64
+	// Export copies the state that covers the first n context tokens to host memory: for
+	// each buffer whose first dimension is N only the first n rows, else the whole buffer.
+	Export(n int) map[string][]byte
+	// Import restores what Export returned.
+	Import(data map[string][]byte) error
+	// Zero clears every buffer (a fresh session).
+	Zero()
+}
+
+var (
+	backendsMu sync.Mutex
+	backends   = map[string]Backend{}
+)
+
+// RegisterBackend makes b available to Open by name.
+func RegisterBackend(b Backend) {
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	backends[b.Name()] = b
+}
+
+// LookupBackend returns a registered backend or an error listing the available ones.
+func LookupBackend(name string) (Backend, error) {
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	if b, ok := backends[name]; ok {
+		return b, nil
+	}
+	names := make([]string, 0, len(backends))
+	for n := range backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("backend %q is not available (have %v)", name, names)
+}
+
+func bindN(n int) graph.Bindings { return graph.Bindings{N: n} }

@@ -1,0 +1,111 @@
+package exec
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+
+	"pistil/exec/plan"
+	"pistil/models/qwen35moe"
+	"pistil/ops"
+)
+
+// Options open a model.
+type Options struct {
+	// Backend is a registered backend name ("cpu"); empty means "cpu".
+	Backend string
+	// Workers bounds the CPU backend's goroutines (0: every core).
+	Workers int
+	// Chunk is the prefill chunk size (0: pipeline.toml's).
+	Chunk int
+	// AllLogits compiles plans that return logits for every token (pistil check);
+	// otherwise only the last token's logits are computed.
+	AllLogits bool
+	// Passes are -pass flags applied on top of pipeline.toml (e.g. "fuse-dequant/off").
+	Passes []string
+	// PipelineFile is the pipeline.toml to read; empty means the built-in defaults.
+	PipelineFile string
+}
+
+// Weights is what a model reads its weights through: a checkpoint.
+type Weights interface {
+	Tensor(name string) (*ops.Tensor, error)
+	Close() error
+}
+
+// Model is a loaded checkpoint with its compiled plans. Plans are compiled per token
+// count T on first use and cached: the decode plan (T=1), the prefill chunk, and the
+// power-of-two pieces a prompt's remainder splits into, so a prompt of any length runs
+// with at most log2(chunk)+1 distinct plans.
+type Model struct {
+	name    string
+	cfg     *qwen35moe.Config
+	opts    Options
+	backend Backend
+	weights Weights
+	chunk   int
+	states  []StateSpec
+	// compile builds the plan for T tokens (the graph is built once; passes run per T).
+	compile func(tokens int) (*plan.Plan, error)
+
+	mu       sync.Mutex
+	programs map[int]Program
+}
+
+// Name is the model's name (its directory's base name).
+func (m *Model) Name() string { return m.name }
+
+// Config is the model's text config.
+func (m *Model) Config() *qwen35moe.Config { return m.cfg }
+
+// Chunk is the prefill chunk size.
+func (m *Model) Chunk() int { return m.chunk }
+
+// Close releases the weights.
+func (m *Model) Close() error { return m.weights.Close() }
+
+// NewSession allocates state for up to capacity tokens of context.
+func (m *Model) NewSession(capacity int) (*Session, error) {
+	st, err := m.backend.NewState(m.states, capacity)
+	if err != nil {
+		return nil, fmt.Errorf("new session of %d tokens: %w", capacity, err)
+	}
+	return &Session{m: m, st: st, capacity: capacity}, nil
+}
+
+// StateBytes is the state a session of capacity tokens allocates.
+func (m *Model) StateBytes(capacity int) int64 {
+	var n int64
+	for _, sp := range m.states {
+		n += sp.Type.Bytes(bindN(capacity))
+	}
+	return n
+}
+
+// pieceSize is the size of the next piece of a prompt with n tokens left: a full chunk,
+// else the largest power of two not above n.
+func (m *Model) pieceSize(n int) int {
+	if n >= m.chunk {
+		return m.chunk
+	}
+	return 1 << (bits.Len(uint(n)) - 1)
+}
+
+// program returns the loaded plan for T tokens, compiling it on first use.
+func (m *Model) program(tokens int) (Program, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.programs[tokens]; ok {
+		return p, nil
+	}
+	pl, err := m.compile(tokens)
+	if err != nil {
+		return nil, fmt.Errorf("compile the %d-token plan: %w", tokens, err)
+	}
+	prog, err := m.backend.Load(pl, m.weights.Tensor)
+	if err != nil {
+		return nil, fmt.Errorf("load the %d-token plan on %s: %w", tokens, m.backend.Name(), err)
+	}
+	m.programs[tokens] = prog
+	return prog, nil
+}

@@ -1,0 +1,94 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// qwen3Dir holds the real Qwen3 tokenizer.json and the goldens made from it by Hugging Face
+// tokenizers (../shared/golden/make_tokenizer_golden.py).
+const qwen3Dir = "../../../shared/testdata/tokenizer/qwen3"
+
+type golden struct {
+	Encode []struct {
+		Text    string  `json:"text"`
+		IDs     []int32 `json:"ids"`
+		Decoded string  `json:"decoded"`
+	} `json:"encode"`
+	Chat []struct {
+		Name string  `json:"name"`
+		Text string  `json:"text"`
+		IDs  []int32 `json:"ids"`
+	} `json:"chat"`
+}
+
+var (
+	qwen3Once sync.Once
+	qwen3Tok  *Tokenizer
+	qwen3Err  error
+)
+
+// loadQwen3 loads the 11 MB tokenizer once per test binary.
+func loadQwen3(tb testing.TB) *Tokenizer {
+	tb.Helper()
+	qwen3Once.Do(func() { qwen3Tok, qwen3Err = Load(qwen3Dir) })
+	if qwen3Err != nil {
+		tb.Fatal(qwen3Err)
+	}
+	return qwen3Tok
+}
+
+func loadGolden(tb testing.TB) golden {
+	tb.Helper()
+	data, err := os.ReadFile(filepath.Join(qwen3Dir, "golden.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var g golden
+	if err := json.Unmarshal(data, &g); err != nil {
+		tb.Fatal(err)
+	}
+	if len(g.Encode) == 0 || len(g.Chat) == 0 {
+		tb.Fatal("golden.json has no cases")
+	}
+	return g
+}
+
+func TestGoldenEncode(t *testing.T) {
+	tok := loadQwen3(t)
+	for _, c := range loadGolden(t).Encode {
+		got := tok.Encode(c.Text)
+		if !equalIDs(got, c.IDs) {
+			t.Errorf("Encode(%q)\n got %v\nwant %v", c.Text, got, c.IDs)
+			continue
+		}
+		if dec := tok.Decode(c.IDs); dec != c.Decoded {
+			t.Errorf("Decode(%v) = %q, want %q", c.IDs, dec, c.Decoded)
+		}
+	}
+}
+
+// TestGoldenChatIDs encodes the rendered chat prompts, which mix special tokens and text.
+func TestGoldenChatIDs(t *testing.T) {
+	tok := loadQwen3(t)
+	for _, c := range loadGolden(t).Chat {
+		if got := tok.Encode(c.Text); !equalIDs(got, c.IDs) {
+			t.Errorf("%s: Encode\n got %v\nwant %v", c.Name, got, c.IDs)
+		}
+	}
+}
+
+func equalIDs(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,190 @@
+// Package tokenizer is a byte-level BPE tokenizer that reproduces Hugging Face tokenizers
+// exactly for the Qwen2/3/3.5/3.6 tokenizer.json files: added tokens matched first as
+// whole literals (longest match), NFC, the family's Split pattern, byte-level BPE by merge
+// rank, no BOS.
+package tokenizer
+
+import (
+	"sort"
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// Tokenizer is safe for concurrent use.
+type Tokenizer struct {
+	splitter splitter
+	bpe      bpeModel
+	vocab    map[string]int32 // byte-level token string -> id
+
+	added     map[string]int32 // added token content -> id
+	addedByID map[int32]addedToken
+	matcher   addedMatcher
+
+	maxID   int32
+	idToken []string // id -> token string ("" for unused ids)
+	idBytes [][]byte // id -> decoded bytes
+}
+
+type addedToken struct {
+	content string
+	special bool
+}
+
+// Encode returns the ids of text: added tokens first, then NFC, split and BPE on the text
+// between them. No BOS or EOS is added.
+func (t *Tokenizer) Encode(text string) []int32 {
+	ids := make([]int32, 0, len(text)/3+4)
+	for len(text) > 0 {
+		start, end, id := t.matcher.find(text)
+		if start < 0 {
+			return t.encodeText(ids, text)
+		}
+		ids = t.encodeText(ids, text[:start])
+		ids = append(ids, id)
+		text = text[end:]
+	}
+	return ids
+}
+
+// encodeText encodes text that contains no added token.
+func (t *Tokenizer) encodeText(ids []int32, text string) []int32 {
+	if text == "" {
+		return ids
+	}
+	if norm.NFC.QuickSpanString(text) != len(text) {
+		text = norm.NFC.String(text)
+	}
+	t.splitter.split(text, func(piece string) {
+		ids = t.bpe.encode(ids, piece)
+	})
+	return ids
+}
+
+// Decode turns ids back into text (the ByteLevel decoder; invalid UTF-8 becomes U+FFFD as
+// in Hugging Face). Ids outside the vocabulary are skipped, as Hugging Face does.
+func (t *Tokenizer) Decode(ids []int32) string {
+	buf := make([]byte, 0, len(ids)*4)
+	for _, id := range ids {
+		buf = append(buf, t.tokenBytes(id)...)
+	}
+	return lossyUTF8(buf)
+}
+
+func (t *Tokenizer) tokenBytes(id int32) []byte {
+	if id < 0 || int(id) >= len(t.idBytes) {
+		return nil
+	}
+	return t.idBytes[id]
+}
+
+// TokenID returns the id of a token given by its text form: an added token's content
+// ("<|im_end|>") or a vocabulary entry in byte-level form ("Ċ").
+func (t *Tokenizer) TokenID(tok string) (int32, bool) {
+	if id, ok := t.added[tok]; ok {
+		return id, true
+	}
+	id, ok := t.vocab[tok]
+	return id, ok
+}
+
+// Token returns the text form of id ("" and false when unused).
+func (t *Tokenizer) Token(id int32) (string, bool) {
+	if id < 0 || int(id) >= len(t.idToken) || t.idToken[id] == "" {
+		return "", false
+	}
+	return t.idToken[id], true
+}
+
+// IsSpecial reports whether id is an added token flagged special (e.g. <|im_end|>, but
+// not <think> or <tool_call>).
+func (t *Tokenizer) IsSpecial(id int32) bool {
+	return t.addedByID[id].special
+}
+
+// IsAdded reports whether id is an added token (special or not).
+func (t *Tokenizer) IsAdded(id int32) bool {
+	_, ok := t.addedByID[id]
+	return ok
+}
+
+// VocabSize is one more than the largest id (vocabulary and added tokens); the model's
+// embedding may be padded beyond it.
+func (t *Tokenizer) VocabSize() int { return int(t.maxID) + 1 }
+
+// addedMatcher finds added tokens in raw text, leftmost first and longest at a position
+// (Hugging Face's LeftmostLongest Aho-Corasick). Tokens are grouped by first byte; added
+// token sets are small, so a per-byte candidate list is as fast as an automaton.
+type addedMatcher struct {
+	firstBytes string            // every distinct first byte, for strings.IndexAny-like scans
+	byFirst    [256][]addedEntry // longest first
+}
+
+type addedEntry struct {
+	content string
+	id      int32
+}
+
+func newAddedMatcher(added map[string]int32) addedMatcher {
+	var m addedMatcher
+	var firsts []byte
+	for content, id := range added {
+		c := content[0]
+		if len(m.byFirst[c]) == 0 {
+			firsts = append(firsts, c)
+		}
+		m.byFirst[c] = append(m.byFirst[c], addedEntry{content, id})
+	}
+	for c := range m.byFirst {
+		sort.Slice(m.byFirst[c], func(i, j int) bool {
+			a, b := m.byFirst[c][i], m.byFirst[c][j]
+			if len(a.content) != len(b.content) {
+				return len(a.content) > len(b.content)
+			}
+			return a.content < b.content
+		})
+	}
+	m.firstBytes = string(firsts)
+	return m
+}
+
+// find returns the byte range and id of the first added token in s, or start -1.
+func (m *addedMatcher) find(s string) (start, end int, id int32) {
+	if m.firstBytes == "" {
+		return -1, -1, 0
+	}
+	offset := 0
+	for {
+		var i int
+		if len(m.firstBytes) == 1 {
+			i = strings.IndexByte(s[offset:], m.firstBytes[0])
+		} else {
+			i = indexAnyByte(s[offset:], m.firstBytes)
+		}
+		if i < 0 {
+			return -1, -1, 0
+		}
+		pos := offset + i
+		for _, e := range m.byFirst[s[pos]] {
+			if strings.HasPrefix(s[pos:], e.content) {
+				return pos, pos + len(e.content), e.id
+			}
+		}
+		offset = pos + 1
+	}
+}
+
+// indexAnyByte is strings.IndexAny for a set of bytes (IndexAny works on runes, which
+// would misread non-ASCII first bytes).
+func indexAnyByte(s, set string) int {
+	var in [256]bool
+	for i := 0; i < len(set); i++ {
+		in[set[i]] = true
+	}
+	for i := 0; i < len(s); i++ {
+		if in[s[i]] {
+			return i
+		}
+	}
+	return -1
+}

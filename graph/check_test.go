@@ -1,0 +1,66 @@
+package graph
+
+import (
+	"strings"
+	"testing"
+)
+
+// mutate parses the sample, applies edit to its text and returns the Check error.
+func checkEdited(t *testing.T, old, new string) error {
+	t.Helper()
+	text := strings.Replace(sampleText, old, new, 1)
+	if text == sampleText {
+		t.Fatalf("edit %q not applied", old)
+	}
+	g, err := Parse(text)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	return Check(g, newTestOps())
+}
+
+func TestCheckFindsViolations(t *testing.T) {
+	cases := []struct{ name, old, new, want string }{
+		{"arg count", "v6 = matmul <f32[T,16]> v5 v1", "v6 = matmul <f32[T,16]> v5 v1 v1", "has 3 args"},
+		{"wrong type", "v6 = matmul <f32[T,16]>", "v6 = matmul <f32[T,17]>", "args give f32[T,16]"},
+		{"infer error", "v6 = matmul <f32[T,16]> v5 v1", "v6 = matmul <f32[T,16]> v5 v2", "type inference"},
+		{"missing attr", "{eps=1e-06} ", "", `missing attr "eps"`},
+		{"unknown op", "v11 = read", "v11 = frob", `unknown op "frob"`},
+		{"source args", "v2 = weight <bf16[8]> @\"odd name #1\"", "v2 = weight <bf16[8]> v0 @w", "source op with 1 args"},
+		{"source unnamed", "v0 = input <f32[T,8]> @tokens", "v0 = input <f32[T,8]>", "without a binding name"},
+		{"read stale state", "v11 = read <f32[T,8]> v5 v10", "v11 = read <f32[T,8]> v5 v3", "after v10 updated it in place"},
+		{"double update", "v11 = read <f32[T,8]> v5 v10", "v11 = append <f32[N,8]> v3 v5", "already updated by v10"},
+		{"final not output", "output layers.0.cache = v10\n", "", "final version v10 is not the output named layers.0.cache"},
+		{"stale output", "output h = v11", "output h = v3", "superseded"},
+		{"dup output", "output h = v11", "output y = v11", "listed twice"},
+	}
+	for _, c := range cases {
+		err := checkEdited(t, c.old, c.new)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestCheckStructure(t *testing.T) {
+	g, _ := Parse(sampleText)
+	g.Values[5].Args[0] = &Value{ID: 0, Op: "input"} // not of this graph
+	if err := Check(g, newTestOps()); err == nil || !strings.Contains(err.Error(), "not a value of this graph") {
+		t.Errorf("foreign arg: %v", err)
+	}
+	g, _ = Parse(sampleText)
+	g.Values[5].Args[0] = g.Values[6] // use before def
+	if err := Check(g, newTestOps()); err == nil || !strings.Contains(err.Error(), "topological order") {
+		t.Errorf("order: %v", err)
+	}
+	g, _ = Parse(sampleText)
+	g.Values[3].ID = 7
+	if err := Check(g, newTestOps()); err == nil || !strings.Contains(err.Error(), "dense") {
+		t.Errorf("ids: %v", err)
+	}
+	g, _ = Parse(sampleText)
+	g.Values[5].Attrs["eps"] = struct{}{}
+	if err := Check(g, newTestOps()); err == nil || !strings.Contains(err.Error(), "unsupported type") {
+		t.Errorf("attr type: %v", err)
+	}
+}

@@ -1,0 +1,93 @@
+package ops
+
+import (
+	"fmt"
+
+	"pistil/graph"
+)
+
+// Causal depthwise 1-D convolution with carried state: the Gated DeltaNet short conv. The
+// state holds the last K-1 raw input rows of earlier steps (zeros at session start).
+
+func init() {
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "conv1d",
+			Doc:  "causal depthwise conv of x f32[T,Ch] over concat(state[K-1,Ch], x) with w[Ch,K] -> (y f32[T,Ch], state')",
+			Args: 3, Flags: graph.StateUpdate, Infer: inferConv1D},
+		Cost: func(v *graph.Value, b graph.Bindings) Cost {
+			c := plainCost(v, b, 0)
+			x, w := arg(v, 0), arg(v, 2)
+			c.Flops = 2 * elemsOf(x, b) * int64(w.Shape[1].Eval(b))
+			return c
+		},
+		Ref: refConv1D,
+	})
+}
+
+func inferConv1D(v *graph.Value) (graph.Type, error) {
+	if err := wantArgs(v, 3); err != nil {
+		return graph.Type{}, err
+	}
+	x, err := wantRank(v, 0, "x", 2, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	state, err := wantRank(v, 1, "state", 2, stateDTypes...)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	w, err := wantRank(v, 2, "w", 2, floatDTypes...)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if err := sameDim("channels (x vs w)", x.Shape[1], w.Shape[0]); err != nil {
+		return graph.Type{}, err
+	}
+	if err := sameDim("channels (x vs state)", x.Shape[1], state.Shape[1]); err != nil {
+		return graph.Type{}, err
+	}
+	k, err := constDim("conv kernel", w.Shape[1])
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if k < 1 || state.Shape[0] != graph.D(k-1) {
+		return graph.Type{}, fmt.Errorf("state has %s rows, want kernel-1 = %d", state.Shape[0], k-1)
+	}
+	return graph.Tuple(x, state), nil
+}
+
+func refConv1D(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x, state, wt := in[0], in[1], in[2]
+	T, Ch := x.Shape[0], x.Shape[1]
+	w, err := floats(wt)
+	if err != nil {
+		return fmt.Errorf("conv1d weight: %w", err)
+	}
+	K := wt.Shape[1]
+	hist := K - 1
+	// The concatenation X = [state; x] as float32 rows; the state may alias its update.
+	X := make([]float32, (hist+T)*Ch)
+	srows := stateRows{t: state, cols: Ch}
+	for r := 0; r < hist; r++ {
+		srows.read(r, X[r*Ch:(r+1)*Ch])
+	}
+	copy(X[hist*Ch:], x.F32())
+	y := out[0].F32()
+	parallelRange(env, Ch, func(lo, hi int) {
+		for t := 0; t < T; t++ {
+			yr := y[t*Ch : (t+1)*Ch]
+			for c := lo; c < hi; c++ {
+				var s float32
+				for j := 0; j < K; j++ {
+					s += w[c*K+j] * X[(t+j)*Ch+c]
+				}
+				yr[c] = s
+			}
+		}
+	})
+	next := stateRows{t: out[1], cols: Ch}
+	for r := 0; r < hist; r++ {
+		next.write(r, X[(T+r)*Ch:(T+r+1)*Ch])
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+
+	"pistil/graph"
+)
+
+// Sparse mixture of experts: routing (softmax, top-k, renormalise), the per-token expert
+// matmuls over a stacked weight [E, M, K], and the weighted combine.
+
+func init() {
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "router", Doc: "fp32 softmax over E, top-{k}, renormalise -> (weights f32[T,k], ids i32[T,k])",
+			Args: 1, Attrs: []string{"k"}, Infer: inferRouter},
+		Cost: func(v *graph.Value, b graph.Bindings) Cost {
+			c := plainCost(v, b, 0)
+			c.Flops = elemsOf(arg(v, 0), b) * 6
+			return c
+		},
+		Ref: refRouter,
+	})
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "expert_matmul",
+			Doc:  "row (t,j) = x(t[,j]) · W[ids[t,j]]ᵀ, W f32/bf16/f16 [E,M,K] -> f32[T,k,M]", Args: 3,
+			Infer: func(v *graph.Value) (graph.Type, error) { return inferExpertMatmul(v, floatDTypes) }},
+		Cost: costExpertMatmul,
+		Ref:  refExpertMatmul,
+	})
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "expert_qmatmul",
+			Doc:  "expert_matmul with q4/q8 W dequantized on the fly = expert_matmul(x, dequant(W), ids)", Args: 3,
+			Infer: func(v *graph.Value) (graph.Type, error) {
+				return inferExpertMatmul(v, []graph.DType{graph.Q4, graph.Q8})
+			}},
+		Cost: costExpertMatmul,
+		Ref:  refExpertMatmul,
+		Expand: func(b *graph.Builder, v *graph.Value) *graph.Value {
+			return b.Named("expert_matmul", v.Name, nil, v.Args[0], b.Op("dequant", nil, v.Args[1]), v.Args[2])
+		},
+	})
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "moe_combine", Doc: "Σ_j w[t,j]·y[t,j,:]: y f32[T,k,H], w f32[T,k] -> f32[T,H]", Args: 2,
+			Infer: inferMoECombine},
+		Cost: func(v *graph.Value, b graph.Bindings) Cost {
+			c := plainCost(v, b, 0)
+			c.Flops = 2 * elemsOf(arg(v, 0), b)
+			return c
+		},
+		Ref: refMoECombine,
+	})
+}
+
+func inferRouter(v *graph.Value) (graph.Type, error) {
+	if err := wantArgs(v, 1); err != nil {
+		return graph.Type{}, err
+	}
+	x, err := wantRank(v, 0, "logits", 2, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if err := requireAttrs(v, "k"); err != nil {
+		return graph.Type{}, err
+	}
+	E, err := constDim("expert count", x.Shape[1])
+	if err != nil {
+		return graph.Type{}, err
+	}
+	k := v.Attrs.Int("k")
+	if k < 1 || k > E {
+		return graph.Type{}, fmt.Errorf("router k = %d must be in [1, %d]", k, E)
+	}
+	T := x.Shape[0]
+	return graph.Tuple(f32(T, graph.D(k)), graph.TensorType(graph.I32, T, graph.D(k))), nil
+}
+
+// refRouter picks, per token, the k largest softmax probabilities (ties to the lower
+// expert id) and renormalises them to sum to 1.
+func refRouter(env *Env, v *graph.Value, in, out []*Tensor) error {
+	T, E := in[0].Shape[0], in[0].Shape[1]
+	k := v.Attrs.Int("k")
+	logits, weights, ids := in[0].F32(), out[0].F32(), out[1].I32()
+	p := make([]float32, E)
+	for t := 0; t < T; t++ {
+		row := logits[t*E : (t+1)*E]
+		maxL := float32(math.Inf(-1))
+		for _, l := range row {
+			maxL = max(maxL, l)
+		}
+		var sum float32
+		for e, l := range row {
+			p[e] = float32(math.Exp(float64(l - maxL)))
+			sum += p[e]
+		}
+		var picked float32
+		for j := 0; j < k; j++ {
+			best := -1
+			for e, pe := range p {
+				if pe >= 0 && (best < 0 || pe > p[best]) {
+					best = e
+				}
+			}
+			if best < 0 {
+				return fmt.Errorf("router: token %d has non-finite logits", t)
+			}
+			ids[t*k+j] = int32(best)
+			weights[t*k+j] = p[best] / sum
+			picked += p[best] / sum
+			p[best] = -1 // taken
+		}
+		for j := 0; j < k; j++ {
+			weights[t*k+j] /= picked
+		}
+	}
+	return nil
+}
+
+func inferExpertMatmul(v *graph.Value, wTypes []graph.DType) (graph.Type, error) {
+	if err := wantArgs(v, 3); err != nil {
+		return graph.Type{}, err
+	}
+	x, err := wantDType(v, 0, "x", graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	w, err := wantRank(v, 1, "w", 3, wTypes...)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	ids, err := wantRank(v, 2, "ids", 2, graph.I32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	T, k := ids.Shape[0], ids.Shape[1]
+	switch len(x.Shape) {
+	case 2:
+		if err := sameDim("tokens (x vs ids)", x.Shape[0], T); err != nil {
+			return graph.Type{}, err
+		}
+	case 3:
+		if err := sameDim("tokens (x vs ids)", x.Shape[0], T); err != nil {
+			return graph.Type{}, err
+		}
+		if err := sameDim("experts per token (x vs ids)", x.Shape[1], k); err != nil {
+			return graph.Type{}, err
+		}
+	default:
+		return graph.Type{}, fmt.Errorf("%s has shape %s, want [T,K] or [T,k,K]", argName(0, "x"), x.Shape)
+	}
+	if err := sameDim("inner dimension (x last vs w last)", last(x.Shape), w.Shape[2]); err != nil {
+		return graph.Type{}, err
+	}
+	return f32(T, k, w.Shape[1]), nil
+}
+
+// costExpertMatmul counts the weight bytes of min(T·k, E) experts: each routed row touches
+// one expert, and there are only E of them.
+func costExpertMatmul(v *graph.Value, b graph.Bindings) Cost {
+	x, w, ids := arg(v, 0), arg(v, 1), arg(v, 2)
+	E, M, K := int64(w.Shape[0].Eval(b)), int64(w.Shape[1].Eval(b)), int64(w.Shape[2].Eval(b))
+	routed := elemsOf(ids, b)
+	experts := min(routed, E)
+	return Cost{
+		BytesRead:    x.Bytes(b) + ids.Bytes(b) + experts*bytesOfElems(w, M*K),
+		BytesWritten: v.Type.Bytes(b),
+		Flops:        2 * routed * M * K,
+	}
+}
+
+// expertRowBlock is the number of weight rows one work item of expert_matmul covers.
+const expertRowBlock = 64
+
+func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x, wt, idt := in[0], in[1], in[2]
+	w, err := newWeightRows(wt)
+	if err != nil {
+		return fmt.Errorf("%s weight: %w", v.Op, err)
+	}
+	E, M, K := wt.Shape[0], wt.Shape[1], wt.Shape[2]
+	T, k := idt.Shape[0], idt.Shape[1]
+	perToken := len(x.Shape) == 2
+	xs, ids, y := x.F32(), idt.I32(), out[0].F32()
+
+	// Group the routed rows by expert so that each expert row is read once per call.
+	rowsOf := make([][]int, E)
+	var used []int
+	for r, id := range ids[:T*k] {
+		if id < 0 || int(id) >= E {
+			return fmt.Errorf("%s: expert id %d at (%d, %d) is outside [0, %d)", v.Op, id, r/k, r%k, E)
+		}
+		if rowsOf[id] == nil {
+			used = append(used, int(id))
+		}
+		rowsOf[id] = append(rowsOf[id], r)
+	}
+	type expertWork struct {
+		x     []float32 // gathered activation rows
+		xsums [][]float32
+	}
+	work := make([]expertWork, len(used))
+	for i, e := range used {
+		rows := rowsOf[e]
+		gx := make([]float32, len(rows)*K)
+		for p, r := range rows {
+			src := r
+			if perToken {
+				src = r / k
+			}
+			copy(gx[p*K:(p+1)*K], xs[src*K:(src+1)*K])
+		}
+		work[i] = expertWork{x: gx, xsums: quantGroupSums(w, gx, len(rows))}
+	}
+	blocks := (M + expertRowBlock - 1) / expertRowBlock
+	scratch := make([][]float32, env.workers())
+	parallelItems(env, len(used)*blocks, func(worker, item int) {
+		i, blk := item/blocks, item%blocks
+		e, wk := used[i], work[i]
+		if scratch[worker] == nil {
+			scratch[worker] = make([]float32, K)
+		}
+		rows := rowsOf[e]
+		lo, hi := blk*expertRowBlock, min((blk+1)*expertRowBlock, M)
+		mulBlock(wk.x, len(rows), wk.xsums, w, e*M, lo, hi, scratch[worker], func(p, r int, val float32) {
+			y[rows[p]*M+r] = val
+		})
+	})
+	return nil
+}
+
+func inferMoECombine(v *graph.Value) (graph.Type, error) {
+	if err := wantArgs(v, 2); err != nil {
+		return graph.Type{}, err
+	}
+	y, err := wantRank(v, 0, "y", 3, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	w, err := wantRank(v, 1, "w", 2, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if err := sameDim("tokens (y vs w)", y.Shape[0], w.Shape[0]); err != nil {
+		return graph.Type{}, err
+	}
+	if err := sameDim("experts per token (y vs w)", y.Shape[1], w.Shape[1]); err != nil {
+		return graph.Type{}, err
+	}
+	return f32(y.Shape[0], y.Shape[2]), nil
+}
+
+func refMoECombine(env *Env, v *graph.Value, in, out []*Tensor) error {
+	T, k, H := in[0].Shape[0], in[0].Shape[1], in[0].Shape[2]
+	ys, ws, o := in[0].F32(), in[1].F32(), out[0].F32()
+	for t := 0; t < T; t++ {
+		or := o[t*H : (t+1)*H]
+		clear(or)
+		for j := 0; j < k; j++ {
+			axpy(ws[t*k+j], ys[(t*k+j)*H:(t*k+j+1)*H], or)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+
+	"pistil/graph"
+)
+
+// Normalizations over the last dimension, statistics in float32. The zero-centred (1+w)
+// convention is the loader's business: these ops multiply by the weight as given.
+
+func init() {
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "rms_norm", Doc: "x / sqrt(mean(x²)+eps) * w over the last dim", Args: 2,
+			Attrs: []string{"eps"}, Infer: inferRMSNorm},
+		Cost: func(v *graph.Value, b graph.Bindings) Cost { return plainCost(v, b, 4) },
+		Ref:  refRMSNorm,
+	})
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "l2_norm", Doc: "scale * x / sqrt(Σx² + eps) over the last dim", Args: 1,
+			Attrs: []string{"eps", "scale"}, Infer: inferL2Norm},
+		Cost: func(v *graph.Value, b graph.Bindings) Cost { return plainCost(v, b, 4) },
+		Ref:  refL2Norm,
+	})
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "gated_rms_norm", Doc: "w * rms_norm(x) * silu(z) over the last dim", Args: 3,
+			Attrs: []string{"eps"}, Infer: inferGatedRMSNorm},
+		Cost: func(v *graph.Value, b graph.Bindings) Cost { return plainCost(v, b, 8) },
+		Ref:  refGatedRMSNorm,
+	})
+}
+
+// normWeight checks a norm weight [D] against x's last dimension.
+func normWeight(v *graph.Value, i int, x graph.Type) error {
+	w, err := wantRank(v, i, "w", 1, floatDTypes...)
+	if err != nil {
+		return err
+	}
+	return sameDim("norm width (x last vs w)", last(x.Shape), w.Shape[0])
+}
+
+func inferRMSNorm(v *graph.Value) (graph.Type, error) {
+	if err := wantArgs(v, 2); err != nil {
+		return graph.Type{}, err
+	}
+	x, err := wantMinRank(v, 0, "x", 1, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if err := normWeight(v, 1, x); err != nil {
+		return graph.Type{}, err
+	}
+	if _, err := positiveFloatAttr(v, "eps"); err != nil {
+		return graph.Type{}, err
+	}
+	return x, nil
+}
+
+func inferL2Norm(v *graph.Value) (graph.Type, error) {
+	if err := wantArgs(v, 1); err != nil {
+		return graph.Type{}, err
+	}
+	x, err := wantMinRank(v, 0, "x", 1, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if _, err := positiveFloatAttr(v, "eps"); err != nil {
+		return graph.Type{}, err
+	}
+	if _, err := positiveFloatAttr(v, "scale"); err != nil {
+		return graph.Type{}, err
+	}
+	return x, nil
+}
+
+func inferGatedRMSNorm(v *graph.Value) (graph.Type, error) {
+	if err := wantArgs(v, 3); err != nil {
+		return graph.Type{}, err
+	}
+	x, err := wantMinRank(v, 0, "x", 1, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	z, err := wantDType(v, 1, "z", graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if !z.Shape.Equal(x.Shape) {
+		return graph.Type{}, fmt.Errorf("gate z %s does not match x %s", z.Shape, x.Shape)
+	}
+	if err := normWeight(v, 2, x); err != nil {
+		return graph.Type{}, err
+	}
+	if _, err := positiveFloatAttr(v, "eps"); err != nil {
+		return graph.Type{}, err
+	}
+	return x, nil
+}
+
+// invRMS is 1/sqrt(mean(x²)+eps) with float32 accumulation.
+func invRMS(x []float32, eps float32) float32 {
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+3 < len(x); i += 4 {
+		s0 += x[i] * x[i]
+		s1 += x[i+1] * x[i+1]
+		s2 += x[i+2] * x[i+2]
+		s3 += x[i+3] * x[i+3]
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * x[i]
+	}
+	mean := ((s0 + s1) + (s2 + s3)) / float32(len(x))
+	return float32(1 / math.Sqrt(float64(mean+eps)))
+}
+
+func refRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
+	w, err := floats(in[1])
+	if err != nil {
+		return fmt.Errorf("rms_norm weight: %w", err)
+	}
+	eps := float32(v.Attrs.Float("eps"))
+	x, y, D := in[0].F32(), out[0].F32(), len(w)
+	for r := 0; r+D <= len(x); r += D {
+		xr, yr := x[r:r+D], y[r:r+D]
+		inv := invRMS(xr, eps)
+		for i, xv := range xr {
+			yr[i] = (xv * inv) * w[i]
+		}
+	}
+	return nil
+}
+
+func refL2Norm(env *Env, v *graph.Value, in, out []*Tensor) error {
+	eps := float32(v.Attrs.Float("eps"))
+	scale := float32(v.Attrs.Float("scale"))
+	x, y := in[0].F32(), out[0].F32()
+	D := in[0].Shape[len(in[0].Shape)-1]
+	for r := 0; r+D <= len(x); r += D {
+		xr, yr := x[r:r+D], y[r:r+D]
+		inv := float32(1 / math.Sqrt(float64(dot(xr, xr)+eps)))
+		for i, xv := range xr {
+			yr[i] = xv * inv * scale
+		}
+	}
+	return nil
+}
+
+func refGatedRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
+	w, err := floats(in[2])
+	if err != nil {
+		return fmt.Errorf("gated_rms_norm weight: %w", err)
+	}
+	eps := float32(v.Attrs.Float("eps"))
+	x, z, y, D := in[0].F32(), in[1].F32(), out[0].F32(), len(w)
+	for r := 0; r+D <= len(x); r += D {
+		xr, zr, yr := x[r:r+D], z[r:r+D], y[r:r+D]
+		inv := invRMS(xr, eps)
+		for i, xv := range xr {
+			yr[i] = w[i] * (xv * inv) * silu(zr[i])
+		}
+	}
+	return nil
+}

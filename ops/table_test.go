@@ -1,0 +1,37 @@
+package ops
+
+import (
+	"testing"
+
+	"pistil/graph"
+)
+
+// contractOps is the op list of the contract between packages; every one must be in the
+// table with the parts its kind needs.
+var contractOps = []string{
+	"input", "weight", "state", "reshape", "select", "last_row",
+	"embed", "dequant", "matmul", "qmatmul", "rms_norm", "l2_norm", "gated_rms_norm", "rope",
+	"kv_append", "attention", "conv1d", "gated_delta",
+	"add", "mul", "neg", "exp", "sigmoid", "silu", "softplus", "swiglu", "slice",
+	"router", "expert_matmul", "expert_qmatmul", "moe_combine", "argmax",
+}
+
+func TestTableCoversContract(t *testing.T) {
+	for _, name := range contractOps {
+		info, ok := Default.Info(name)
+		if !ok {
+			t.Errorf("op %s is not registered", name)
+			continue
+		}
+		if info.Doc == "" || info.Infer == nil || info.Cost == nil {
+			t.Errorf("op %s lacks Doc, Infer or Cost", name)
+		}
+		noRef := info.Has(graph.Source) || info.Has(graph.View)
+		if noRef != (info.Ref == nil) {
+			t.Errorf("op %s: Ref present = %v, want %v", name, info.Ref != nil, !noRef)
+		}
+	}
+	if got, want := len(Default.Names()), len(contractOps); got != want {
+		t.Errorf("table has %d ops, contract lists %d: %v", got, want, Default.Names())
+	}
+}

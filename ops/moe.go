@@ -23,14 +23,14 @@ func init() {
 	})
 	Default.Register(&Info{
 		OpDef: graph.OpDef{Name: "expert_matmul",
-			Doc:  "row (t,j) = x(t[,j]) · W[ids[t,j]]ᵀ, W f32/bf16/f16 [E,M,K] -> f32[T,k,M]", Args: 3,
+			Doc: "row (t,j) = x(t[,j]) · W[ids[t,j]]ᵀ, W f32/bf16/f16 [E,M,K] -> f32[T,k,M]", Args: 3,
 			Infer: func(v *graph.Value) (graph.Type, error) { return inferExpertMatmul(v, floatDTypes) }},
 		Cost: costExpertMatmul,
 		Ref:  refExpertMatmul,
 	})
 	Default.Register(&Info{
 		OpDef: graph.OpDef{Name: "expert_qmatmul",
-			Doc:  "expert_matmul with q4/q8 W dequantized on the fly = expert_matmul(x, dequant(W), ids)", Args: 3,
+			Doc: "expert_matmul with q4/q8 W dequantized on the fly = expert_matmul(x, dequant(W), ids)", Args: 3,
 			Infer: func(v *graph.Value) (graph.Type, error) {
 				return inferExpertMatmul(v, []graph.DType{graph.Q4, graph.Q8})
 			}},

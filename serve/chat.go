@@ -1,0 +1,209 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"pistil/models/chat"
+)
+
+// prepared is a validated request turned into engine input, ready to queue.
+type prepared struct {
+	chat      bool // chat.completion vs text_completion
+	gen       genRequest
+	prompt    []int32
+	boundary  int
+	maxTokens int
+	thinking  bool // the output starts inside <think>
+	newParser func() deltaParser
+}
+
+// readBody enforces the content type and the body limit, and reads the whole body (so
+// that net/http starts watching the connection for a client that goes away).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return nil, &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
+				Message: fmt.Sprintf("Content-Type must be application/json, got %q", truncate(ct, 80))}
+		}
+	}
+	if r.ContentLength > s.cfg.MaxBody {
+		return nil, tooLarge(s.cfg.MaxBody)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	if err != nil {
+		if _, ok := err.(*http.MaxBytesError); ok {
+			return nil, tooLarge(s.cfg.MaxBody)
+		}
+		return nil, badRequest("", "invalid_body", "reading the request body: %v", err)
+	}
+	return body, nil
+}
+
+func tooLarge(limit int64) *apiError {
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+		Message: fmt.Sprintf("request body exceeds the limit of %d bytes", limit)}
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	body, e := s.readBody(w, r)
+	if e == nil {
+		var req *chatRequest
+		if req, e = parseChatRequest(body); e == nil {
+			var p *prepared
+			if p, e = s.prepareChat(req); e == nil {
+				s.execute(w, r, p)
+				return
+			}
+		}
+	}
+	writeError(w, e)
+}
+
+// prepareChat renders the template, tokenizes and checks the context: every way the
+// request can fail is found here, before the first response byte.
+func (s *Server) prepareChat(req *chatRequest) (*prepared, *apiError) {
+	if e := s.checkReady(); e != nil {
+		return nil, e
+	}
+	if !s.knownModel(req.Model) {
+		return nil, unknownModel(req.Model)
+	}
+	opts := chat.RenderOptions{
+		Messages:            toTemplateMessages(req.Messages),
+		AddGenerationPrompt: true,
+		EnableThinking:      req.EnableThinking,
+		PreserveThinking:    req.Preserve,
+	}
+	var tools []json.RawMessage
+	if req.ToolsEnabled {
+		for _, t := range req.Tools {
+			tools = append(tools, t.Raw)
+		}
+		opts.Tools = tools
+	}
+	text, err := s.tmpl.Render(opts)
+	if err != nil {
+		return nil, invalidValue("messages", "the conversation cannot be rendered with the chat template: %v", err)
+	}
+	prompt := s.tok.Encode(text)
+	p := &prepared{chat: true, gen: req.genRequest, prompt: prompt, thinking: chat.PromptEndsInReasoning(text)}
+
+	// The previous turn's reasoning is dropped when the next turn is rendered (unless
+	// preserve_thinking), so the next request shares this prompt only up to the start of
+	// the generation prompt: snapshot there too.
+	opts.AddGenerationPrompt = false
+	if head, err := s.tmpl.Render(opts); err == nil && strings.HasPrefix(text, head) {
+		headTokens := s.tok.Encode(head)
+		if n := len(headTokens); n < len(prompt) && commonPrefix(prompt, headTokens) == n {
+			p.boundary = n
+		}
+	}
+	thinking, parseTools := p.thinking, req.ToolsEnabled
+	p.newParser = func() deltaParser {
+		return chatParser{chat.NewParser(chat.ParserOptions{StartInReasoning: thinking, ParseTools: parseTools, Tools: tools})}
+	}
+	if e := s.fitContext(p, "messages"); e != nil {
+		return nil, e
+	}
+	return p, nil
+}
+
+// fitContext rejects prompts that do not fit and clamps max_tokens to what is left.
+func (s *Server) fitContext(p *prepared, param string) *apiError {
+	capacity := s.runner.sess.Capacity()
+	if len(p.prompt) >= capacity {
+		return badRequest(param, "context_length_exceeded",
+			"This model's maximum context length is %d tokens. However, your %s resulted in %d tokens. Please reduce the length of the %s.",
+			capacity, param, len(p.prompt), param)
+	}
+	left := capacity - len(p.prompt)
+	p.maxTokens = p.gen.MaxTokens
+	if p.maxTokens <= 0 || p.maxTokens > left {
+		p.maxTokens = left
+	}
+	return nil
+}
+
+func toTemplateMessages(in []chatMessage) []chat.Message {
+	out := make([]chat.Message, len(in))
+	for i, m := range in {
+		cm := chat.Message{Role: m.Role, ReasoningContent: m.ReasoningContent, ToolCallID: m.ToolCallID, Name: m.Name}
+		if m.Content != nil {
+			cm.Content = *m.Content
+		}
+		for _, c := range m.ToolCalls {
+			cm.ToolCalls = append(cm.ToolCalls, chat.ToolCall{ID: c.ID, Type: "function",
+				Function: chat.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
+		}
+		out[i] = cm
+	}
+	return out
+}
+
+// chatParser adapts chat.Parser to the pipeline.
+type chatParser struct{ p *chat.Parser }
+
+func (c chatParser) Push(text string) []outDelta { return convertDeltas(c.p.Push(text)) }
+func (c chatParser) Finish() []outDelta          { return convertDeltas(c.p.Finish()) }
+
+func convertDeltas(ds []chat.Delta) []outDelta {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]outDelta, len(ds))
+	for i, d := range ds {
+		out[i] = outDelta{Reasoning: d.Reasoning, Content: d.Content}
+		if tc := d.ToolCall; tc != nil {
+			out[i].ToolCall = &toolCallDelta{Index: tc.Index, ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments}
+		}
+	}
+	return out
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	body, e := s.readBody(w, r)
+	if e == nil {
+		var req *completionRequest
+		if req, e = parseCompletionRequest(body); e == nil {
+			var p *prepared
+			if p, e = s.prepareCompletion(req); e == nil {
+				s.execute(w, r, p)
+				return
+			}
+		}
+	}
+	writeError(w, e)
+}
+
+func (s *Server) prepareCompletion(req *completionRequest) (*prepared, *apiError) {
+	if e := s.checkReady(); e != nil {
+		return nil, e
+	}
+	if !s.knownModel(req.Model) {
+		return nil, unknownModel(req.Model)
+	}
+	prompt := req.PromptTokens
+	if prompt == nil {
+		prompt = s.tok.Encode(req.Prompt)
+	}
+	if len(prompt) == 0 {
+		return nil, invalidValue("prompt", "prompt must not be empty")
+	}
+	vocab := s.tok.VocabSize()
+	for i, id := range prompt {
+		if int(id) >= vocab {
+			return nil, invalidValue(fmt.Sprintf("prompt[%d]", i), "token id %d is outside the vocabulary of %d", id, vocab)
+		}
+	}
+	p := &prepared{gen: req.genRequest, prompt: prompt, newParser: func() deltaParser { return plainParser{} }}
+	if e := s.fitContext(p, "prompt"); e != nil {
+		return nil, e
+	}
+	return p, nil
+}

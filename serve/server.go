@@ -1,0 +1,364 @@
+// Package serve is pistil's OpenAI-compatible HTTP server: chat and text completions
+// (streamed over SSE or not), models, health and Prometheus metrics, in front of one
+// engine session that runs one request at a time from a bounded queue, with a prefix
+// cache of state snapshots so the next turn of a conversation only prefills what is new.
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pistil/models/chat"
+	"pistil/models/tokenizer"
+)
+
+// Config is the server's settings. Zero values take the defaults noted.
+type Config struct {
+	// ModelDir holds config.json, the weights, tokenizer.json and the chat template.
+	ModelDir string
+	// ModelName replaces the served model id (default: the model's own name).
+	ModelName string
+	// Aliases are further names the model field may use.
+	Aliases []string
+	// Host and Port are where the CLI listens (the server itself only checks Host headers
+	// against Host).
+	Host string
+	Port int
+	// APIKey, when set, is required as "Authorization: Bearer KEY" (or X-Api-Key) on every
+	// route but /health.
+	APIKey string
+	// Queue is how many requests may wait for the engine (default 16).
+	Queue int
+	// CacheBytes is the prefix cache's budget (default 1 GiB; negative disables it).
+	CacheBytes int64
+	// SnapshotEvery is the prefill snapshot interval in tokens (default 512).
+	SnapshotEvery int
+	// Context is the session capacity in tokens (default min(model max, 32768)).
+	Context int
+	// AllowedHosts are Host header names accepted besides localhost and IP literals
+	// ("*" accepts any).
+	AllowedHosts []string
+	// CORSOrigins are browser origins allowed to call the API ("*" allows any). None by
+	// default: no CORS headers are sent and foreign origins get 403.
+	CORSOrigins []string
+	// MaxBody is the largest request body in bytes (default 16 MiB).
+	MaxBody int64
+	// PingInterval is the SSE keep-alive interval while a stream is silent (default 15s).
+	PingInterval time.Duration
+	// WriteTimeout bounds each write to a client (default 60s): a client that stops
+	// reading has its request cancelled.
+	WriteTimeout time.Duration
+	// Logger receives request logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Queue <= 0 {
+		c.Queue = 16
+	}
+	if c.CacheBytes == 0 {
+		c.CacheBytes = 1 << 30
+	}
+	if c.SnapshotEvery <= 0 {
+		c.SnapshotEvery = 512
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = 16 << 20
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = 15 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 60 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Server serves one model. Create it with New, start loading with Load (the HTTP routes
+// answer 503 until the model is ready), and stop it with Shutdown.
+type Server struct {
+	cfg     Config
+	metrics *metrics
+	created int64
+
+	// Set once by Load, before ready becomes true.
+	model      Model
+	tok        *tokenizer.Tokenizer
+	tmpl       *chat.Template
+	runner     *runner
+	sched      *scheduler
+	stopTokens map[int32]bool
+	thinkClose int32 // id of "</think>" (-1 if the vocabulary has none)
+
+	ready    atomic.Bool
+	loadErr  atomic.Pointer[string]
+	shutdown atomic.Bool
+	// base is cancelled when shutdown's grace period ends: every running request stops.
+	base       context.Context
+	cancelBase context.CancelFunc
+	loadOnce   sync.Once
+
+	// onFinish, when set (tests), sees every finished generation.
+	onFinish func(genTrace)
+}
+
+// genTrace is what a test can observe about one generation.
+type genTrace struct {
+	Prompt []int32
+	Result genResult
+	Err    error
+}
+
+// New returns a server that is not ready yet.
+func New(cfg Config) *Server {
+	cfg.setDefaults()
+	base, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, metrics: &metrics{}, created: time.Now().Unix(), base: base, cancelBase: cancel, thinkClose: -1}
+}
+
+// Load reads the tokenizer and chat template from cfg.ModelDir, opens the model with
+// open, and makes the server ready. It may run in a goroutine while the server already
+// answers /health with 503.
+func (s *Server) Load(open func() (Model, error)) error {
+	err := errors.New("Load called twice")
+	s.loadOnce.Do(func() { err = s.load(open) })
+	if err != nil {
+		msg := err.Error()
+		s.loadErr.Store(&msg)
+	}
+	return err
+}
+
+func (s *Server) load(open func() (Model, error)) error {
+	tok, err := tokenizer.Load(s.cfg.ModelDir)
+	if err != nil {
+		return fmt.Errorf("load tokenizer: %w", err)
+	}
+	tmpl, err := chat.LoadTemplate(s.cfg.ModelDir)
+	if err != nil {
+		return fmt.Errorf("load chat template: %w", err)
+	}
+	model, err := open()
+	if err != nil {
+		return err
+	}
+	ctxLen := s.cfg.Context
+	if ctxLen <= 0 {
+		ctxLen = min(model.MaxContext(), 32768)
+	}
+	if max := model.MaxContext(); max > 0 && ctxLen > max {
+		ctxLen = max
+	}
+	sess, err := model.NewSession(ctxLen)
+	if err != nil {
+		model.Close()
+		return fmt.Errorf("allocate a session of %d tokens: %w", ctxLen, err)
+	}
+	s.model, s.tok, s.tmpl = model, tok, tmpl
+	s.stopTokens = map[int32]bool{}
+	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
+		if id, ok := tok.TokenID(name); ok {
+			s.stopTokens[id] = true
+		}
+	}
+	if id, ok := tok.TokenID("</think>"); ok {
+		s.thinkClose = id
+	}
+	s.runner = &runner{model: model, sess: sess, cache: newPrefixCache(s.cfg.CacheBytes),
+		snapshotEvery: s.cfg.SnapshotEvery, metrics: s.metrics}
+	s.sched = newScheduler(s.cfg.Queue)
+	s.ready.Store(true)
+	s.cfg.Logger.Info("model ready", "model", model.Name(), "context", ctxLen)
+	return nil
+}
+
+// Shutdown stops taking requests (503 shutting_down), answers queued ones with 503,
+// lets the running one finish until ctx ends, then cancels it. It does not close
+// listeners: call http.Server.Shutdown after it.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdown.Store(true)
+	if !s.ready.Load() {
+		return nil
+	}
+	s.sched.close()
+	select {
+	case <-s.sched.idle():
+	case <-ctx.Done():
+		s.cancelBase()
+		<-s.sched.idle()
+	}
+	return s.model.Close()
+}
+
+// Handler is the HTTP handler with every route and middleware.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, prefix := range []string{"/v1", ""} {
+		mux.Handle(prefix+"/chat/completions", s.post("chat.completions", s.handleChat))
+		mux.Handle(prefix+"/completions", s.post("completions", s.handleCompletions))
+		mux.Handle(prefix+"/models", s.get("models", s.handleModels))
+		mux.Handle(prefix+"/models/{id...}", s.get("models", s.handleModel))
+	}
+	mux.Handle("/health", s.get("health", s.handleHealth))
+	mux.Handle("/metrics", s.get("metrics", s.handleMetrics))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("not_found", "no route for %s %s", r.Method, truncate(r.URL.Path, 200)))
+	})
+	return s.middleware(mux)
+}
+
+// post and get wrap a handler with its method check and request counting.
+func (s *Server) post(name string, h http.HandlerFunc) http.Handler { return s.route(name, "POST", h) }
+func (s *Server) get(name string, h http.HandlerFunc) http.Handler  { return s.route(name, "GET", h) }
+
+func (s *Server) route(name, method string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() { s.metrics.countRequest(name, rec.statusOrOK()) }()
+		if r.Method != method && !(method == "GET" && r.Method == "HEAD") {
+			rec.Header().Set("Allow", method)
+			writeError(rec, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+				Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, method)})
+			return
+		}
+		h(rec, r)
+	})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if msg := s.loadErr.Load(); msg != nil {
+		writeError(w, unavailable("model_load_failed", 0, "model failed to load: "+*msg))
+		return
+	}
+	if !s.ready.Load() {
+		writeError(w, unavailable("model_loading", 5, "Loading model"))
+		return
+	}
+	if s.shutdown.Load() {
+		writeError(w, errShuttingDown())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	var depth int
+	var running bool
+	var cs cacheStats
+	if s.ready.Load() {
+		depth, running = s.sched.depth()
+		cs = s.runner.cache.stats()
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.write(w, depth, running, cs, s.ready.Load())
+}
+
+type modelObject struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (s *Server) modelObject() modelObject {
+	return modelObject{ID: s.model.Name(), Object: "model", Created: s.created, OwnedBy: "pistil"}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	if e := s.checkReady(); e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelObject{s.modelObject()}})
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	if e := s.checkReady(); e != nil {
+		writeError(w, e)
+		return
+	}
+	id := r.PathValue("id")
+	if !s.knownModel(id) {
+		writeError(w, unknownModel(id))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelObject())
+}
+
+// knownModel matches a requested name against the served names only: the name is never
+// used for anything else (no path, no lookup).
+func (s *Server) knownModel(name string) bool {
+	if name == s.model.Name() {
+		return true
+	}
+	for _, a := range s.cfg.Aliases {
+		if name == a {
+			return true
+		}
+	}
+	return false
+}
+
+func unknownModel(name string) *apiError {
+	return notFound("model_not_found", "The model %q does not exist.", truncate(name, 100))
+}
+
+func (s *Server) checkReady() *apiError {
+	if s.loadErr.Load() != nil {
+		return unavailable("model_load_failed", 0, "the model failed to load; see the server log")
+	}
+	if !s.ready.Load() {
+		return unavailable("model_loading", 5, "Loading model")
+	}
+	if s.shutdown.Load() {
+		return errShuttingDown()
+	}
+	return nil
+}
+
+// newID returns prefix + 24 random base64url characters (144 bits).
+func newID(prefix string) string {
+	var b [18]byte
+	rand.Read(b[:])
+	return prefix + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// statusRecorder remembers the status a handler sent, for metrics and logs.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and SetWriteDeadline.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *statusRecorder) statusOrOK() int {
+	if r.status == 0 {
+		return http.StatusOK
+	}
+	return r.status
+}

@@ -108,6 +108,9 @@ func (w *Writer) Write(name string, p []byte) error {
 	if w.err != nil {
 		return w.err
 	}
+	if len(p) == 0 {
+		return nil // nothing to place; zero-sized tensors are complete from the start
+	}
 	if w.cur >= len(w.specs) {
 		return w.fail(fmt.Errorf("tensor %q written after every declared tensor was complete", name))
 	}
@@ -227,6 +230,9 @@ func (w *ShardedWriter) Write(name string, p []byte) error {
 	if !ok {
 		w.err = fmt.Errorf("safetensors %s: tensor %q was not declared", w.dir, name)
 		return w.err
+	}
+	if len(p) == 0 {
+		return nil
 	}
 	for w.openIdx < shard {
 		if err := w.openShard(w.openIdx + 1); err != nil {

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"pistil/serve"
+)
+
+func init() {
+	register(command{name: "serve", summary: "serve the model over an OpenAI-compatible HTTP API", run: runServe})
+}
+
+// listFlag collects comma-separated or repeated values.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+func runServe(args []string) error {
+	fs := newFlags("serve")
+	var mf modelFlags
+	mf.register(fs)
+	var cfg serve.Config
+	var allowed, cors, aliases listFlag
+	fs.StringVar(&cfg.Host, "host", "127.0.0.1", "address to listen on (loopback by default)")
+	fs.IntVar(&cfg.Port, "port", 8080, "port to listen on (0: any free port)")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "require this key as 'Authorization: Bearer KEY' (default: none)")
+	fs.IntVar(&cfg.Queue, "queue", 16, "requests that may wait for the engine before new ones get 503")
+	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", 1<<30, "prefix cache budget in bytes (negative: off)")
+	fs.IntVar(&cfg.SnapshotEvery, "snapshot-every", 512, "prefix cache snapshot interval in prompt tokens")
+	fs.IntVar(&cfg.Context, "ctx", 0, "context capacity in tokens (0: min(model max, 32768))")
+	fs.Var(&allowed, "allowed-hosts", "Host header names to accept besides localhost and IP literals (comma-separated, * for any)")
+	fs.Var(&cors, "cors", "browser origins allowed to call the API (comma-separated, * for any; default none)")
+	fs.Int64Var(&cfg.MaxBody, "max-body", 16<<20, "largest request body in bytes")
+	fs.StringVar(&cfg.ModelName, "name", "", "served model id (default: the model directory's name)")
+	fs.Var(&aliases, "alias", "further model ids to accept (comma-separated)")
+	grace := fs.Duration("grace", 30*time.Second, "on SIGTERM, how long running requests may finish before they are cancelled")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if mf.dir == "" {
+		return errors.New("--model DIR is required")
+	}
+	cfg.ModelDir = mf.dir
+	cfg.AllowedHosts, cfg.CORSOrigins, cfg.Aliases = allowed, cors, aliases
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg.Logger = logger
+
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if ip := net.ParseIP(cfg.Host); (ip == nil && cfg.Host != "localhost") || (ip != nil && !ip.IsLoopback()) {
+		if cfg.APIKey == "" {
+			logger.Warn("listening on a non-loopback address without --api-key: anyone who can reach it can use the model", "host", cfg.Host)
+		}
+	}
+	srv := serve.New(cfg)
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	fmt.Fprintf(os.Stderr, "pistil serve: listening on http://%s\n", ln.Addr())
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpSrv.Serve(ln) }()
+	loadErr := make(chan error, 1)
+	go func() {
+		loadErr <- srv.Load(func() (serve.Model, error) {
+			m, err := mf.open(false)
+			if err != nil {
+				return nil, err
+			}
+			return serve.WrapModel(m, cfg.ModelName), nil
+		})
+	}()
+
+	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for {
+		select {
+		case err := <-loadErr:
+			if err != nil {
+				httpSrv.Close()
+				return fmt.Errorf("loading the model: %w", err)
+			}
+			loadErr = nil
+		case err := <-serveErr:
+			return fmt.Errorf("serve: %w", err)
+		case <-sig.Done():
+			logger.Info("shutting down", "grace", grace.String())
+			ctx, cancel := context.WithTimeout(context.Background(), *grace)
+			defer cancel()
+			// Refuse new work and drain the engine first, then close the listener and wait
+			// for the handlers to write their last bytes.
+			shutErr := srv.Shutdown(ctx)
+			closeCtx, cancelClose := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancelClose()
+			if err := httpSrv.Shutdown(closeCtx); err != nil {
+				httpSrv.Close()
+			}
+			if shutErr != nil {
+				return fmt.Errorf("closing the model: %w", shutErr)
+			}
+			return nil
+		}
+	}
+}

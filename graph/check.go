@@ -86,6 +86,10 @@ func Check(g *Graph, ops OpSet) error {
 			}
 			if v.Name == "" {
 				fail(v, "source value without a binding name")
+			} else if def.Infer != nil {
+				if _, err := inferSafely(def, v); err != nil {
+					fail(v, "source type: %v", err)
+				}
 			}
 			continue
 		}
@@ -129,6 +133,9 @@ func inferSafely(def *OpDef, v *Value) (t Type, err error) {
 		}
 	}()
 	probe := &Value{ID: v.ID, Op: v.Op, Args: v.Args, Attrs: v.Attrs, Name: v.Name}
+	if def.Has(Source) {
+		probe.Type = v.Type // a source's type is given, and its Infer validates it
+	}
 	return def.Infer(probe)
 }
 

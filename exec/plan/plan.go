@@ -14,7 +14,10 @@ type Plan struct {
 	// have T substituted; C (context before the step) stays symbolic and is read by
 	// StepScalars dispatches from the step-scalar buffer at run time; N is the session's
 	// context capacity, bound when a session allocates its state.
-	Tokens     int        `json:"tokens"`
+	Tokens int `json:"tokens"`
+	// Context is the context length C the plan's costs assume (attention's KV reads); the
+	// plan itself runs at any C.
+	Context    int        `json:"context,omitempty"`
 	Buffers    []Buffer   `json:"buffers"`
 	Dispatches []Dispatch `json:"dispatches"`
 	// Groups partition Dispatches, in order: the members of a group may run concurrently,
@@ -94,6 +97,8 @@ type Dispatch struct {
 	BytesRead    int64 `json:"bytes_read"`
 	BytesWritten int64 `json:"bytes_written"`
 	Flops        int64 `json:"flops"`
+	// WeightBytesRead is the part of BytesRead that comes from weight buffers.
+	WeightBytesRead int64 `json:"weight_bytes_read,omitempty"`
 }
 
 // Group is a set of consecutive dispatches that may run concurrently. Barrier says why the

@@ -1,0 +1,398 @@
+package passes
+
+import (
+	"fmt"
+	"sort"
+
+	"pistil/exec/plan"
+	"pistil/graph"
+)
+
+// Align is the byte alignment of every scratch and output placement (a Metal and CUDA
+// friendly boundary; it also keeps float4 loads aligned).
+const Align = 256
+
+// Memory is where every value lives once plan-memory has run.
+type Memory struct {
+	// Buffers: the scratch arena first (ID 0), then one buffer per weight, state and
+	// input source in graph order, then one per non-state output in output order.
+	Buffers []plan.Buffer
+	// Place has, for each value ID, one operand per result element (one for a tensor
+	// result). Views share their argument's bytes.
+	Place [][]plan.Operand
+	// allocs are the arena placements with their live ranges (value indexes), for the
+	// verifier and dumps.
+	allocs []alloc
+}
+
+type alloc struct {
+	value     graph.ID
+	elem      int
+	off, end  int64
+	def, last int // live from the defining value to its last reader, inclusive
+}
+
+// ArenaBytes is the scratch arena's size.
+func (m *Memory) ArenaBytes() int64 { return m.Buffers[0].Bytes }
+
+// elemRef names one element of a value's result.
+type elemRef struct {
+	v    *graph.Value
+	elem int
+}
+
+// planMemory gives every value bytes:
+//   - weights, states and inputs get a buffer each, bound by name at run time;
+//   - a StateUpdate op writes its updated state in place, into the buffer of the state it
+//     updates (graph.Check guarantees every other read of the old version comes first);
+//   - a graph output that is not state gets its own output buffer, which the value that
+//     computes it writes directly;
+//   - views (reshape, select, last_row) alias their argument at an offset;
+//   - everything else goes into one scratch arena, packed by liveness with first fit. A
+//     freed block is preferred for reuse only when every dispatch that touched it is an
+//     ancestor of the new writer in the data-flow graph: such reuse is already ordered
+//     by true dependencies, so it adds no barrier and no DAG edge. Reuse that is not so
+//     ordered is taken only when it keeps the arena smaller than ordered placement
+//     would; the schedule then orders it by its byte ranges (a WAR or WAW barrier).
+func planMemory(u *Unit) error {
+	g := u.Graph
+	bind := graph.Bindings{T: u.Phase.Tokens}
+	m := &Memory{Place: make([][]plan.Operand, len(g.Values))}
+	m.Buffers = append(m.Buffers, plan.Buffer{ID: 0, Kind: plan.Scratch, Name: "arena"})
+	_, stateArg, err := graph.StateVersions(g, u.Ops)
+	if err != nil {
+		return err
+	}
+	// Sources get their buffers.
+	for _, v := range g.Values {
+		var kind plan.BufferKind
+		switch v.Op {
+		case graph.OpWeight:
+			kind = plan.Weight
+		case graph.OpState:
+			kind = plan.State
+		case graph.OpInput:
+			kind = plan.Input
+		default:
+			continue
+		}
+		buf := plan.Buffer{ID: len(m.Buffers), Kind: kind, Name: v.Name, Type: v.Type}
+		buf.Bytes, buf.PerN = bytesPerN(v.Type, bind)
+		m.Buffers = append(m.Buffers, buf)
+		m.Place[v.ID] = []plan.Operand{{Buffer: buf.ID, Type: v.Type}}
+	}
+	// Outputs that are not state: the element computing them goes into an output buffer.
+	outputElem := map[elemRef]int{}
+	for _, o := range g.Outputs {
+		root, off, err := storageRoot(u, o.Value, bind)
+		if err != nil {
+			return fmt.Errorf("output %s: %w", o.Name, err)
+		}
+		if m.Place[root.v.ID] != nil || isStateElem(root, stateArg) {
+			continue // a source (state versions live in their state buffer)
+		}
+		if off != 0 {
+			return fmt.Errorf("output %s is a view at byte %d of %s: outputs must start their storage", o.Name, off, root.v.Ref())
+		}
+		if _, dup := outputElem[root]; dup {
+			continue
+		}
+		t := elemType(root)
+		if t.HasSym(graph.SymC) || t.HasSym(graph.SymN) || t.HasSym(graph.SymT) {
+			return fmt.Errorf("output %s has type %s: outputs need a fixed size", o.Name, t)
+		}
+		buf := plan.Buffer{ID: len(m.Buffers), Kind: plan.Output, Name: o.Name, Type: t, Bytes: t.Bytes(bind)}
+		m.Buffers = append(m.Buffers, buf)
+		outputElem[root] = buf.ID
+	}
+	// Liveness: the last value (by list index) reading each element, through views.
+	roots := make([]elemRef, len(g.Values))
+	readers := map[elemRef][]int{}
+	for i, v := range g.Values {
+		def, _ := u.Ops.Lookup(v.Op)
+		if def.Has(graph.Source) {
+			continue
+		}
+		if def.Has(graph.View) {
+			continue
+		}
+		for _, a := range v.Args {
+			r, _, err := storageRoot(u, a, bind)
+			if err != nil {
+				return fmt.Errorf("%s arg %s: %w", v.Ref(), a.Ref(), err)
+			}
+			readers[r] = append(readers[r], i)
+		}
+		roots[i] = elemRef{v, 0}
+	}
+	anc := ancestors(g)
+	pk := packer{}
+	for i, v := range g.Values {
+		if m.Place[v.ID] != nil {
+			continue
+		}
+		def, _ := u.Ops.Lookup(v.Op)
+		if def.Has(graph.View) {
+			p, err := viewPlace(u, v, m, bind)
+			if err != nil {
+				return err
+			}
+			m.Place[v.ID] = []plan.Operand{p}
+			continue
+		}
+		n := 1
+		if v.Type.IsTuple() {
+			n = len(v.Type.Elems)
+		}
+		places := make([]plan.Operand, n)
+		for e := 0; e < n; e++ {
+			ref := elemRef{v, e}
+			t := elemType(ref)
+			if isStateElem(ref, stateArg) {
+				sp := m.Place[v.Args[stateArg[v.ID]].ID][0]
+				if !sp.Type.Equal(t) {
+					return fmt.Errorf("%s (%s) updates state of type %s into a result of type %s: in place needs equal types", v.Ref(), v.Op, sp.Type, t)
+				}
+				places[e] = sp
+				continue
+			}
+			if buf, ok := outputElem[ref]; ok {
+				places[e] = plan.Operand{Buffer: buf, Type: t}
+				continue
+			}
+			if t.HasSym(graph.SymC) || t.HasSym(graph.SymN) || t.HasSym(graph.SymT) {
+				return fmt.Errorf("%s (%s) result %s: scratch values need a size fixed at compile time", v.Ref(), v.Op, t)
+			}
+			size := t.Bytes(bind)
+			rd := readers[ref]
+			last := i
+			for _, r := range rd {
+				last = max(last, r)
+			}
+			accessors := append([]int{i}, rd...)
+			off, hazard := pk.place(size, i, anc, accessors)
+			if hazard {
+				u.count("plan-memory: reuse ordered by barrier, not data flow", 1)
+			}
+			m.allocs = append(m.allocs, alloc{value: v.ID, elem: e, off: off, end: off + size, def: i, last: last})
+			places[e] = plan.Operand{Buffer: 0, Offset: off, Type: t}
+		}
+		m.Place[v.ID] = places
+		pk.retire(i)
+	}
+	m.Buffers[0].Bytes = pk.high
+	u.count("plan-memory: arena placements", len(m.allocs))
+	u.Memory = m
+	return nil
+}
+
+func elemType(r elemRef) graph.Type {
+	if r.v.Type.IsTuple() {
+		return r.v.Type.Elems[r.elem]
+	}
+	return r.v.Type
+}
+
+// isStateElem reports whether r is the updated-state element of a StateUpdate op: its
+// whole result, or the last element of its tuple (the op table's convention).
+func isStateElem(r elemRef, stateArg []int) bool {
+	if stateArg[r.v.ID] < 0 {
+		return false
+	}
+	return !r.v.Type.IsTuple() || r.elem == len(r.v.Type.Elems)-1
+}
+
+// storageRoot follows views to the element whose bytes v shares, and the byte offset of v
+// inside it.
+func storageRoot(u *Unit, v *graph.Value, bind graph.Bindings) (elemRef, int64, error) {
+	var off int64
+	for {
+		def, ok := u.Ops.Lookup(v.Op)
+		if !ok || !def.Has(graph.View) {
+			return elemRef{v, 0}, off, nil
+		}
+		a := v.Args[0]
+		switch v.Op {
+		case "reshape":
+		case "last_row":
+			off += lastRowOffset(a.Type, bind)
+		case graph.OpSelect:
+			i := v.Attrs.Int("index")
+			if def, _ := u.Ops.Lookup(a.Op); def != nil && def.Has(graph.View) {
+				return elemRef{}, 0, fmt.Errorf("%s selects from view %s", v.Ref(), a.Ref())
+			}
+			return elemRef{a, i}, off, nil
+		default:
+			return elemRef{}, 0, fmt.Errorf("%s: the memory planner does not know view op %s", v.Ref(), v.Op)
+		}
+		v = a
+	}
+}
+
+func lastRowOffset(t graph.Type, bind graph.Bindings) int64 {
+	rows := int64(t.Shape[0].Eval(bind))
+	return (rows - 1) * (t.Bytes(bind) / max(rows, 1))
+}
+
+// viewPlace places a view on its argument's bytes.
+func viewPlace(u *Unit, v *graph.Value, m *Memory, bind graph.Bindings) (plan.Operand, error) {
+	a := v.Args[0]
+	base := m.Place[a.ID]
+	if base == nil {
+		return plan.Operand{}, fmt.Errorf("%s (%s): argument %s has no placement", v.Ref(), v.Op, a.Ref())
+	}
+	switch v.Op {
+	case "reshape":
+		return plan.Operand{Buffer: base[0].Buffer, Offset: base[0].Offset, Type: v.Type}, nil
+	case "last_row":
+		return plan.Operand{Buffer: base[0].Buffer, Offset: base[0].Offset + lastRowOffset(a.Type, bind), Type: v.Type}, nil
+	case graph.OpSelect:
+		i := v.Attrs.Int("index")
+		if i < 0 || i >= len(base) {
+			return plan.Operand{}, fmt.Errorf("%s selects element %d of %s, which has %d", v.Ref(), i, a.Ref(), len(base))
+		}
+		return plan.Operand{Buffer: base[i].Buffer, Offset: base[i].Offset, Type: v.Type}, nil
+	}
+	return plan.Operand{}, fmt.Errorf("%s: the memory planner does not know view op %s", v.Ref(), v.Op)
+}
+
+// bytesPerN splits a size that may grow with the context capacity N into its fixed part
+// and its per-N part (sizes are linear in N: one dimension carries it).
+func bytesPerN(t graph.Type, bind graph.Bindings) (fixed, perN int64) {
+	b0 := bind
+	b0.N = 0
+	b1 := bind
+	b1.N = 1
+	fixed = t.Bytes(b0)
+	if t.HasSym(graph.SymN) {
+		perN = t.Bytes(b1) - fixed
+	}
+	return fixed, perN
+}
+
+// ancestors returns, for each value, the bit set of values it depends on transitively.
+func ancestors(g *graph.Graph) []bitset {
+	n := len(g.Values)
+	anc := make([]bitset, n)
+	for i, v := range g.Values {
+		s := newBitset(n)
+		for _, a := range v.Args {
+			s.or(anc[a.ID])
+			s.set(int(a.ID))
+		}
+		anc[i] = s
+	}
+	return anc
+}
+
+type bitset []uint64
+
+func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
+func (b bitset) set(i int)      { b[i/64] |= 1 << (i % 64) }
+func (b bitset) has(i int) bool { return b[i/64]&(1<<(i%64)) != 0 }
+func (b bitset) or(o bitset) {
+	for i := range o {
+		b[i] |= o[i]
+	}
+}
+func alignUp(n int64) int64              { return (n + Align - 1) / Align * Align }
+func overlaps(a0, a1, b0, b1 int64) bool { return a0 < b1 && b0 < a1 }
+
+// packer is a first-fit arena allocator over live and recently freed blocks.
+type packer struct {
+	live []block
+	dead []block
+	high int64
+}
+
+type block struct {
+	off, end  int64
+	accessors []int // values that wrote or read it
+}
+
+// place returns an offset for size bytes written by value i. hazard reports a reuse not
+// ordered by data flow.
+func (p *packer) place(size int64, i int, anc []bitset, accessors []int) (int64, bool) {
+	blocking := append([]block(nil), p.live...)
+	for _, d := range p.dead {
+		for _, a := range d.accessors {
+			if !anc[i].has(a) {
+				blocking = append(blocking, d)
+				break
+			}
+		}
+	}
+	ordered := firstFit(blocking, size)
+	plain := firstFit(p.live, size)
+	if ordered+size <= max(p.high, plain+size) {
+		return p.take(ordered, size, accessors), false
+	}
+	hazard := false
+	for _, d := range p.dead {
+		hazard = hazard || overlaps(plain, plain+size, d.off, d.end)
+	}
+	return p.take(plain, size, accessors), hazard
+}
+
+func (p *packer) take(off, size int64, accessors []int) int64 {
+	p.live = append(p.live, block{off: off, end: off + size, accessors: accessors})
+	p.high = max(p.high, off+size)
+	return off
+}
+
+// retire frees the blocks whose last reader is value i.
+func (p *packer) retire(i int) {
+	kept := p.live[:0]
+	for _, b := range p.live {
+		last := b.accessors[0]
+		for _, a := range b.accessors {
+			last = max(last, a)
+		}
+		if last <= i {
+			p.dead = append(p.dead, b)
+			continue
+		}
+		kept = append(kept, b)
+	}
+	p.live = kept
+}
+
+func firstFit(blocks []block, size int64) int64 {
+	sort.Slice(blocks, func(a, b int) bool { return blocks[a].off < blocks[b].off })
+	var cursor int64
+	for _, b := range blocks {
+		if alignUp(cursor)+size <= b.off {
+			break
+		}
+		cursor = max(cursor, b.end)
+	}
+	return alignUp(cursor)
+}
+
+// verify checks that no two arena values that are live at the same time share bytes, and
+// that every value has a placement.
+func (m *Memory) verify(u *Unit) error {
+	if len(m.Place) != len(u.Graph.Values) {
+		return fmt.Errorf("placements for %d values, graph has %d (the graph changed after plan-memory)", len(m.Place), len(u.Graph.Values))
+	}
+	for i, p := range m.Place {
+		if p == nil {
+			return fmt.Errorf("v%d has no placement", i)
+		}
+	}
+	as := append([]alloc(nil), m.allocs...)
+	sort.Slice(as, func(a, b int) bool { return as[a].off < as[b].off })
+	for i := range as {
+		a := as[i]
+		if a.off%Align != 0 || a.end > m.ArenaBytes() {
+			return fmt.Errorf("v%d element %d at [%d,%d) is misaligned or outside the %d-byte arena", a.value, a.elem, a.off, a.end, m.ArenaBytes())
+		}
+		for j := i + 1; j < len(as) && as[j].off < a.end; j++ {
+			b := as[j]
+			if a.def <= b.last && b.def <= a.last {
+				return fmt.Errorf("v%d [%d,%d) live %d..%d overlaps v%d [%d,%d) live %d..%d", a.value, a.off, a.end, a.def, a.last, b.value, b.off, b.end, b.def, b.last)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+// Package passes compiles a model graph into per-phase plans: a table of named passes,
+// each required or optional, run by a driver that can check, time and dump after every
+// pass. Required passes alone (-O0) always give a correct plan; every optional pass is an
+// ablation with its own off switch and a test that it does not change the answer.
+package passes
+
+import (
+	"fmt"
+
+	"pistil/exec/plan"
+	"pistil/graph"
+	"pistil/ops"
+)
+
+// OpTable is what passes need of the op table: definitions for graph.Check and the full
+// entries for costs and fused-op rules. ops.Default implements it.
+type OpTable interface {
+	graph.OpSet
+	Info(name string) (*ops.Info, bool)
+}
+
+// Phase says which plan is being compiled.
+type Phase struct {
+	// Name is "decode" or "prefill".
+	Name string
+	// Tokens is the step's T: 1 for decode, the chunk size for prefill.
+	Tokens int
+	// Context is the context length C the plan's costs assume (attention reads C+T rows of
+	// KV cache); it does not change the plan itself.
+	Context int
+	// LastLogitsOnly computes logits for the last token only: specialise-phase moves a
+	// last_row in front of the lm_head matmul when the graph computes every row.
+	LastLogitsOnly bool
+}
+
+// Unit is what the passes transform: the graph, then the analyses that later passes add.
+type Unit struct {
+	Graph *graph.Graph
+	Phase Phase
+	Ops   OpTable
+	// Memory is set by plan-memory: where every value lives.
+	Memory *Memory
+	// Schedule is set by schedule: read/write sets, concurrent groups and the DAG.
+	Schedule *Schedule
+	// Plan is set by lower.
+	Plan *plan.Plan
+	// Ran lists the passes that ran, in order.
+	Ran []string
+	// Stats are counters passes record (rules fired, placements), shown in dumps.
+	Stats map[string]int
+}
+
+func (u *Unit) count(stat string, n int) {
+	if u.Stats == nil {
+		u.Stats = map[string]int{}
+	}
+	u.Stats[stat] += n
+}
+
+// Pass is one entry of the pass table.
+type Pass struct {
+	Name string
+	Fn   func(u *Unit) error
+	// Required passes always run; the others can be switched off (and are, under -O0).
+	Required bool
+	Doc      string
+}
+
+// Passes is the pipeline in order. Adding a pass is one line here plus its ordering
+// constraints below; flags, dumps, timing and checking come from the driver.
+var Passes = []Pass{
+	{Name: "specialise-phase", Fn: specialisePhase, Required: true,
+		Doc: "bind T to the phase's token count; prefill may keep only the last row of logits"},
+	{Name: "fuse-dequant", Fn: fuseDequant,
+		Doc: "dequant→matmul becomes qmatmul, dequant→expert_matmul becomes expert_qmatmul"},
+	{Name: "plan-memory", Fn: planMemory, Required: true,
+		Doc: "buffers for weights, state, inputs and outputs; liveness-packed scratch arena"},
+	{Name: "schedule", Fn: schedule, Required: true,
+		Doc: "byte-range read/write sets, concurrent groups and barriers, minimal dependency DAG"},
+	{Name: "lower", Fn: lower, Required: true,
+		Doc: "emit the phase's plan with costs and totals"},
+}
+
+// Constraint says pass A must run before pass B, and why. This table documents the
+// ordering requirements; it does not override the order of Passes, and a test checks
+// that Passes obeys it.
+type Constraint struct {
+	A, B   string
+	Reason string
+}
+
+// PassOrder lists every ordering requirement between passes.
+var PassOrder = []Constraint{
+	{"specialise-phase", "fuse-dequant",
+		"fusion decisions are made on concrete shapes, and dumps after fusion should show them"},
+	{"specialise-phase", "plan-memory",
+		"scratch sizes need T bound; a symbolic T has no byte size"},
+	{"fuse-dequant", "plan-memory",
+		"fusion deletes the dequantized f32 copies; planning them first would reserve arena space for values that no longer exist"},
+	{"plan-memory", "schedule",
+		"barriers come from byte ranges, which exist only once every value has a buffer and an offset"},
+	{"schedule", "lower",
+		"the plan carries the groups, barriers and DAG the schedule computes"},
+	{"plan-memory", "lower",
+		"dispatch operands are buffer offsets"},
+}
+
+// PassNames lists the table's names in order.
+func PassNames() []string {
+	names := make([]string, len(Passes))
+	for i, p := range Passes {
+		names[i] = p.Name
+	}
+	return names
+}
+
+func lookupPass(name string) (Pass, bool) {
+	for _, p := range Passes {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Pass{}, false
+}
+
+// CheckOrder verifies that passes obeys constraints: every named pass exists and every A
+// comes before its B.
+func CheckOrder(passes []Pass, constraints []Constraint) error {
+	pos := map[string]int{}
+	for i, p := range passes {
+		if _, dup := pos[p.Name]; dup {
+			return fmt.Errorf("pass %s is in the table twice", p.Name)
+		}
+		pos[p.Name] = i
+	}
+	for _, c := range constraints {
+		a, okA := pos[c.A]
+		b, okB := pos[c.B]
+		switch {
+		case !okA:
+			return fmt.Errorf("constraint %s before %s names unknown pass %s", c.A, c.B, c.A)
+		case !okB:
+			return fmt.Errorf("constraint %s before %s names unknown pass %s", c.A, c.B, c.B)
+		case c.Reason == "":
+			return fmt.Errorf("constraint %s before %s has no reason", c.A, c.B)
+		case a >= b:
+			return fmt.Errorf("pass %s must run before %s: %s", c.A, c.B, c.Reason)
+		}
+	}
+	return nil
+}

@@ -69,7 +69,7 @@ func TestScheduleBarriers(t *testing.T) {
 		}, "d0 d1", ""},
 		{"a to-end range conflicts with any later offset", []Access{
 			access("kv_append", []plan.Range{rng(a, 0, 64)}, []plan.Range{rng(2, 0, plan.ToEnd)}),
-			access("attention", []plan.Range{rng(2, 1 << 40, 1<<40 + 8)}, []plan.Range{rng(a, 64, 128)}),
+			access("attention", []plan.Range{rng(2, 1<<40, 1<<40+8)}, []plan.Range{rng(a, 64, 128)}),
 		}, "d0 | d1", "RAW: d1 attention reads buf2[1099511627776,1099511627784) written by d0 kv_append"},
 		{"a conflict with an earlier group does not close the open one", []Access{
 			access("embed", nil, []plan.Range{rng(a, 0, 64)}),

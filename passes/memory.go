@@ -125,20 +125,13 @@ func planMemory(u *Unit) error {
 		}
 		roots[i] = elemRef{v, 0}
 	}
-	anc := ancestors(g)
-	pk := packer{}
+	var reqs []request
 	for i, v := range g.Values {
 		if m.Place[v.ID] != nil {
 			continue
 		}
-		def, _ := u.Ops.Lookup(v.Op)
-		if def.Has(graph.View) {
-			p, err := viewPlace(u, v, m, bind)
-			if err != nil {
-				return err
-			}
-			m.Place[v.ID] = []plan.Operand{p}
-			continue
+		if def, _ := u.Ops.Lookup(v.Op); def.Has(graph.View) {
+			continue // placed once the arena offsets are known
 		}
 		n := 1
 		if v.Type.IsTuple() {
@@ -163,24 +156,36 @@ func planMemory(u *Unit) error {
 			if t.HasSym(graph.SymC) || t.HasSym(graph.SymN) || t.HasSym(graph.SymT) {
 				return fmt.Errorf("%s (%s) result %s: scratch values need a size fixed at compile time", v.Ref(), v.Op, t)
 			}
-			size := t.Bytes(bind)
-			rd := readers[ref]
 			last := i
-			for _, r := range rd {
+			for _, r := range readers[ref] {
 				last = max(last, r)
 			}
-			accessors := append([]int{i}, rd...)
-			off, hazard := pk.place(size, i, anc, accessors)
-			if hazard {
-				u.count("plan-memory: reuse ordered by barrier, not data flow", 1)
-			}
-			m.allocs = append(m.allocs, alloc{value: v.ID, elem: e, off: off, end: off + size, def: i, last: last})
-			places[e] = plan.Operand{Buffer: 0, Offset: off, Type: t}
+			places[e] = plan.Operand{Buffer: 0, Type: t} // offset filled in below
+			reqs = append(reqs, request{value: v.ID, elem: e, def: i, last: last,
+				size: t.Bytes(bind), accessors: append([]int{i}, readers[ref]...)})
 		}
 		m.Place[v.ID] = places
-		pk.retire(i)
 	}
-	m.Buffers[0].Bytes = pk.high
+	// Plain liveness packing first gives the baseline arena; the second packing may spend
+	// up to twice that to keep reuse ordered by data flow.
+	anc := ancestors(g)
+	_, baseline, _ := pack(reqs, anc, 0)
+	offsets, high, hazards := pack(reqs, anc, 2*baseline)
+	for k, r := range reqs {
+		m.Place[r.value][r.elem].Offset = offsets[k]
+		m.allocs = append(m.allocs, alloc{value: r.value, elem: r.elem, off: offsets[k], end: offsets[k] + r.size, def: r.def, last: r.last})
+	}
+	for _, v := range g.Values {
+		if def, _ := u.Ops.Lookup(v.Op); def.Has(graph.View) {
+			p, err := viewPlace(u, v, m, bind)
+			if err != nil {
+				return err
+			}
+			m.Place[v.ID] = []plan.Operand{p}
+		}
+	}
+	u.count("plan-memory: reuse ordered by barrier, not data flow", hazards)
+	m.Buffers[0].Bytes = high
 	u.count("plan-memory: arena placements", len(m.allocs))
 	u.Memory = m
 	return nil
@@ -310,9 +315,47 @@ type block struct {
 	accessors []int // values that wrote or read it
 }
 
-// place returns an offset for size bytes written by value i. hazard reports a reuse not
-// ordered by data flow.
-func (p *packer) place(size int64, i int, anc []bitset, accessors []int) (int64, bool) {
+// request is one arena placement to make: an element written by value def and read up
+// to value last.
+type request struct {
+	value     graph.ID
+	elem      int
+	def, last int
+	size      int64
+	accessors []int
+}
+
+// pack places reqs (in definition order) and returns their offsets, the arena size and
+// the number of reuses not ordered by data flow. With budget 0 it packs by liveness
+// alone; otherwise it prefers ordered reuse while the arena stays within budget.
+func pack(reqs []request, anc []bitset, budget int64) ([]int64, int64, int) {
+	p := packer{}
+	offsets := make([]int64, len(reqs))
+	hazards := 0
+	for k, r := range reqs {
+		if k == 0 || reqs[k-1].def != r.def {
+			p.retire(r.def - 1) // blocks whose last reader came before this value are free
+		}
+		var off int64
+		var hazard bool
+		if budget == 0 {
+			off = firstFit(append([]block(nil), p.live...), r.size)
+		} else {
+			off, hazard = p.choose(r.size, r.def, anc, budget)
+		}
+		if hazard {
+			hazards++
+		}
+		offsets[k] = p.take(off, r.size, r.accessors)
+	}
+	return offsets, p.high, hazards
+}
+
+// choose returns an offset for size bytes written by value i: the first fit that avoids
+// live blocks and freed blocks not ordered before i by data flow, unless that passes the
+// budget; then the first fit among live blocks only, and hazard reports whether that
+// reuses a freed block.
+func (p *packer) choose(size int64, i int, anc []bitset, budget int64) (int64, bool) {
 	blocking := append([]block(nil), p.live...)
 	for _, d := range p.dead {
 		for _, a := range d.accessors {
@@ -323,15 +366,15 @@ func (p *packer) place(size int64, i int, anc []bitset, accessors []int) (int64,
 		}
 	}
 	ordered := firstFit(blocking, size)
-	plain := firstFit(p.live, size)
-	if ordered+size <= max(p.high, plain+size) {
-		return p.take(ordered, size, accessors), false
+	plain := firstFit(append([]block(nil), p.live...), size)
+	if ordered+size <= max(budget, plain+size) {
+		return ordered, false
 	}
 	hazard := false
 	for _, d := range p.dead {
 		hazard = hazard || overlaps(plain, plain+size, d.off, d.end)
 	}
-	return p.take(plain, size, accessors), hazard
+	return plain, hazard
 }
 
 func (p *packer) take(off, size int64, accessors []int) int64 {
@@ -375,9 +418,20 @@ func (m *Memory) verify(u *Unit) error {
 	if len(m.Place) != len(u.Graph.Values) {
 		return fmt.Errorf("placements for %d values, graph has %d (the graph changed after plan-memory)", len(m.Place), len(u.Graph.Values))
 	}
+	bind := graph.Bindings{T: u.Phase.Tokens}
 	for i, p := range m.Place {
 		if p == nil {
 			return fmt.Errorf("v%d has no placement", i)
+		}
+		v := u.Graph.Values[i]
+		if def, _ := u.Ops.Lookup(v.Op); def.Has(graph.View) {
+			want, err := viewPlace(u, v, m, bind)
+			if err != nil {
+				return err
+			}
+			if p[0].Buffer != want.Buffer || p[0].Offset != want.Offset || !p[0].Type.Equal(want.Type) {
+				return fmt.Errorf("view %s is placed at %+v but its argument gives %+v", v.Ref(), p[0], want)
+			}
 		}
 	}
 	as := append([]alloc(nil), m.allocs...)

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -166,13 +167,14 @@ func (w weightRows) dotQuant(r int, x, xsum []float32) float32 {
 			codes := data[g*gs/2 : (g+1)*gs/2]
 			xs := x[g*gs : (g+1)*gs]
 			var s0, s1, s2, s3 float32
-			for j := 0; j+1 < len(codes); j += 2 {
-				c0, c1 := codes[j], codes[j+1]
-				xx := xs[2*j : 2*j+4]
-				s0 += float32(c0&15) * xx[0]
-				s1 += float32(c0>>4) * xx[1]
-				s2 += float32(c1&15) * xx[2]
-				s3 += float32(c1>>4) * xx[3]
+			// One little-endian word holds 8 codes, low nibble first.
+			for j := 0; j+8 <= len(xs); j += 8 {
+				c := binary.LittleEndian.Uint32(codes[j/2:])
+				xx := xs[j : j+8 : j+8]
+				s0 += float32(c&15)*xx[0] + float32(c>>16&15)*xx[4]
+				s1 += float32(c>>4&15)*xx[1] + float32(c>>20&15)*xx[5]
+				s2 += float32(c>>8&15)*xx[2] + float32(c>>24&15)*xx[6]
+				s3 += float32(c>>12&15)*xx[3] + float32(c>>28)*xx[7]
 			}
 			acc += BF16ToF32(scales[g])*((s0+s1)+(s2+s3)) + BF16ToF32(biases[g])*xsum[g]
 		}

@@ -189,23 +189,3 @@ func sameElements(a, b graph.Shape) bool {
 	}
 	return true
 }
-
-// ParseShape reads the reshape attribute form "[T,16,512]".
-func ParseShape(s string) (graph.Shape, error) {
-	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
-		return nil, fmt.Errorf("shape %q: want [d0,d1,...]", s)
-	}
-	body := strings.TrimSpace(s[1 : len(s)-1])
-	if body == "" {
-		return graph.Shape{}, nil
-	}
-	var out graph.Shape
-	for _, part := range strings.Split(body, ",") {
-		d, err := graph.ParseDim(strings.TrimSpace(part))
-		if err != nil {
-			return nil, fmt.Errorf("shape %q: %w", s, err)
-		}
-		out = append(out, d)
-	}
-	return out, nil
-}

@@ -75,7 +75,7 @@ func inferReshape(v *graph.Value) (graph.Type, error) {
 	if err := requireAttrs(v, "shape"); err != nil {
 		return graph.Type{}, err
 	}
-	shape, err := ParseShape(v.Attrs.String("shape"))
+	shape, err := graph.ParseShape(v.Attrs.String("shape"))
 	if err != nil {
 		return graph.Type{}, fmt.Errorf("reshape: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"pistil/models/qwen35moe"
 	"pistil/models/safetensors"
 	"pistil/ops"
+	"pistil/passes"
 )
 
 // The golden tests run the declared graph through the op interpreter on the tiny random
@@ -219,4 +220,26 @@ func TestGoldenChunksAndDecode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGoldenFused runs the mlx-q4 graph as the compiler leaves it after fuse-dequant (T
+// bound to 96; qmatmul and expert_qmatmul read the packed weights directly) and checks
+// the same logits.
+func TestGoldenFused(t *testing.T) {
+	dir := goldenDirs[1]
+	s := newSession(t, dir, qwen35moe.BuildOptions{AllLogits: true}, 96)
+	ref := loadReference(t, dir, s.cfg.NumLayers)
+	u := &passes.Unit{Graph: s.g.Clone(), Phase: passes.Phase{Name: "prefill", Tokens: len(ref.tokens)}, Ops: ops.Default}
+	if err := passes.Run(u, passes.Config{Check: true}, "fuse-dequant"); err != nil {
+		t.Fatal(err)
+	}
+	fused := map[string]int{}
+	for _, v := range u.Graph.Values {
+		fused[v.Op]++
+	}
+	if fused["dequant"] != 0 || fused["qmatmul"] == 0 || fused["expert_qmatmul"] == 0 {
+		t.Fatalf("after fuse-dequant: %d dequant, %d qmatmul, %d expert_qmatmul", fused["dequant"], fused["qmatmul"], fused["expert_qmatmul"])
+	}
+	s.g = u.Graph
+	compareLogits(t, "fused prompt", s.step(ref.tokens)["logits"].F32(), ref.logits, ref.vocab)
 }

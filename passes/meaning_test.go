@@ -1,0 +1,326 @@
+package passes_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"pistil/exec/plan"
+	"pistil/graph"
+	"pistil/models/checkpoint"
+	"pistil/models/qwen35moe"
+	"pistil/ops"
+	"pistil/passes"
+)
+
+// The meaning tests run real numbers: the tiny golden checkpoints (MLX 4-bit and
+// Hugging Face bf16), random token ids, and the op references. A pass must not change
+// what the graph computes, and a plan executed dispatch by dispatch over its planned
+// buffers must compute what the graph computes.
+
+const goldenDir = "../../shared/golden/tiny-s1/"
+
+func openTiny(t *testing.T, layout string) *checkpoint.Checkpoint {
+	t.Helper()
+	ck, err := checkpoint.Open(goldenDir + layout)
+	if err != nil {
+		t.Fatalf("open tiny %s checkpoint: %v", layout, err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	return ck
+}
+
+func buildTiny(t *testing.T, ck *checkpoint.Checkpoint, allLogits bool) *graph.Graph {
+	t.Helper()
+	g, err := qwen35moe.Build(ck.Config(), qwen35moe.BuildOptions{
+		WeightType: ck.WeightType, KVDType: graph.F32, ConvStateDType: graph.F32, AllLogits: allLogits,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// zeroStates makes a fresh session state for every state source of g.
+func zeroStates(g *graph.Graph, bind graph.Bindings) map[string]*ops.Tensor {
+	st := map[string]*ops.Tensor{}
+	for _, v := range g.Values {
+		if v.Op == graph.OpState {
+			st[v.Name] = ops.NewTensor(v.Type.DType, v.Type.Shape.Eval(bind)...)
+		}
+	}
+	return st
+}
+
+func randomTokens(rng *rand.Rand, n, vocab int) *ops.Tensor {
+	tok := ops.NewTensor(graph.I32, n)
+	for i := range tok.I32() {
+		tok.I32()[i] = int32(rng.Intn(vocab))
+	}
+	return tok
+}
+
+// interpret runs g with ops.Run from the given state (copied, never written).
+func interpret(t *testing.T, g *graph.Graph, ck *checkpoint.Checkpoint, tokens *ops.Tensor, states map[string]*ops.Tensor, bind graph.Bindings) map[string]*ops.Tensor {
+	t.Helper()
+	out, err := ops.Run(g, &ops.Env{Bind: bind, Workers: 2}, func(v *graph.Value) (*ops.Tensor, error) {
+		switch v.Op {
+		case graph.OpWeight:
+			return ck.Tensor(v.Name)
+		case graph.OpState:
+			return copyTensor(states[v.Name]), nil
+		case graph.OpInput:
+			return tokens, nil
+		}
+		return nil, fmt.Errorf("unknown source %s", v.Op)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func copyTensor(x *ops.Tensor) *ops.Tensor {
+	c := *x
+	c.Data = append([]byte(nil), x.Data...)
+	return &c
+}
+
+// maxRelDiff compares two float tensors: the largest |a-b| / max(1, |b|).
+func maxRelDiff(a, b *ops.Tensor) float64 {
+	fa, fb := a.Elements(), b.Elements()
+	if fa != fb {
+		return math.Inf(1)
+	}
+	worst := 0.0
+	for i := 0; i < fa; i++ {
+		x, y := float64(a.Float(i)), float64(b.Float(i))
+		worst = max(worst, math.Abs(x-y)/max(1, math.Abs(y)))
+	}
+	return worst
+}
+
+func compareOutputs(t *testing.T, what string, got, want map[string]*ops.Tensor, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d outputs, want %d", what, len(got), len(want))
+	}
+	for name, w := range want {
+		g, ok := got[name]
+		if !ok {
+			t.Fatalf("%s: output %s missing", what, name)
+		}
+		if d := maxRelDiff(g, w); d > tol {
+			t.Errorf("%s: output %s differs by %g", what, name, d)
+		}
+	}
+}
+
+// runUntil applies the passes up to and including until, checking after each.
+func runUntil(t *testing.T, g *graph.Graph, phase passes.Phase, cfg passes.Config, until string) *passes.Unit {
+	t.Helper()
+	cfg.Check = true
+	u := &passes.Unit{Graph: g.Clone(), Phase: phase, Ops: ops.Default}
+	if err := passes.Run(u, cfg, until); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestFuseDequantKeepsTheAnswer runs the specialised graph before and after fuse-dequant
+// on random tokens, for a 5-token prefill from an empty state, and compares every output
+// (logits and all state).
+func TestFuseDequantKeepsTheAnswer(t *testing.T) {
+	ck := openTiny(t, "mlx-q4")
+	g := buildTiny(t, ck, true)
+	phase := passes.Phase{Name: "prefill", Tokens: 5}
+	before := runUntil(t, g, phase, passes.O0(), "specialise-phase")
+	after := runUntil(t, g, phase, passes.Config{}, "fuse-dequant")
+	if countOps(before.Graph, "dequant") == 0 {
+		t.Fatal("the MLX tiny graph has no dequant: nothing to fuse")
+	}
+	if n := countOps(after.Graph, "dequant"); n != 0 {
+		t.Errorf("%d dequant values left after fusion", n)
+	}
+	if countOps(after.Graph, "expert_qmatmul") == 0 || countOps(after.Graph, "qmatmul") == 0 {
+		t.Error("fusion produced no qmatmul or no expert_qmatmul")
+	}
+	rng := rand.New(rand.NewSource(7))
+	bind := graph.Bindings{T: 5, C: 0, N: 8}
+	tokens := randomTokens(rng, 5, ck.Config().VocabSize)
+	states := zeroStates(g, bind)
+	// The fused op accumulates per quantization group, so it rounds differently from the
+	// dequantized f32 matmul: float32 rounding, not a different function.
+	compareOutputs(t, "fuse-dequant", interpret(t, after.Graph, ck, tokens, states, bind), interpret(t, before.Graph, ck, tokens, states, bind), 1e-4)
+}
+
+// TestSpecialiseLastRowKeepsTheAnswer: dropping all but the last row of logits in prefill
+// keeps that row and every state.
+func TestSpecialiseLastRowKeepsTheAnswer(t *testing.T) {
+	ck := openTiny(t, "mlx-q4")
+	g := buildTiny(t, ck, true)
+	all := runUntil(t, g, passes.Phase{Name: "prefill", Tokens: 4}, passes.O0(), "specialise-phase")
+	last := runUntil(t, g, passes.Phase{Name: "prefill", Tokens: 4, LastLogitsOnly: true}, passes.O0(), "specialise-phase")
+	if got := last.Graph.Output("logits").Type.String(); got != fmt.Sprintf("f32[1,%d]", ck.Config().VocabSize) {
+		t.Fatalf("last-row logits type %s", got)
+	}
+	rng := rand.New(rand.NewSource(3))
+	bind := graph.Bindings{T: 4, C: 0, N: 8}
+	tokens := randomTokens(rng, 4, ck.Config().VocabSize)
+	states := zeroStates(g, bind)
+	a := interpret(t, all.Graph, ck, tokens, states, bind)
+	b := interpret(t, last.Graph, ck, tokens, states, bind)
+	V := ck.Config().VocabSize
+	lastRow := ops.FromF32(a["logits"].F32()[3*V:], 1, V)
+	if d := maxRelDiff(b["logits"], lastRow); d > 1e-6 {
+		t.Errorf("last-row logits differ from row 3 of all logits by %g", d)
+	}
+	delete(a, "logits")
+	delete(b, "logits")
+	compareOutputs(t, "last-row states", b, a, 0)
+}
+
+func countOps(g *graph.Graph, op string) int {
+	n := 0
+	for _, v := range g.Values {
+		if v.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
+// executor runs a plan dispatch by dispatch, in order, over its buffers: the plan's
+// meaning, independent of any backend.
+type executor struct {
+	p       *plan.Plan
+	arena   []byte
+	outputs map[int][]byte
+	weights map[int]*ops.Tensor
+}
+
+func newExecutor(t *testing.T, p *plan.Plan, ck *checkpoint.Checkpoint) *executor {
+	t.Helper()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e := &executor{p: p, outputs: map[int][]byte{}, weights: map[int]*ops.Tensor{}}
+	for _, b := range p.Buffers {
+		switch b.Kind {
+		case plan.Scratch:
+			e.arena = make([]byte, b.Bytes)
+		case plan.Output:
+			e.outputs[b.ID] = make([]byte, b.Bytes)
+		case plan.Weight:
+			w, err := ck.Tensor(b.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.weights[b.ID] = w
+		}
+	}
+	return e
+}
+
+func (e *executor) run(t *testing.T, tokens *ops.Tensor, states map[string]*ops.Tensor, bind graph.Bindings) map[string]*ops.Tensor {
+	t.Helper()
+	operand := func(o plan.Operand) *ops.Tensor {
+		b := e.p.Buffers[o.Buffer]
+		switch b.Kind {
+		case plan.Weight:
+			return e.weights[o.Buffer]
+		case plan.Input:
+			return tokens
+		case plan.State:
+			return states[b.Name]
+		}
+		data := e.arena
+		if b.Kind == plan.Output {
+			data = e.outputs[o.Buffer]
+		}
+		n := o.Type.Bytes(bind)
+		return &ops.Tensor{DType: o.Type.DType, Shape: o.Type.Shape.Eval(bind), Data: data[o.Offset : o.Offset+n : o.Offset+n]}
+	}
+	env := &ops.Env{Bind: bind, Workers: 2}
+	for _, d := range e.p.Dispatches {
+		info, _ := ops.Default.Info(d.Op)
+		v := &graph.Value{ID: d.Value, Op: d.Op, Attrs: d.Attrs, Name: d.Label}
+		var in, out []*ops.Tensor
+		for _, a := range d.Args {
+			v.Args = append(v.Args, &graph.Value{ID: -1, Type: a.Type})
+			in = append(in, operand(a))
+		}
+		var elems []graph.Type
+		for _, r := range d.Results {
+			elems = append(elems, r.Type)
+			out = append(out, operand(r))
+		}
+		v.Type = elems[0]
+		if len(elems) > 1 {
+			v.Type = graph.Tuple(elems...)
+		}
+		if err := info.Ref(env, v, in, out); err != nil {
+			t.Fatalf("dispatch %d %s: %v", d.Index, d.Op, err)
+		}
+	}
+	res := map[string]*ops.Tensor{}
+	for id, data := range e.outputs {
+		b := e.p.Buffers[id]
+		res[b.Name] = &ops.Tensor{DType: b.Type.DType, Shape: b.Type.Shape.Eval(bind), Data: data}
+	}
+	for name, st := range states {
+		res[name] = st
+	}
+	return res
+}
+
+// TestPlansComputeTheGraph compiles prefill (T=5) and decode (T=1) plans, with and
+// without the optional passes, executes a prefill step then two decode steps over the
+// planned buffers, and compares logits and every state with the interpreter on the
+// graph. This is the meaning test of specialise-phase, plan-memory (aliasing, liveness,
+// in-place state) and lower.
+func TestPlansComputeTheGraph(t *testing.T) {
+	for _, layout := range []string{"mlx-q4", "hf"} {
+		ck := openTiny(t, layout)
+		g := buildTiny(t, ck, false)
+		for _, o0 := range []bool{false, true} {
+			cfg := passes.Config{Check: true}
+			if o0 {
+				cfg = passes.O0()
+				cfg.Check = true
+			}
+			name := fmt.Sprintf("%s/O0=%v", layout, o0)
+			t.Run(name, func(t *testing.T) {
+				prefill, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: 5, LastLogitsOnly: true}, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1}, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rng := rand.New(rand.NewSource(11))
+				const capacity = 8
+				planStates := zeroStates(g, graph.Bindings{N: capacity})
+				refStates := zeroStates(g, graph.Bindings{N: capacity})
+				pos := 0
+				for step, p := range []*plan.Plan{prefill, decode, decode} {
+					bind := graph.Bindings{T: p.Tokens, C: pos, N: capacity}
+					tokens := randomTokens(rng, p.Tokens, ck.Config().VocabSize)
+					got := newExecutor(t, p, ck).run(t, tokens, planStates, bind)
+					// The reference is the graph after the passes that rewrite it (the last is
+					// fuse-dequant; the later ones only analyse and lower): the plan must
+					// compute exactly what that graph computes.
+					ref := runUntil(t, g, passes.Phase{Name: p.Phase, Tokens: p.Tokens, LastLogitsOnly: true}, cfg, "fuse-dequant")
+					want := interpret(t, ref.Graph, ck, tokens, refStates, bind)
+					compareOutputs(t, fmt.Sprintf("step %d (%s)", step, p.Phase), got, want, 0)
+					for name := range refStates {
+						refStates[name] = want[name]
+					}
+					pos += p.Tokens
+				}
+			})
+		}
+	}
+}

@@ -134,14 +134,15 @@ func refAttention(env *Env, v *graph.Value, in, out []*Tensor) error {
 	qs, o := q.F32(), out[0].F32()
 	parallelItems(env, NH, func(_, h int) {
 		kvh := h / group
-		keys, vals := cacheHead(kc, kvh, L), cacheHead(vc, kvh, L)
+		keys, kstride := cacheHead(kc, kvh, L)
+		vals, vstride := cacheHead(vc, kvh, L)
 		scores := make([]float32, L)
 		for t := 0; t < T; t++ {
 			qr := qs[(t*NH+h)*D : (t*NH+h+1)*D]
 			n := C + t + 1
 			maxS := float32(math.Inf(-1))
 			for j := 0; j < n; j++ {
-				s := dot(qr, keys[j*D:(j+1)*D]) * scale
+				s := dot(qr, keys[j*kstride:j*kstride+D]) * scale
 				scores[j] = s
 				maxS = max(maxS, s)
 			}
@@ -154,20 +155,24 @@ func refAttention(env *Env, v *graph.Value, in, out []*Tensor) error {
 			or := o[(t*NH+h)*D : (t*NH+h+1)*D]
 			clear(or)
 			for j := 0; j < n; j++ {
-				axpy(scores[j]/sum, vals[j*D:(j+1)*D], or)
+				axpy(scores[j]/sum, vals[j*vstride:j*vstride+D], or)
 			}
 		}
 	})
 	return nil
 }
 
-// cacheHead returns rows 0..L-1 of one kv head as contiguous float32 [L, D].
-func cacheHead(cache *Tensor, kvh, L int) []float32 {
+// cacheHead returns rows 0..L-1 of one kv head as float32 and the distance between rows:
+// a view into an F32 cache, a decoded copy of a BF16 one.
+func cacheHead(cache *Tensor, kvh, L int) ([]float32, int) {
 	KVH, D := cache.Shape[1], cache.Shape[2]
+	if cache.DType == graph.F32 {
+		return cache.F32()[kvh*D:], KVH * D
+	}
 	rows := stateRows{t: cache, cols: D}
 	out := make([]float32, L*D)
 	for j := 0; j < L; j++ {
 		rows.read(j*KVH+kvh, out[j*D:(j+1)*D])
 	}
-	return out
+	return out, D
 }

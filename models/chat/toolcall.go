@@ -19,7 +19,7 @@ const (
 // xmlCall is the tool call being parsed (any mode; named for the family's main format).
 type xmlCall struct {
 	mode      callMode
-	separator string // whitespace before <tool_call>, restored if the call is not one
+	separator string          // whitespace before <tool_call>, restored if the call is not one
 	raw       strings.Builder // text consumed since <tool_call>, to flush a bad call as content
 	name      string
 	index     int

@@ -10,17 +10,13 @@ import (
 // semantics; splitPatterns maps each supported pattern to its flavour.
 const (
 	patternQwen2 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-	// Qwen3.5/3.6 ("qwen35"): combining marks count as part of words.
-	patternQwen35 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{M}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-	// The same as patternQwen35 but with the prefix class written as in the published
-	// tokenizer.json files (marks allowed as the optional prefix character).
-	patternQwen35Published = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// Qwen3.5/3.6 ("qwen35", model-spec.md §5.1): combining marks join letters.
+	patternQwen35 = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 var splitPatterns = map[string]bool{ // value: whether \p{M} joins letters
-	patternQwen2:           false,
-	patternQwen35:          true,
-	patternQwen35Published: true,
+	patternQwen2:  false,
+	patternQwen35: true,
 }
 
 // splitter cuts normalized text into pre-tokens.

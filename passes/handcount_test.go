@@ -1,0 +1,150 @@
+package passes_test
+
+import (
+	"math"
+	"testing"
+
+	"pistil/exec/plan"
+	"pistil/models/qwen35moe"
+	"pistil/ops"
+	"pistil/passes"
+)
+
+// The hand count: the built-in Qwen3.6-35B-A3B (MLX 4-bit, BF16 KV and conv state)
+// compiled for decode must give the numbers derived here from model-spec.md and from the
+// graph's structure, not read off the compiler's output.
+
+// q4 and q8 are MLX affine bytes for rows×cols weights, group 64: the packed codes plus a
+// bf16 scale and a bf16 bias per group of 64 (model-spec.md §4).
+func q4(rows, cols int64) int64 { return rows*cols/2 + rows*cols/64*4 }
+func q8(rows, cols int64) int64 { return rows*cols + rows*cols/64*4 }
+
+const (
+	H, V                = 2048, 248320
+	layers              = 40
+	gdnLayers, attLayer = 30, 10
+)
+
+// expectedWeightBytes re-derives model-spec.md §6.3 term by term.
+func expectedWeightBytes() int64 {
+	// GDN layer: in_proj_qkv [8192,H], in_proj_z [4096,H], in_proj_b and in_proj_a [32,H],
+	// out_proj [H,4096] at 4 bits; conv1d [8192,4] bf16, dt_bias [32] bf16, A_log [32] f32,
+	// linear_attn.norm [128] bf16.
+	gdn := q4(8192, H) + q4(4096, H) + 2*q4(32, H) + q4(H, 4096) + 8192*4*2 + 32*2 + 32*4 + 128*2
+	// Attention layer: q_proj [8192,H], k_proj and v_proj [512,H], o_proj [H,4096] at 4
+	// bits; q_norm and k_norm [256] bf16.
+	att := q4(8192, H) + 2*q4(512, H) + q4(H, 4096) + 2*256*2
+	// MoE, every layer: 8 routed experts of gate and up [512,H] and down [H,512], the
+	// shared expert of the same shapes, the router [256,H] and the shared-expert gate [1,H]
+	// at 8 bits.
+	expert := 2*q4(512, H) + q4(H, 512)
+	moe := 8*expert + expert + q8(256, H) + q8(1, H)
+	// input_layernorm and post_attention_layernorm [H] bf16 per layer, the final norm.
+	norms := int64(layers*2*H*2 + H*2)
+	// lm_head [V,H] at 4 bits; one embedding row [H] at 4 bits per token.
+	return gdnLayers*gdn + attLayer*att + layers*moe + norms + q4(V, H) + q4(1, H)
+}
+
+func TestHandCountDecode(t *testing.T) {
+	if got := expectedWeightBytes(); got != 1_669_563_648 {
+		t.Fatalf("the hand derivation gives %d B, model-spec.md §6.3 says 1,669,563,648 B", got)
+	}
+	g, err := qwen35moe.Build(qwen35moe.Default(), qwen35moe.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := passes.Phase{Name: "decode", Tokens: 1, Context: 4096}
+	p, err := passes.Compile(g, ops.Default, decode, passes.Config{Check: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tot := p.Totals
+	if want := expectedWeightBytes(); math.Abs(float64(tot.WeightBytesRead-want)) > 0.01*float64(want) {
+		t.Errorf("weight bytes per decode token %d, want %d within 1%%", tot.WeightBytesRead, want)
+	}
+	// KV cache: 10 attention layers × (K and V) × 2 KV heads × head_dim 256 × 2 B (bf16).
+	if want := int64(attLayer * 2 * 2 * 256 * 2); tot.KVBytesPerToken != want || want != 20_480 {
+		t.Errorf("KV bytes per token %d, want %d", tot.KVBytesPerToken, want)
+	}
+	// Recurrent state: 30 GDN layers × [32 heads, 128, 128] f32 = 60 MiB; conv state:
+	// 30 × [3, 8192] bf16.
+	recurrent, conv := int64(gdnLayers*32*128*128*4), int64(gdnLayers*3*8192*2)
+	if recurrent != 62_914_560 || conv != 1_474_560 {
+		t.Fatalf("state derivation: recurrent %d conv %d", recurrent, conv)
+	}
+	split := p.StateSplit()
+	if split["recurrent_state"] != recurrent || split["conv_state"] != conv || tot.StateBytes != recurrent+conv {
+		t.Errorf("state %d (%v), want recurrent %d + conv %d", tot.StateBytes, split, recurrent, conv)
+	}
+
+	// Dispatches per layer, counting every compute value of the declared graph after
+	// fuse-dequant (sources and views — reshape, select, last_row — dispatch nothing):
+	//   GDN mixer: input_layernorm, in_proj_qkv, in_proj_z, in_proj_b, sigmoid(b),
+	//     in_proj_a, conv1d, silu, 3 slices (q, k, v), 2 l2_norms (q, k), exp(A_log),
+	//     neg, add(a + dt_bias), softplus, mul (g), gated_delta, gated_rms_norm, out_proj,
+	//     residual add                                                        = 22
+	//   attention mixer: input_layernorm, q_proj, 2 slices (query, gate), k_proj, v_proj,
+	//     q_norm, k_norm, 2 ropes, 2 kv_appends, attention, sigmoid(gate), mul, o_proj,
+	//     residual add                                                        = 17
+	//   MoE: post_attention_layernorm, router matmul, router, expert gate, expert up,
+	//     swiglu, expert down, moe_combine, shared gate, shared up, swiglu, shared down,
+	//     shared_expert_gate matmul, sigmoid, mul, add (routed + shared), residual add = 17
+	//   model: embed, final norm, lm_head                                     = 3
+	const gdnMixer, attMixer, moe, model = 22, 17, 17, 3
+	wantDispatches := gdnLayers*(gdnMixer+moe) + attLayer*(attMixer+moe) + model
+	if tot.Dispatches != wantDispatches {
+		t.Errorf("decode dispatches %d, want 30*(22+17) + 10*(17+17) + 3 = %d", tot.Dispatches, wantDispatches)
+	}
+	// Longest dependency chain (dispatches on the longest path; memory reuse adds no edge
+	// because plan-memory reuses only blocks ordered by data flow):
+	//   GDN mixer: norm → in_proj_qkv → conv1d → silu → slice q → l2_norm → gated_delta →
+	//     gated_rms_norm → out_proj → residual add                               = 10
+	//     (the decay path norm → in_proj_a → add → softplus → mul reaches gated_delta at
+	//     depth 6 < 7, the v path at 6)
+	//   attention mixer: norm → q_proj → slice → q_norm → rope → attention (k side:
+	//     k_proj → k_norm → rope → kv_append also reaches it at depth 6) → mul (gate) →
+	//     o_proj → residual add                                                  = 9
+	//   MoE: norm → router matmul → router → expert gate/up → swiglu → expert down →
+	//     moe_combine → add → residual add                                       = 9
+	//     (the shared expert path is 6 long and joins at the add)
+	//   model: embed before layer 0; final norm and lm_head after layer 39     = 3
+	const gdnChain, attChain, moeChain = 10, 9, 9
+	wantChain := gdnLayers*(gdnChain+moeChain) + attLayer*(attChain+moeChain) + model
+	if tot.LongestChain != wantChain {
+		t.Errorf("decode longest chain %d, want 30*(10+9) + 10*(9+9) + 3 = %d", tot.LongestChain, wantChain)
+	}
+	if got := plan.LongestChain(len(p.Dispatches), p.Edges); got != wantChain {
+		t.Errorf("longest chain from the reduced edges %d, want %d", got, wantChain)
+	}
+
+	// Without fusion every quantized matmul weight gets its own dequant dispatch:
+	// GDN in_proj_qkv, z, b, a, out_proj (5); attention q, k, v, o (4); MoE router, 3
+	// expert stacks, 3 shared expert matrices, shared_expert_gate (8); lm_head (1). The
+	// embedding reads its table directly.
+	o0, err := passes.Compile(g, ops.Default, decode, passes.O0())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dequants := gdnLayers*(5+8) + attLayer*(4+8) + 1
+	if o0.Totals.Dispatches != wantDispatches+dequants {
+		t.Errorf("-O0 decode dispatches %d, want %d + %d dequants", o0.Totals.Dispatches, wantDispatches, dequants)
+	}
+	t.Logf("decode: %d dispatches, %d groups, longest chain %d; -O0: %d dispatches, %d groups, longest chain %d",
+		tot.Dispatches, tot.Groups, tot.LongestChain, o0.Totals.Dispatches, o0.Totals.Groups, o0.Totals.LongestChain)
+}
+
+// BenchmarkCompileBuiltin measures what `pistil compile` does for the built-in model:
+// build the graph once, compile decode and a 512-token prefill.
+func BenchmarkCompileBuiltin(b *testing.B) {
+	for range b.N {
+		g, err := qwen35moe.Build(qwen35moe.Default(), qwen35moe.BuildOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ph := range []passes.Phase{{Name: "decode", Tokens: 1, Context: 4096}, {Name: "prefill", Tokens: 512, Context: 4096, LastLogitsOnly: true}} {
+			if _, err := passes.Compile(g, ops.Default, ph, passes.Config{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,180 @@
+// Package pipeline reads pipeline.toml, the engine's settings: which phases to compile,
+// the prefill chunk, the pass switches, the CPU backend's workers and the server's table.
+// It turns them into passes.Config and passes.Phase values, so the CLI, the runtime and
+// the server all compile the same way.
+package pipeline
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"pistil/passes"
+)
+
+// Pipeline is pipeline.toml decoded.
+type Pipeline struct {
+	Phases Phases `toml:"phases"`
+	// Passes switches optional passes on or off by name; the key "check" turns on
+	// checking after every pass.
+	Passes map[string]bool `toml:"passes"`
+	CPU    CPU             `toml:"cpu"`
+	// Server is kept raw for the server to decode (DecodeServer).
+	Server toml.Primitive `toml:"server"`
+
+	meta    toml.MetaData
+	hasMeta bool
+}
+
+// Phases are the [phases] table.
+type Phases struct {
+	Compile       []string `toml:"compile"`
+	PrefillChunk  int      `toml:"prefill_chunk"`
+	CostContext   int      `toml:"cost_context"`
+	PrefillLogits string   `toml:"prefill_logits"`
+}
+
+// CPU is the [cpu] table.
+type CPU struct {
+	Workers int `toml:"workers"`
+}
+
+// Default is the built-in configuration; it equals the repository's pipeline.toml (a
+// test keeps them in step), so a missing file changes nothing.
+func Default() *Pipeline {
+	return &Pipeline{
+		Phases: Phases{Compile: []string{"decode", "prefill"}, PrefillChunk: 512, CostContext: 4096, PrefillLogits: "last"},
+		Passes: map[string]bool{"fuse-dequant": true, "check": false},
+	}
+}
+
+// Load reads a pipeline.toml; an empty path means Default.
+func Load(path string) (*Pipeline, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Parse decodes and validates pipeline.toml text. Keys it does not know are errors
+// (except inside [server], which belongs to the server).
+func Parse(data []byte) (*Pipeline, error) {
+	p := &Pipeline{}
+	md, err := toml.Decode(string(data), p)
+	if err != nil {
+		return nil, err
+	}
+	p.meta, p.hasMeta = md, true
+	var unknown []string
+	for _, k := range md.Undecoded() {
+		if len(k) > 0 && k[0] == "server" {
+			continue
+		}
+		unknown = append(unknown, k.String())
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("unknown keys: %s", strings.Join(unknown, ", "))
+	}
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Pipeline) validate() error {
+	for _, ph := range p.Phases.Compile {
+		if ph != "decode" && ph != "prefill" {
+			return fmt.Errorf("phases.compile: unknown phase %q (want decode or prefill)", ph)
+		}
+	}
+	if p.Phases.PrefillChunk <= 0 {
+		return fmt.Errorf("phases.prefill_chunk = %d: must be positive", p.Phases.PrefillChunk)
+	}
+	if p.Phases.CostContext < 0 {
+		return fmt.Errorf("phases.cost_context = %d: must not be negative", p.Phases.CostContext)
+	}
+	if p.Phases.PrefillLogits != "last" && p.Phases.PrefillLogits != "all" {
+		return fmt.Errorf("phases.prefill_logits = %q: want \"last\" or \"all\"", p.Phases.PrefillLogits)
+	}
+	if p.CPU.Workers < 0 {
+		return fmt.Errorf("cpu.workers = %d: must not be negative", p.CPU.Workers)
+	}
+	_, err := p.PassConfig(nil)
+	return err
+}
+
+// PassConfig is the passes.Config of the [passes] switches with the -pass flag values
+// applied on top, in order.
+func (p *Pipeline) PassConfig(flags []string) (passes.Config, error) {
+	var cfg passes.Config
+	names := make([]string, 0, len(p.Passes))
+	for k := range p.Passes {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		on := p.Passes[name]
+		if name == "check" {
+			cfg.Check = on
+			continue
+		}
+		action := "on"
+		if !on {
+			action = "off"
+		}
+		if err := cfg.ApplyFlag(name + "/" + action); err != nil {
+			return passes.Config{}, fmt.Errorf("passes.%s: %w", name, err)
+		}
+	}
+	for _, f := range flags {
+		if err := cfg.ApplyFlag(f); err != nil {
+			return passes.Config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// Phase describes a phase for the compiler: decode (T = 1) or prefill (T = tokens, the
+// chunk when tokens is 0). context sets the cost context (0: [phases].cost_context).
+func (p *Pipeline) Phase(name string, tokens, context int) (passes.Phase, error) {
+	if context == 0 {
+		context = p.Phases.CostContext
+	}
+	switch name {
+	case "decode":
+		return passes.Phase{Name: "decode", Tokens: 1, Context: context}, nil
+	case "prefill":
+		if tokens == 0 {
+			tokens = p.Phases.PrefillChunk
+		}
+		if tokens <= 0 {
+			return passes.Phase{}, fmt.Errorf("prefill chunk %d must be positive", tokens)
+		}
+		return passes.Phase{Name: "prefill", Tokens: tokens, Context: context, LastLogitsOnly: p.Phases.PrefillLogits == "last"}, nil
+	}
+	return passes.Phase{}, fmt.Errorf("unknown phase %q (want decode or prefill)", name)
+}
+
+// DecodeServer decodes the [server] table into v (a struct of the server's settings).
+// Without a file (Default) or without the table it leaves v unchanged.
+func (p *Pipeline) DecodeServer(v any) error {
+	if !p.hasMeta || !p.meta.IsDefined("server") {
+		return nil
+	}
+	if err := p.meta.PrimitiveDecode(p.Server, v); err != nil {
+		return fmt.Errorf("pipeline [server]: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package pipeline
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The repository's pipeline.toml and Default must agree, so running without the file
+// compiles exactly what the documented file says.
+func TestRepositoryFileEqualsDefault(t *testing.T) {
+	p, err := Load("../pipeline.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	if !reflect.DeepEqual(p.Phases, d.Phases) || !reflect.DeepEqual(p.Passes, d.Passes) || p.CPU != d.CPU {
+		t.Errorf("pipeline.toml %+v %v %+v differs from Default %+v %v %+v", p.Phases, p.Passes, p.CPU, d.Phases, d.Passes, d.CPU)
+	}
+	cfg, err := p.PassConfig([]string{"check/on"})
+	if err != nil || !cfg.Check || cfg.Off["fuse-dequant"] {
+		t.Errorf("PassConfig: %+v %v", cfg, err)
+	}
+	ph, err := p.Phase("prefill", 0, 0)
+	if err != nil || ph.Tokens != 512 || !ph.LastLogitsOnly || ph.Context != 4096 {
+		t.Errorf("prefill phase %+v %v", ph, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := map[string]string{
+		"[phases]\nprefill_chunk = 0":         "prefill_chunk",
+		"[phases]\ncompile = [\"train\"]":     "unknown phase",
+		"[phases]\nprefill_logits = \"some\"": "prefill_logits",
+		"[passes]\nplan-memory = false":       "required",
+		"[passes]\nfuse-everything = true":    "unknown pass",
+		"[cpu]\nworkers = -1":                 "cpu.workers",
+		"[cpu]\nthreads = 4":                  "unknown keys: cpu.threads",
+		"[phases]\nprefill_chunk = \"big\"":   "prefill_chunk",
+		"[phases\n":                           "",
+	}
+	for text, want := range cases {
+		_, err := Parse([]byte(withDefaults(text)))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", text, err, want)
+		}
+	}
+}
+
+// withDefaults completes a fragment with the required phase settings it does not set.
+func withDefaults(fragment string) string {
+	if strings.HasPrefix(fragment, "[phases]") {
+		out := fragment
+		for _, kv := range []string{"prefill_chunk = 512", "prefill_logits = \"last\""} {
+			if !strings.Contains(fragment, strings.Fields(kv)[0]) {
+				out = strings.Replace(out, "[phases]", "[phases]\n"+kv, 1)
+			}
+		}
+		return out
+	}
+	return "[phases]\nprefill_chunk = 512\nprefill_logits = \"last\"\n" + fragment
+}
+
+func TestServerTableIsTheServers(t *testing.T) {
+	p, err := Parse([]byte(withDefaults("[server]\naddr = \"127.0.0.1:8080\"\nmax_tokens = 4096\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		Addr      string `toml:"addr"`
+		MaxTokens int    `toml:"max_tokens"`
+	}
+	if err := p.DecodeServer(&s); err != nil || s.Addr != "127.0.0.1:8080" || s.MaxTokens != 4096 {
+		t.Errorf("server table %+v %v", s, err)
+	}
+	if err := Default().DecodeServer(&s); err != nil {
+		t.Errorf("Default has no server table: %v", err)
+	}
+}

@@ -1,0 +1,218 @@
+package synth
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"pistil/models/checkpoint"
+	"pistil/models/qwen35moe"
+	"pistil/models/safetensors"
+	"pistil/ops"
+)
+
+var golden = map[Layout]string{
+	MLXQ4: "../../../shared/golden/tiny-s1/mlx-q4",
+	HF:    "../../../shared/golden/tiny-s1/hf",
+}
+
+func writeTiny(t *testing.T, layout Layout, seed uint64, maxShard int64) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "ck")
+	if _, err := Write(Options{Preset: "tiny", Layout: layout, Seed: seed, Out: dir, MaxShard: maxShard}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The tiny preset in either layout has exactly the tensors (names, dtypes, shapes) that
+// make_golden.py wrote, and a config with the same dimensions.
+func TestTinyMatchesGolden(t *testing.T) {
+	for layout, gdir := range golden {
+		dir := writeTiny(t, layout, 1, 0)
+		a, err := safetensors.OpenDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := safetensors.OpenDir(gdir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		an, bn := a.Names(), b.Names()
+		if strings.Join(an, "\n") != strings.Join(bn, "\n") {
+			t.Fatalf("%s: %d tensors, golden has %d", layout, len(an), len(bn))
+		}
+		for _, n := range an {
+			x, _, _ := a.Info(n)
+			y, _, _ := b.Info(n)
+			if x.DType != y.DType || !sameInts(x.Shape, y.Shape) {
+				t.Errorf("%s %s: %s %v, golden %s %v", layout, n, x.DType, x.Shape, y.DType, y.Shape)
+			}
+		}
+		a.Close()
+		b.Close()
+		got, err := qwen35moe.LoadConfig(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := qwen35moe.LoadConfig(gdir)
+		got.Quant, want.Quant = nil, nil // compared through Bind's bits cross-check below
+		if g, w := configDims(got), configDims(want); g != w {
+			t.Errorf("%s config:\n got %s\nwant %s", layout, g, w)
+		}
+	}
+}
+
+// configDims prints the config fields that fix tensor shapes and behaviour.
+func configDims(c *qwen35moe.Config) string {
+	return fmt.Sprint(c.HiddenSize, c.NumLayers, c.NumHeads, c.NumKVHeads, c.HeadDim, c.PartialRotaryFactor, c.RopeTheta,
+		c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernel,
+		c.NumExperts, c.NumExpertsPerTok, c.MoEIntermediate, c.SharedIntermediate, c.RMSNormEps, c.VocabSize,
+		c.TieWordEmbeddings, c.Layers, c.EOSTokenIDs)
+}
+
+func sameInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func openBound(t *testing.T, dir string) (*checkpoint.Checkpoint, map[string]*ops.Tensor) {
+	t.Helper()
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	ws, err := ck.Bind(checkpoint.CanonicalNames(ck.Config()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ck, ws
+}
+
+// stats returns the mean and std of a tensor's decoded rows.
+func stats(w *ops.Tensor) (mean, std float64) {
+	cols := w.Shape[len(w.Shape)-1]
+	rows := w.Elements() / cols
+	row := make([]float32, cols)
+	var s, s2 float64
+	for r := 0; r < rows; r++ {
+		w.Row(r, cols, row)
+		for _, v := range row {
+			s += float64(v)
+			s2 += float64(v) * float64(v)
+		}
+	}
+	n := float64(rows * cols)
+	mean = s / n
+	return mean, math.Sqrt(s2/n - mean*mean)
+}
+
+// Both layouts round-trip through Open/Bind with no missing or unused tensor, and the
+// values have the scales synth promises (what the engine sees, after the transforms).
+func TestTinyRoundTripAndScales(t *testing.T) {
+	for _, layout := range []Layout{MLXQ4, HF} {
+		ck, ws := openBound(t, writeTiny(t, layout, 7, 0))
+		wantLayout := map[Layout]checkpoint.Layout{MLXQ4: checkpoint.MLX, HF: checkpoint.HFOfficial}[layout]
+		if ck.Layout() != wantLayout {
+			t.Fatalf("%s: opened as %s", layout, ck.Layout())
+		}
+		H := float64(ck.Config().HiddenSize)
+		for _, tc := range []struct {
+			name      string
+			mean, std float64
+		}{
+			{"embed_tokens", 0, 1},
+			{"layers.3.self_attn.q_proj", 0, 1 / math.Sqrt(H)},
+			{"layers.0.mlp.gate", 0, 1 / math.Sqrt(H)},
+			{"layers.5.mlp.experts.up_proj", 0, 1 / math.Sqrt(H)},
+			{"layers.5.mlp.experts.down_proj", 0, 1 / math.Sqrt(float64(ck.Config().MoEIntermediate))},
+			{"lm_head", 0, 4 / math.Sqrt(H)},
+			{"layers.2.input_layernorm", 1, 0.1},
+			{"norm", 1, 0.1},
+			{"layers.1.linear_attn.norm", 1, 0.1},
+		} {
+			m, s := stats(ws[tc.name])
+			if math.Abs(m-tc.mean) > 0.1*tc.std+0.02 || math.Abs(s-tc.std) > 0.15*tc.std {
+				t.Errorf("%s %s: mean %.4f std %.4f, want about %.4f and %.4f", layout, tc.name, m, s, tc.mean, tc.std)
+			}
+		}
+		aLog := ws["layers.0.linear_attn.A_log"]
+		for i := 0; i < aLog.Elements(); i++ {
+			if v := aLog.Float(i); v < 0 || v > float32(math.Log(16))+0.01 {
+				t.Errorf("%s A_log[%d] = %g, want log of [1, 16]", layout, i, v)
+			}
+		}
+	}
+}
+
+func TestDeterministicAndSeeded(t *testing.T) {
+	read := func(dir string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, safetensors.SingleFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b, c := read(writeTiny(t, MLXQ4, 3, 0)), read(writeTiny(t, MLXQ4, 3, 0)), read(writeTiny(t, MLXQ4, 4, 0))
+	if !bytes.Equal(a, b) {
+		t.Error("the same seed wrote different checkpoints")
+	}
+	if bytes.Equal(a, c) {
+		t.Error("different seeds wrote the same checkpoint")
+	}
+}
+
+func TestShardedOutput(t *testing.T) {
+	dir := writeTiny(t, HF, 1, 2<<20)
+	shards, _ := filepath.Glob(filepath.Join(dir, "model-*-of-*.safetensors"))
+	if len(shards) < 3 {
+		t.Fatalf("%d shards at a 2 MB limit", len(shards))
+	}
+	for _, s := range shards {
+		if st, _ := os.Stat(s); st.Size() > 2<<20+64<<10 { // a header rides on top of the limit
+			t.Errorf("%s is %d bytes", s, st.Size())
+		}
+	}
+	openBound(t, dir)
+}
+
+func TestRefusesUsedFolderAndBadOptions(t *testing.T) {
+	dir := writeTiny(t, MLXQ4, 1, 0)
+	if _, err := Write(Options{Preset: "tiny", Layout: MLXQ4, Out: dir}); err == nil || !strings.Contains(err.Error(), "already holds") {
+		t.Errorf("overwrote a checkpoint: %v", err)
+	}
+	if _, err := Write(Options{Preset: "huge", Layout: MLXQ4, Out: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "huge") {
+		t.Errorf("unknown preset: %v", err)
+	}
+	if _, err := Write(Options{Preset: "tiny", Layout: "gguf", Out: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "gguf") {
+		t.Errorf("unknown layout: %v", err)
+	}
+}
+
+// The full preset's tensors add up to model-spec §6.2's MLX 4-bit size, without writing it.
+func TestFullPresetSize(t *testing.T) {
+	p, _ := LookupPreset("full")
+	_, cfg, err := configJSON(p, MLXQ4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, tp := range plan(cfg, MLXQ4) {
+		total += tp.spec.Bytes()
+	}
+	if want := int64(19_508_789_376); total != want {
+		t.Errorf("full MLX preset is %d bytes, model-spec §6.2 gives %d", total, want)
+	}
+}

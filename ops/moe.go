@@ -217,7 +217,7 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		i, blk := item/blocks, item%blocks
 		e, wk := used[i], work[i]
 		if scratch[worker] == nil {
-			scratch[worker] = make([]float32, K)
+			scratch[worker] = newRowScratch(w, nil)
 		}
 		rows := rowsOf[e]
 		lo, hi := blk*expertRowBlock, min((blk+1)*expertRowBlock, M)

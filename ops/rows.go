@@ -259,34 +259,48 @@ func quantGroupSums(w weightRows, x []float32, P int) [][]float32 {
 	return xsums
 }
 
-// newRowScratch allocates the decode buffer a worker needs, or nil when rows are used in
-// place (F32) or never decoded (group-sum dot).
+// rowTile is how many weight rows mulBlock decodes before sweeping the activation rows:
+// each activation row is then loaded once per tile instead of once per weight row, which
+// matters in prefill where the activations outgrow the caches.
+const rowTile = 8
+
+// newRowScratch allocates the decode buffer a worker needs (rowTile rows), or nil when
+// rows are never decoded (group-sum dot).
 func newRowScratch(w weightRows, xsums [][]float32) []float32 {
-	if xsums != nil || w.t.DType == graph.F32 {
+	if xsums != nil {
 		return nil
 	}
-	return make([]float32, w.cols)
+	return make([]float32, rowTile*w.cols)
 }
 
 // mulBlock computes x[p] · w.row(rowBase + r) for r in [lo, hi) and every p < P and hands
-// each result to store. A decoded weight row is reused across all P activation rows.
+// each result to store. Decoded weight rows are reused across all P activation rows.
+// scratch holds rowTile decoded rows (unused on the group-sum path).
 func mulBlock(x []float32, P int, xsums [][]float32, w weightRows, rowBase, lo, hi int, scratch []float32,
 	store func(p, r int, val float32)) {
 	K := w.cols
-	for r := lo; r < hi; r++ {
-		if xsums != nil {
+	if xsums != nil {
+		for r := lo; r < hi; r++ {
 			for p := 0; p < P; p++ {
 				store(p, r, w.dotQuant(rowBase+r, x[p*K:(p+1)*K], xsums[p]))
 			}
-			continue
 		}
-		row := w.f32View(rowBase + r)
-		if row == nil {
-			w.decode(rowBase+r, scratch)
-			row = scratch
+		return
+	}
+	var tile [rowTile][]float32
+	for r0 := lo; r0 < hi; r0 += rowTile {
+		n := min(rowTile, hi-r0)
+		for i := 0; i < n; i++ {
+			if tile[i] = w.f32View(rowBase + r0 + i); tile[i] == nil {
+				tile[i] = scratch[i*K : (i+1)*K]
+				w.decode(rowBase+r0+i, tile[i])
+			}
 		}
 		for p := 0; p < P; p++ {
-			store(p, r, dot(x[p*K:(p+1)*K], row))
+			xr := x[p*K : (p+1)*K]
+			for i := 0; i < n; i++ {
+				store(p, r0+i, dot(xr, tile[i]))
+			}
 		}
 	}
 }

@@ -243,3 +243,28 @@ func TestGoldenFused(t *testing.T) {
 	s.g = u.Graph
 	compareLogits(t, "fused prompt", s.step(ref.tokens)["logits"].F32(), ref.logits, ref.vocab)
 }
+
+// MLXWeightType predicts, without opening it, the type of every weight of a real MLX
+// checkpoint (the golden mlx-q4, with its 8-bit overrides).
+func TestMLXWeightTypeMatchesCheckpoint(t *testing.T) {
+	ck, err := checkpoint.Open(goldenDirs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	predict := qwen35moe.MLXWeightType(ck.Config())
+	for _, w := range qwen35moe.Weights(ck.Config()) {
+		shape := graph.S(w.Shape...)
+		want, err := ck.WeightType(w.Name, shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := predict(w.Name, shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Equal(want) {
+			t.Errorf("%s: MLXWeightType %s, checkpoint %s", w.Name, got, want)
+		}
+	}
+}

@@ -14,7 +14,11 @@ import (
 	"pistil/ops"
 )
 
-func init() { exec.RegisterBackend(&Backend{}) }
+func init() {
+	exec.RegisterBackend("cpu", func(o exec.BackendOptions) (exec.Backend, error) {
+		return &Backend{Workers: o.Workers}, nil
+	})
+}
 
 // Backend is the CPU backend. Workers is the goroutine count the references split heavy
 // loops across (0: every core).

@@ -54,31 +54,42 @@ type State interface {
 	Zero()
 }
 
-var (
-	backendsMu sync.Mutex
-	backends   = map[string]Backend{}
-)
-
-// RegisterBackend makes b available to Open by name.
-func RegisterBackend(b Backend) {
-	backendsMu.Lock()
-	defer backendsMu.Unlock()
-	backends[b.Name()] = b
+// BackendOptions configure a backend instance for one model.
+type BackendOptions struct {
+	// Workers bounds host threads (the CPU backend's goroutines); 0 means every core.
+	Workers int
 }
 
-// LookupBackend returns a registered backend or an error listing the available ones.
-func LookupBackend(name string) (Backend, error) {
+// BackendFactory makes a backend instance.
+type BackendFactory func(BackendOptions) (Backend, error)
+
+var (
+	backendsMu sync.Mutex
+	backends   = map[string]BackendFactory{}
+)
+
+// RegisterBackend makes a backend available to Open by name. Backends call it from
+// their package's init.
+func RegisterBackend(name string, f BackendFactory) {
 	backendsMu.Lock()
 	defer backendsMu.Unlock()
-	if b, ok := backends[name]; ok {
-		return b, nil
-	}
+	backends[name] = f
+}
+
+// NewBackend makes an instance of a registered backend, or says which ones exist.
+func NewBackend(name string, o BackendOptions) (Backend, error) {
+	backendsMu.Lock()
+	f, ok := backends[name]
 	names := make([]string, 0, len(backends))
 	for n := range backends {
 		names = append(names, n)
 	}
-	sort.Strings(names)
-	return nil, fmt.Errorf("backend %q is not available (have %v)", name, names)
+	backendsMu.Unlock()
+	if !ok {
+		sort.Strings(names)
+		return nil, fmt.Errorf("backend %q is not available (have %v)", name, names)
+	}
+	return f(o)
 }
 
 func bindN(n int) graph.Bindings { return graph.Bindings{N: n} }

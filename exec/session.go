@@ -83,8 +83,10 @@ func (s *Session) Decode(ctx context.Context, token int32) error {
 }
 
 func (s *Session) forward(ctx context.Context, tokens []int32, opts PrefillOptions, keep bool) ([]float32, error) {
-	if s.n+len(tokens) > s.capacity {
-		return nil, fmt.Errorf("context full: %d tokens after %d exceed the session capacity %d", len(tokens), s.n, s.capacity)
+	// Validate everything before the first piece runs, so bad input leaves the session as
+	// it was instead of half-consumed.
+	if err := s.validate(tokens); err != nil {
+		return nil, err
 	}
 	var all []float32
 	for len(tokens) > 0 {
@@ -113,15 +115,10 @@ func (s *Session) run(ctx context.Context, tokens []int32, keep bool) ([]float32
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := s.validate(tokens); err != nil {
+		return nil, err
+	}
 	vocab := s.m.cfg.VocabSize
-	for _, id := range tokens {
-		if id < 0 || int(id) >= vocab {
-			return nil, fmt.Errorf("token id %d is outside the vocabulary [0, %d)", id, vocab)
-		}
-	}
-	if s.n+len(tokens) > s.capacity {
-		return nil, fmt.Errorf("context full: %d tokens after %d exceed the session capacity %d", len(tokens), s.n, s.capacity)
-	}
 	prog, err := s.m.program(len(tokens))
 	if err != nil {
 		return nil, err
@@ -140,6 +137,19 @@ func (s *Session) run(ctx context.Context, tokens []int32, keep bool) ([]float32
 		return slices.Clone(rows), nil
 	}
 	return nil, nil
+}
+
+func (s *Session) validate(tokens []int32) error {
+	vocab := s.m.cfg.VocabSize
+	for i, id := range tokens {
+		if id < 0 || int(id) >= vocab {
+			return fmt.Errorf("token %d (id %d) is outside the vocabulary [0, %d)", i, id, vocab)
+		}
+	}
+	if s.n+len(tokens) > s.capacity {
+		return fmt.Errorf("context full: %d tokens after %d exceed the session capacity %d", len(tokens), s.n, s.capacity)
+	}
+	return nil
 }
 
 // Snapshot copies the session's state.

@@ -1,0 +1,6 @@
+package main
+
+// The CLI is the only importer of every backend; each registers itself with exec.
+import (
+	_ "pistil/cpu"
+)

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A malformed or inconsistent config fails compile with a message naming the field.
+func TestCompileRejectsBadConfigs(t *testing.T) {
+	reportOut = io.Discard
+	base, err := os.ReadFile("../../../shared/golden/tiny-s1/hf/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, old, new, want string
+	}{
+		{"heads not dividing", `"num_key_value_heads": 1`, `"num_key_value_heads": 3`, "num_key_value_heads"},
+		{"unknown layer type", `"linear_attention"`, `"sliding_attention"`, "layer_types"},
+		{"missing field", `"hidden_size"`, `"hidden_size_renamed"`, "hidden_size"},
+		{"not json", `{`, `[`, "JSON"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			text := strings.Replace(string(base), c.old, c.new, 1)
+			if text == string(base) {
+				t.Fatalf("edit %q not applied to the tiny config", c.old)
+			}
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := runCompile([]string{"--model", dir, "--phase", "decode"})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want an error naming %q", err, c.want)
+			}
+		})
+	}
+	if err := runCompile([]string{"--model", t.TempDir()}); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("missing config.json: %v", err)
+	}
+	if err := runCompile([]string{"--phase", "train"}); err == nil || !strings.Contains(err.Error(), "train") {
+		t.Errorf("bad phase: %v", err)
+	}
+	if err := runCompile([]string{"-pass=schedule/off"}); err == nil || !strings.Contains(err.Error(), "required") {
+		t.Errorf("required pass off: %v", err)
+	}
+}
+
+func TestCompileAndDumpTinyConfigs(t *testing.T) {
+	reportOut = io.Discard
+	out := filepath.Join(t.TempDir(), "plan.json")
+	for _, layout := range []string{"hf", "mlx-q4"} {
+		dir := "../../../shared/golden/tiny-s1/" + layout
+		if err := runCompile([]string{"--model", dir, "--chunk", "8", "-o", out}); err != nil {
+			t.Fatalf("%s: %v", layout, err)
+		}
+		if err := runDump([]string{"--model", dir, "--after", "lower", "--phase", "prefill", "--chunk", "8", "-o", out}); err != nil {
+			t.Fatalf("%s dump: %v", layout, err)
+		}
+	}
+	if err := runDump([]string{"--after", "fuse-dequant", "-O0"}); err == nil || !strings.Contains(err.Error(), "switched off") {
+		t.Errorf("dump after a disabled pass: %v", err)
+	}
+}

@@ -78,5 +78,14 @@ func Open(dir string, o Options) (*Model, error) {
 		}
 		return passes.Compile(g, ops.Default, phase, passCfg)
 	}
+	// The decode plan and the full prefill chunk are the ones every session uses: compile
+	// them now so the first request does not pay for it (and a plan that cannot be
+	// compiled or loaded fails Open, not a request). Remainder pieces compile on first use.
+	for _, tokens := range []int{1, chunk} {
+		if _, err := m.program(tokens); err != nil {
+			ck.Close()
+			return nil, err
+		}
+	}
 	return m, nil
 }

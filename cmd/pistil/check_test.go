@@ -1,0 +1,100 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"pistil/models/safetensors"
+)
+
+const goldenMLX = "../../../shared/golden/tiny-s1/mlx-q4"
+
+func TestCheckPassesOnBothLayouts(t *testing.T) {
+	for _, layout := range []string{"hf", "mlx-q4"} {
+		dir := "../../../shared/golden/tiny-s1/" + layout
+		if err := runCheck([]string{"--model", dir, "--reference", dir + "/reference.safetensors", "--chunk", "32"}); err != nil {
+			t.Errorf("%s: %v", layout, err)
+		}
+	}
+}
+
+// TestCheckFailsOnCorruptedCopies: a checkpoint whose experts are stored in the wrong order
+// loads (nothing about it is malformed) but check must fail on the numbers; a tensor of the
+// wrong shape must be refused with its name.
+func TestCheckFailsOnCorruptedCopies(t *testing.T) {
+	ref := goldenMLX + "/reference.safetensors"
+
+	flipped := copyCheckpoint(t, func(name string, shape []int, data []byte) ([]int, []byte) {
+		if !strings.HasPrefix(name, "language_model.model.layers.0.mlp.switch_mlp.") {
+			return shape, data
+		}
+		// Swap experts 0 and 1 (the leading dimension) of every stacked tensor.
+		per := len(data) / shape[0]
+		out := append([]byte(nil), data...)
+		copy(out[:per], data[per:2*per])
+		copy(out[per:2*per], data[:per])
+		return shape, out
+	})
+	err := runCheck([]string{"--model", flipped, "--reference", ref})
+	if err == nil || !strings.Contains(err.Error(), "FAIL") {
+		t.Fatalf("flipped expert order: check said %v, want a FAIL", err)
+	}
+
+	const victim = "language_model.model.layers.2.linear_attn.norm.weight"
+	reshaped := copyCheckpoint(t, func(name string, shape []int, data []byte) ([]int, []byte) {
+		if name != victim {
+			return shape, data
+		}
+		return []int{shape[0] / 2}, data[:len(data)/2]
+	})
+	err = runCheck([]string{"--model", reshaped, "--reference", ref})
+	if err == nil || !strings.Contains(err.Error(), "linear_attn.norm") {
+		t.Fatalf("wrong shape: check said %v, want an error naming the tensor", err)
+	}
+}
+
+// copyCheckpoint writes the golden MLX checkpoint to a temporary directory, passing every
+// tensor through edit.
+func copyCheckpoint(t *testing.T, edit func(name string, shape []int, data []byte) ([]int, []byte)) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := os.ReadFile(filepath.Join(goldenMLX, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src, err := safetensors.Open(filepath.Join(goldenMLX, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var specs []safetensors.Spec
+	var datas [][]byte
+	for _, name := range src.Header.Names() {
+		info, _ := src.Info(name)
+		data, err := src.Data(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shape, data := edit(name, info.Shape, data)
+		specs = append(specs, safetensors.Spec{Name: name, DType: info.DType, Shape: shape})
+		datas = append(datas, data)
+	}
+	w, err := safetensors.Create(filepath.Join(dir, "model.safetensors"), specs, src.Header.Metadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range specs {
+		if err := w.Write(s.Name, datas[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

@@ -94,12 +94,15 @@ func (s *Server) prepareChat(req *chatRequest) (*prepared, *apiError) {
 	prompt := s.tok.Encode(text)
 	p := &prepared{chat: true, gen: req.genRequest, prompt: prompt, thinking: chat.PromptEndsInReasoning(text)}
 
-	// The previous turn's reasoning is dropped when the next turn is rendered (unless
-	// preserve_thinking), so the next request shares this prompt only up to the start of
-	// the generation prompt: snapshot there too.
+	// The next turn re-renders this one without its reasoning (unless preserve_thinking):
+	// it shares this prompt up to the generation prompt's "<think>". Snapshot there too.
 	opts.AddGenerationPrompt = false
 	if head, err := s.tmpl.Render(opts); err == nil && strings.HasPrefix(text, head) {
-		headTokens := s.tok.Encode(head)
+		genPrompt := text[len(head):]
+		if i := strings.Index(genPrompt, "<think>"); i >= 0 {
+			genPrompt = genPrompt[:i]
+		}
+		headTokens := s.tok.Encode(head + genPrompt)
 		if n := len(headTokens); n < len(prompt) && commonPrefix(prompt, headTokens) == n {
 			p.boundary = n
 		}

@@ -63,8 +63,9 @@ func (c *prefixCache) add(tokens []int32, snap Snapshot) {
 	}
 }
 
-// lookup returns the longest cached entry whose tokens are a prefix of prompt and shorter
-// than it (at least one prompt token must be prefilled to produce logits), or nil.
+// lookup returns the longest cached entry whose tokens are a prefix of prompt, or nil.
+// A snapshot carries the logits after its last token, so an entry covering the whole
+// prompt needs no prefill at all.
 func (c *prefixCache) lookup(prompt []int32) *cacheEntry {
 	if c == nil {
 		return nil
@@ -76,7 +77,7 @@ func (c *prefixCache) lookup(prompt []int32) *cacheEntry {
 	for e := c.lru.Front(); e != nil; e = e.Next() {
 		ent := e.Value.(*cacheEntry)
 		n := len(ent.tokens)
-		if n > bestLen && n < len(prompt) && equalTokens(ent.tokens, prompt[:n]) {
+		if n > bestLen && n <= len(prompt) && equalTokens(ent.tokens, prompt[:n]) {
 			best, bestLen = e, n
 		}
 	}

@@ -142,6 +142,8 @@ func decodeObject(body []byte, v any) *apiError {
 	if err := dec.Decode(v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
+			// Fields of the embedded rawCommon are reported with its name in front.
+			typeErr.Field = strings.TrimPrefix(typeErr.Field, "rawCommon.")
 			return badRequest(typeErr.Field, "invalid_type", "%s: expected %s, got JSON %s",
 				fieldOrBody(typeErr.Field), jsonTypeName(typeErr.Type.Kind().String()), typeErr.Value)
 		}

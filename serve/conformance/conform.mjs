@@ -1,0 +1,260 @@
+// Conformance of `pistil serve` with the official OpenAI JavaScript SDK.
+//
+// Usage: PISTIL_URL=http://127.0.0.1:PORT/v1 PISTIL_MODEL=name PISTIL_KEY=key node conform.mjs
+//
+// Every check asserts; the script prints one line per check, then "N passed, N failed",
+// and exits 1 if anything failed. The model is a tiny random one, so checks compare the
+// server against itself (stream vs non-stream, with vs without a stop string) instead of
+// expecting particular text.
+import OpenAI from "openai";
+import assert from "node:assert/strict";
+
+const baseURL = process.env.PISTIL_URL;
+const model = process.env.PISTIL_MODEL;
+const apiKey = process.env.PISTIL_KEY;
+if (!baseURL || !model || !apiKey) {
+  console.error("set PISTIL_URL, PISTIL_MODEL and PISTIL_KEY");
+  process.exit(2);
+}
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
+const messages = [
+  { role: "system", content: "You are terse." },
+  { role: "user", content: "Say hello in three words." },
+];
+const noThinking = { chat_template_kwargs: { enable_thinking: false } };
+
+let passed = 0;
+let failed = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name}`);
+  } catch (err) {
+    failed++;
+    console.log(`FAIL ${name}: ${err && err.stack ? err.stack : err}`);
+  }
+}
+
+// Reads a whole chat stream and checks the framing invariants every stream must keep.
+async function readChatStream(stream) {
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  assert.ok(chunks.length >= 2, "at least a role chunk and a finish chunk");
+  const first = chunks[0];
+  assert.equal(first.object, "chat.completion.chunk");
+  assert.match(first.id, /^chatcmpl-/);
+  assert.equal(first.choices[0].delta.role, "assistant", "the first delta carries the role");
+  let content = "";
+  let reasoning = "";
+  let finishes = 0;
+  let finish = null;
+  let usage = null;
+  const calls = [];
+  for (const [i, c] of chunks.entries()) {
+    assert.equal(c.id, first.id, "same id on every chunk");
+    assert.equal(c.created, first.created, "same created on every chunk");
+    if (i > 0 && c.choices.length > 0) assert.equal(c.choices[0].delta.role, undefined, "role only on the first chunk");
+    if (c.usage) usage = c.usage;
+    if (c.choices.length === 0) continue;
+    const ch = c.choices[0];
+    if (ch.finish_reason) {
+      finishes++;
+      finish = ch.finish_reason;
+      assert.deepEqual(ch.delta, {}, "the finish chunk's delta is empty");
+    }
+    if (typeof ch.delta.content === "string") content += ch.delta.content;
+    if (typeof ch.delta.reasoning_content === "string") reasoning += ch.delta.reasoning_content;
+    for (const tc of ch.delta.tool_calls ?? []) {
+      assert.equal(typeof tc.index, "number", "every tool call delta has an index");
+      calls[tc.index] ??= { id: "", name: "", arguments: "" };
+      if (tc.id) calls[tc.index].id += tc.id;
+      if (tc.function?.name) calls[tc.index].name += tc.function.name;
+      calls[tc.index].arguments += tc.function?.arguments ?? "";
+    }
+  }
+  assert.equal(finishes, 1, "exactly one chunk has a finish_reason");
+  return { content, reasoning, finish, usage, calls, chunks };
+}
+
+let reference; // the greedy non-streamed answer, thinking off
+
+await check("models list and retrieve", async () => {
+  const list = await client.models.list();
+  const ids = list.data.map((m) => m.id);
+  assert.ok(ids.includes(model), `served model ${model} in ${ids}`);
+  const one = await client.models.retrieve(model);
+  assert.equal(one.id, model);
+  assert.equal(one.object, "model");
+});
+
+await check("non-streaming chat completion", async () => {
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, ...noThinking });
+  assert.equal(r.object, "chat.completion");
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.choices.length, 1);
+  const ch = r.choices[0];
+  assert.equal(ch.message.role, "assistant");
+  assert.ok(["stop", "length"].includes(ch.finish_reason), ch.finish_reason);
+  assert.equal(typeof ch.message.content, "string");
+  assert.ok(!ch.message.content.includes("<think>") && !ch.message.content.includes("</think>"));
+  assert.ok(r.usage.completion_tokens >= 1 && r.usage.completion_tokens <= 8);
+  if (ch.finish_reason === "length") assert.equal(r.usage.completion_tokens, 8);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  assert.equal(typeof r.usage.prompt_tokens_details.cached_tokens, "number");
+  reference = r;
+});
+
+await check("streaming chat completion with usage equals non-streaming", async () => {
+  const stream = await client.chat.completions.create({
+    model, messages, max_tokens: 8, temperature: 0, stream: true, stream_options: { include_usage: true }, ...noThinking,
+  });
+  const s = await readChatStream(stream);
+  const last = s.chunks[s.chunks.length - 1];
+  assert.deepEqual(last.choices, [], "the usage chunk has no choices");
+  assert.ok(last.usage, "the last chunk carries usage");
+  for (const c of s.chunks.slice(0, -1)) assert.equal(c.usage, null, "usage is null before the last chunk");
+  assert.equal(s.content, reference.choices[0].message.content, "stream content == non-stream content");
+  assert.equal(s.finish, reference.choices[0].finish_reason);
+  assert.equal(s.usage.completion_tokens, reference.usage.completion_tokens);
+  assert.equal(s.usage.total_tokens, s.usage.prompt_tokens + s.usage.completion_tokens);
+});
+
+await check("streaming without include_usage sends no usage chunk", async () => {
+  const stream = await client.chat.completions.create({ model, messages, max_tokens: 4, temperature: 0, stream: true, ...noThinking });
+  const s = await readChatStream(stream);
+  for (const c of s.chunks) {
+    assert.ok(c.choices.length === 1, "no empty-choices chunk");
+    assert.equal(c.usage, undefined, "no usage key");
+  }
+});
+
+await check("thinking goes to reasoning_content, never content", async () => {
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0 });
+  const m = r.choices[0].message;
+  assert.ok(!(m.content ?? "").includes("<think>") && !(m.content ?? "").includes("</think>"));
+  const stream = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, stream: true });
+  const s = await readChatStream(stream);
+  assert.equal(s.reasoning, m.reasoning_content ?? "", "streamed reasoning == non-streamed reasoning");
+  assert.equal(s.content, m.content ?? "", "streamed content == non-streamed content");
+});
+
+await check("stop string cuts the output, streamed and not", async () => {
+  const text = reference.choices[0].message.content;
+  // A stop string of two characters (code points, so no surrogate half) from the middle of
+  // the greedy answer, at its first occurrence.
+  const chars = Array.from(text);
+  let stop = null;
+  for (let i = Math.floor(chars.length / 2); i > 0 && !stop; i--) {
+    const cand = chars.slice(i, i + 2).join("");
+    const at = chars.slice(0, i).join("").length;
+    if (chars.length >= i + 2 && text.indexOf(cand) === at && cand.trim().length > 0 && !cand.includes("\uFFFD")) stop = cand;
+  }
+  if (!stop) throw new Error(`reference answer too short to choose a stop string: ${JSON.stringify(text)}`);
+  const want = text.slice(0, text.indexOf(stop));
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, stop: [stop], ...noThinking });
+  assert.equal(r.choices[0].message.content, want);
+  assert.equal(r.choices[0].finish_reason, "stop");
+  const stream = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, stop, stream: true, ...noThinking });
+  const s = await readChatStream(stream);
+  assert.equal(s.content, want, "streamed text stops before the stop string");
+  assert.equal(s.finish, "stop");
+});
+
+await check("text completions, streamed and not, with stop", async () => {
+  const prompt = "Once upon a time";
+  const r = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0 });
+  assert.equal(r.object, "text_completion");
+  const text = r.choices[0].text;
+  const stream = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, stream: true });
+  let streamed = "";
+  let finish = null;
+  for await (const c of stream) {
+    assert.equal(c.object, "text_completion");
+    streamed += c.choices[0]?.text ?? "";
+    finish = c.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(streamed, text);
+  assert.equal(finish, r.choices[0].finish_reason);
+  const chars = Array.from(text);
+  if (chars.length >= 4 && !text.includes("\uFFFD")) {
+    const stop = chars.slice(2, 4).join("");
+    const cut = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, stop });
+    assert.equal(cut.choices[0].text, text.slice(0, text.indexOf(stop)));
+    assert.equal(cut.choices[0].finish_reason, "stop");
+  }
+});
+
+await check("tool definitions and a tool-call round trip are accepted", async () => {
+  const tools = [{
+    type: "function",
+    function: { name: "get_weather", description: "Weather for a city", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
+  }];
+  const history = [
+    { role: "user", content: "Weather in Paris?" },
+    { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }] },
+    { role: "tool", tool_call_id: "call_1", content: "sunny" },
+  ];
+  const r = await client.chat.completions.create({ model, messages: history, tools, max_tokens: 6, temperature: 0 });
+  const ch = r.choices[0];
+  assert.ok(["stop", "length", "tool_calls"].includes(ch.finish_reason));
+  for (const tc of ch.message.tool_calls ?? []) {
+    assert.match(tc.id, /^call_/);
+    JSON.parse(tc.function.arguments);
+  }
+  const stream = await client.chat.completions.create({ model, messages: history, tools, max_tokens: 6, temperature: 0, stream: true });
+  const s = await readChatStream(stream);
+  assert.equal(s.content, ch.message.content ?? "");
+  assert.equal(s.calls.length, (ch.message.tool_calls ?? []).length);
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: history, tools, tool_choice: "required", max_tokens: 4 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice",
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: "tool", content: "x" }], max_tokens: 4 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "messages[0].tool_call_id",
+  );
+});
+
+await check("errors are OpenAI errors with the right classes", async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: "no-such-model", messages, max_tokens: 4 }),
+    (e) => e instanceof OpenAI.NotFoundError && e.code === "model_not_found",
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model, messages, max_tokens: 0 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "max_tokens",
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model, messages, temperature: 3 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "temperature",
+  );
+  const long = "word ".repeat(20000);
+  for (const stream of [false, true]) {
+    await assert.rejects(
+      client.chat.completions.create({ model, messages: [{ role: "user", content: long }], max_tokens: 4, stream }),
+      (e) => e instanceof OpenAI.BadRequestError && e.code === "context_length_exceeded" && /maximum context length/.test(e.message),
+    );
+  }
+  const wrongKey = new OpenAI({ baseURL, apiKey: "wrong-key", maxRetries: 0 });
+  await assert.rejects(wrongKey.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+});
+
+await check("an aborted stream leaves the server healthy", async () => {
+  const controller = new AbortController();
+  const stream = await client.chat.completions.create(
+    { model, messages, max_tokens: 64, temperature: 0, stream: true, ...noThinking },
+    { signal: controller.signal },
+  );
+  let n = 0;
+  await assert.rejects(async () => {
+    for await (const _ of stream) {
+      if (++n === 2) controller.abort();
+    }
+  });
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, ...noThinking });
+  assert.equal(r.choices[0].message.content, reference.choices[0].message.content);
+});
+
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);

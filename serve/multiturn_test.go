@@ -1,0 +1,120 @@
+package serve
+
+import (
+	"testing"
+)
+
+// C15: a conversation's later turns restore the cached prefix they share with earlier
+// turns, prefill only the new tokens, and produce exactly what a cold server produces.
+func TestC15MultiTurnPrefixCache(t *testing.T) {
+	for _, preserve := range []bool{false, true} {
+		ts := startServer(t, nil)
+		kwargs := map[string]any{"preserve_thinking": preserve}
+		msgs := []any{
+			map[string]any{"role": "system", "content": "You are a careful assistant."},
+			map[string]any{"role": "user", "content": "What is the capital of France?"},
+		}
+		var prevFed []int32 // the previous turn's prompt plus the tokens fed back
+		for turn := 1; turn <= 3; turn++ {
+			body := map[string]any{"model": testModel, "messages": msgs, "max_tokens": 6, "temperature": 0, "chat_template_kwargs": kwargs}
+			prefillBefore := ts.metrics.prefillTokens.Load()
+			r := ts.chat(t, body)
+			tr := ts.lastTrace(t)
+			prefilled := ts.metrics.prefillTokens.Load() - prefillBefore
+			cached := r.Usage.PromptTokensDetails.CachedTokens
+
+			if got := int64(r.Usage.PromptTokens - cached); prefilled != got {
+				t.Fatalf("preserve=%v turn %d: engine prefilled %d tokens, prompt %d - cached %d = %d",
+					preserve, turn, prefilled, r.Usage.PromptTokens, cached, got)
+			}
+			if turn == 1 && cached != 0 {
+				t.Fatalf("turn 1 reports %d cached tokens on a cold server", cached)
+			}
+			if turn > 1 {
+				shared := commonPrefix(prevFed, tr.Prompt)
+				if !preserve && cached != shared {
+					// The template drops the previous reasoning, so the turns diverge right
+					// at the previous generation prompt, where a snapshot was taken.
+					t.Fatalf("turn %d: cached %d, shared prefix %d", turn, cached, shared)
+				}
+				if preserve && cached > shared {
+					t.Fatalf("turn %d: cached %d exceeds the shared prefix %d", turn, cached, shared)
+				}
+				if cached == 0 {
+					t.Fatalf("turn %d reused nothing", turn)
+				}
+				// The same request on a cold server gives the same tokens.
+				cold := startServer(t, nil)
+				cr := cold.chat(t, body)
+				ctr := cold.lastTrace(t)
+				if cr.Usage.PromptTokensDetails.CachedTokens != 0 {
+					t.Fatal("cold server reports cached tokens")
+				}
+				if !equalTokens(ctr.Result.Tokens, tr.Result.Tokens) {
+					t.Fatalf("turn %d: cached run %v != cold run %v", turn, tr.Result.Tokens, ctr.Result.Tokens)
+				}
+			}
+			fed := len(tr.Result.Tokens) - 1 // the last sampled token is never fed back
+			prevFed = append(append([]int32(nil), tr.Prompt...), tr.Result.Tokens[:max(fed, 0)]...)
+			assistant := map[string]any{"role": "assistant", "content": r.content()}
+			if rc := r.reasoning(); rc != "" {
+				assistant["reasoning_content"] = rc
+			}
+			msgs = append(msgs, assistant, map[string]any{"role": "user", "content": "And of Spain, turn " + string(rune('0'+turn)) + "?"})
+		}
+	}
+}
+
+// The cache stays within its byte budget and evicts least recently used entries.
+func TestPrefixCacheBudget(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.CacheBytes = 1 }) // too small for any snapshot
+	ts.chat(t, chatBody("one", nil))
+	ts.chat(t, chatBody("one", nil))
+	if st := ts.runner.cache.stats(); st.Entries != 0 || st.Bytes != 0 {
+		t.Fatalf("cache over budget: %+v", st)
+	}
+
+	sess := ts.runner.sess
+	sess.Reset()
+	prompt := ts.tok.Encode("a prompt long enough for two snapshots")
+	var snaps []Snapshot
+	if err := sess.Prefill(t.Context(), prompt, 8, func(s Snapshot) { snaps = append(snaps, s) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps) < 3 {
+		t.Fatalf("%d snapshots", len(snaps))
+	}
+	budget := entryBytes(prompt[:snaps[0].Len()], snaps[0]) + entryBytes(prompt[:snaps[1].Len()], snaps[1])
+	c := newPrefixCache(budget)
+	for _, s := range snaps[:3] {
+		c.add(prompt[:s.Len()], s)
+	}
+	st := c.stats()
+	if st.Bytes > budget || st.Entries >= 3 {
+		t.Fatalf("over budget: %+v (budget %d)", st, budget)
+	}
+	// The oldest entry (the shortest prefix) was evicted; the longest is found.
+	if e := c.lookup(prompt); e == nil || len(e.tokens) != snaps[2].Len() {
+		t.Fatalf("lookup found %v", e)
+	}
+	if e := c.lookup(prompt[:snaps[0].Len()]); e != nil {
+		t.Fatalf("evicted entry still found (len %d)", len(e.tokens))
+	}
+	// Restoring a cached snapshot reproduces the state: the logits match a fresh prefill
+	// cut into the same pieces (other piece sizes round differently).
+	ent := c.lookup(prompt)
+	if err := sess.Restore(ent.snap); err != nil {
+		t.Fatal(err)
+	}
+	restored := append([]float32(nil), sess.Logits()...)
+	sess.Reset()
+	if err := sess.Prefill(t.Context(), prompt[:ent.snap.Len()], 8, func(Snapshot) {}); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range sess.Logits() {
+		if v != restored[i] {
+			t.Fatalf("restored logits differ at %d: %v vs %v", i, restored[i], v)
+		}
+	}
+	ts.runner.held = nil
+}

@@ -191,20 +191,26 @@ func TestGoldenPrompt(t *testing.T) {
 	}
 }
 
-// TestGoldenChunksAndDecode prefills in two chunks (7 + 89) carrying every state, then
-// decodes the greedy continuation one token at a time with last-token logits: the state
-// carry across steps, the T=1 path and the last_row output.
+// TestGoldenChunksAndDecode prefills in chunks (7 + 89, then 32 + 32 + 32) carrying every
+// state, then decodes the greedy continuation one token at a time with last-token logits:
+// the state carry across steps, the T=1 path and the last_row output.
 func TestGoldenChunksAndDecode(t *testing.T) {
 	for _, dir := range goldenDirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			s := newSession(t, dir, qwen35moe.BuildOptions{AllLogits: true}, 96+genSteps)
-			ref := loadReference(t, dir, s.cfg.NumLayers)
+			var s *session
+			var ref *reference
+			var rest []float32
+			for _, chunks := range [][]int{{32, 32, 32}, {7, 89}} {
+				s = newSession(t, dir, qwen35moe.BuildOptions{AllLogits: true}, 96+genSteps)
+				ref = loadReference(t, dir, s.cfg.NumLayers)
+				pos := 0
+				for _, n := range chunks {
+					rest = s.step(ref.tokens[pos : pos+n])["logits"].F32()
+					compareLogits(t, fmt.Sprintf("chunk %d..%d", pos, pos+n-1), rest, ref.logits[pos*ref.vocab:(pos+n)*ref.vocab], ref.vocab)
+					pos += n
+				}
+			}
 			V := ref.vocab
-			first := s.step(ref.tokens[:7])["logits"].F32()
-			rest := s.step(ref.tokens[7:])["logits"].F32()
-			compareLogits(t, "chunk 0..6", first, ref.logits[:7*V], V)
-			compareLogits(t, "chunk 7..95", rest, ref.logits[7*V:], V)
-
 			// The last prompt row is gen_logits[0]; each fed token then yields the next.
 			compareLogits(t, "gen 0", rest[len(rest)-V:], ref.genLogs[:V], V)
 			dec := newSession(t, dir, qwen35moe.BuildOptions{}, 96+genSteps)

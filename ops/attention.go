@@ -112,7 +112,7 @@ func inferAttention(v *graph.Value) (graph.Type, error) {
 
 func costAttention(v *graph.Value, b graph.Bindings) Cost {
 	q, k := arg(v, 0), arg(v, 1)
-	T, C := int64(b.T), int64(b.C)
+	T, C := int64(q.Shape[0].Eval(b)), int64(b.C) // T may already be substituted in the types
 	nh := int64(q.Shape[1].Eval(b))
 	kvh, D := int64(k.Shape[1].Eval(b)), int64(k.Shape[2].Eval(b))
 	visible := T*C + T*(T+1)/2 // Σ_t (C+t+1) key rows per query head

@@ -106,7 +106,7 @@ func costGatedDelta(v *graph.Value, b graph.Bindings) Cost {
 	S := arg(v, 5)
 	// Per token and value head: decay, retrieval, rank-1 update and readout, each one pass
 	// over the Dk×Dv state.
-	c.Flops = int64(b.T) * elemsOf(S, b) * 7
+	c.Flops = int64(arg(v, 2).Shape[0].Eval(b)) * elemsOf(S, b) * 7
 	return c
 }
 

@@ -116,6 +116,11 @@ func TestHandCountDecode(t *testing.T) {
 	if got := plan.LongestChain(len(p.Dispatches), p.Edges); got != wantChain {
 		t.Errorf("longest chain from the reduced edges %d, want %d", got, wantChain)
 	}
+	// reorder puts each dependency level in one group, so the barriers are exactly the
+	// stages the chain needs.
+	if tot.Groups != wantChain || tot.Barriers != wantChain-1 {
+		t.Errorf("decode groups %d (barriers %d), want one group per level of the chain: %d", tot.Groups, tot.Barriers, wantChain)
+	}
 
 	// Without fusion every quantized matmul weight gets its own dequant dispatch:
 	// GDN in_proj_qkv, z, b, a, out_proj (5); attention q, k, v, o (4); MoE router, 3

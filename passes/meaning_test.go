@@ -155,6 +155,24 @@ func TestFuseDequantKeepsTheAnswer(t *testing.T) {
 	compareOutputs(t, "fuse-dequant", interpret(t, after.Graph, ck, tokens, states, bind), interpret(t, before.Graph, ck, tokens, states, bind), 1e-4)
 }
 
+// TestReorderKeepsTheAnswer runs the fused graph before and after reorder: the same ops
+// in another topological order must give identical numbers.
+func TestReorderKeepsTheAnswer(t *testing.T) {
+	ck := openTiny(t, "mlx-q4")
+	g := buildTiny(t, ck, true)
+	phase := passes.Phase{Name: "prefill", Tokens: 3}
+	before := runUntil(t, g, phase, passes.Config{}, "fuse-dequant")
+	after := runUntil(t, g, phase, passes.Config{}, "reorder")
+	if after.Stats["reorder: values moved"] == 0 {
+		t.Fatal("reorder moved nothing: the test would not see a wrong order")
+	}
+	rng := rand.New(rand.NewSource(5))
+	bind := graph.Bindings{T: 3, C: 0, N: 8}
+	tokens := randomTokens(rng, 3, ck.Config().VocabSize)
+	states := zeroStates(g, bind)
+	compareOutputs(t, "reorder", interpret(t, after.Graph, ck, tokens, states, bind), interpret(t, before.Graph, ck, tokens, states, bind), 0)
+}
+
 // TestSpecialiseLastRowKeepsTheAnswer: dropping all but the last row of logits in prefill
 // keeps that row and every state.
 func TestSpecialiseLastRowKeepsTheAnswer(t *testing.T) {
@@ -310,9 +328,9 @@ func TestPlansComputeTheGraph(t *testing.T) {
 					tokens := randomTokens(rng, p.Tokens, ck.Config().VocabSize)
 					got := newExecutor(t, p, ck).run(t, tokens, planStates, bind)
 					// The reference is the graph after the passes that rewrite it (the last is
-					// fuse-dequant; the later ones only analyse and lower): the plan must
-					// compute exactly what that graph computes.
-					ref := runUntil(t, g, passes.Phase{Name: p.Phase, Tokens: p.Tokens, LastLogitsOnly: true}, cfg, "fuse-dequant")
+					// reorder; the later ones only analyse and lower): the plan must compute
+					// exactly what that graph computes.
+					ref := runUntil(t, g, passes.Phase{Name: p.Phase, Tokens: p.Tokens, LastLogitsOnly: true}, cfg, "reorder")
 					want := interpret(t, ref.Graph, ck, tokens, refStates, bind)
 					compareOutputs(t, fmt.Sprintf("step %d (%s)", step, p.Phase), got, want, 0)
 					for name := range refStates {

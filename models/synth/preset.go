@@ -28,18 +28,17 @@ type dims struct {
 	linK, linV, linKDim, linVDim, conv                       int
 	experts, perTok, moeInter, sharedInter                   int
 	mropeSection                                             []int
-	eos                                                      []int
 }
 
 var presets = map[string]dims{
 	// ../shared/golden/make_golden.py "tiny": every structural feature at toy width.
 	"tiny": {vocab: 512, hidden: 192, layers: 8, interval: 4, heads: 8, kvHeads: 1, headDim: 64,
 		linK: 2, linV: 4, linKDim: 32, linVDim: 64, conv: 4, experts: 16, perTok: 4, moeInter: 64, sharedInter: 128,
-		mropeSection: []int{3, 3, 2}, eos: []int{511}},
+		mropeSection: []int{3, 3, 2}},
 	// make_golden.py "wide": the real per-layer widths, four layers.
 	"wide": {vocab: 4096, hidden: 2048, layers: 4, interval: 4, heads: 16, kvHeads: 2, headDim: 256,
 		linK: 16, linV: 32, linKDim: 128, linVDim: 128, conv: 4, experts: 32, perTok: 8, moeInter: 512, sharedInter: 512,
-		mropeSection: []int{11, 11, 10}, eos: []int{4095}},
+		mropeSection: []int{11, 11, 10}},
 	// Qwen3.6-35B-A3B (qwen35moe.Default, model-spec.md §1.1).
 	"full": fullDims(),
 }
@@ -50,7 +49,7 @@ func fullDims() dims {
 		heads: c.NumHeads, kvHeads: c.NumKVHeads, headDim: c.HeadDim,
 		linK: c.LinearNumKeyHeads, linV: c.LinearNumValueHeads, linKDim: c.LinearKeyHeadDim, linVDim: c.LinearValueHeadDim,
 		conv: c.LinearConvKernel, experts: c.NumExperts, perTok: c.NumExpertsPerTok, moeInter: c.MoEIntermediate,
-		sharedInter: c.SharedIntermediate, mropeSection: []int{11, 11, 10}, eos: c.EOSTokenIDs}
+		sharedInter: c.SharedIntermediate, mropeSection: []int{11, 11, 10}}
 }
 
 // PresetNames lists the presets.
@@ -89,21 +88,22 @@ func LookupPreset(name string) (*Preset, error) {
 		"partial_rotary_factor": 0.25,
 		"rope_parameters": map[string]any{"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
 			"mrope_section": d.mropeSection, "mrope_interleaved": true},
-		"eos_token_id": d.eos[0],
 	}
 	return &Preset{Name: name, Text: text}, nil
 }
 
-// EOS lists the preset's end-of-generation ids (written to generation_config.json).
-func (p *Preset) EOS() []int { return presets[p.Name].eos }
-
 // configJSON is the config.json of a layout: the Hugging Face wrapper (as the official
 // release and make_golden.py write it), plus MLX's quantization block with 8-bit
-// overrides for every router and shared-expert gate.
-func configJSON(p *Preset, layout Layout) ([]byte, *qwen35moe.Config, error) {
+// overrides for every router and shared-expert gate. eos is the text config's
+// eos_token_id (<|endoftext|>, as in the real config).
+func configJSON(p *Preset, layout Layout, eos int) ([]byte, *qwen35moe.Config, error) {
+	text := map[string]any{"eos_token_id": eos}
+	for k, v := range p.Text {
+		text[k] = v
+	}
 	top := map[string]any{
 		"architectures": []string{"Qwen3_5MoeForConditionalGeneration"}, "model_type": "qwen3_5_moe",
-		"text_config": p.Text, "vision_config": map[string]any{"model_type": "qwen3_5_moe_vision"},
+		"text_config": text, "vision_config": map[string]any{"model_type": "qwen3_5_moe_vision"},
 		"tie_word_embeddings": false, "torch_dtype": "bfloat16",
 	}
 	if layout == MLXQ4 {
@@ -124,6 +124,5 @@ func configJSON(p *Preset, layout Layout) ([]byte, *qwen35moe.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("preset %s: %w", p.Name, err)
 	}
-	cfg.EOSTokenIDs = p.EOS()
 	return append(js, '\n'), cfg, nil
 }

@@ -12,6 +12,7 @@ import (
 	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
 	"pistil/models/safetensors"
+	"pistil/models/tokenizer"
 	"pistil/ops"
 )
 
@@ -72,7 +73,7 @@ func configDims(c *qwen35moe.Config) string {
 	return fmt.Sprint(c.HiddenSize, c.NumLayers, c.NumHeads, c.NumKVHeads, c.HeadDim, c.PartialRotaryFactor, c.RopeTheta,
 		c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernel,
 		c.NumExperts, c.NumExpertsPerTok, c.MoEIntermediate, c.SharedIntermediate, c.RMSNormEps, c.VocabSize,
-		c.TieWordEmbeddings, c.Layers, c.EOSTokenIDs)
+		c.TieWordEmbeddings, c.Layers)
 }
 
 func sameInts(a, b []int) bool {
@@ -204,7 +205,7 @@ func TestRefusesUsedFolderAndBadOptions(t *testing.T) {
 // The full preset's tensors add up to model-spec §6.2's MLX 4-bit size, without writing it.
 func TestFullPresetSize(t *testing.T) {
 	p, _ := LookupPreset("full")
-	_, cfg, err := configJSON(p, MLXQ4)
+	_, cfg, err := configJSON(p, MLXQ4, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,5 +215,30 @@ func TestFullPresetSize(t *testing.T) {
 	}
 	if want := int64(19_508_789_376); total != want {
 		t.Errorf("full MLX preset is %d bytes, model-spec §6.2 gives %d", total, want)
+	}
+}
+
+// The synthetic tokenizer ships with the checkpoint, and the model stops on its
+// end-of-turn tokens.
+func TestTokenizerAndStopIDs(t *testing.T) {
+	dir := writeTiny(t, MLXQ4, 1, 0)
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := qwen35moe.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.VocabSize() > cfg.VocabSize {
+		t.Errorf("tokenizer has %d ids, the model %d", tok.VocabSize(), cfg.VocabSize)
+	}
+	imEnd, _ := tok.TokenID("<|im_end|>")
+	eot, _ := tok.TokenID("<|endoftext|>")
+	if fmt.Sprint(cfg.EOSTokenIDs) != fmt.Sprint([]int{int(imEnd), int(eot)}) {
+		t.Errorf("stop ids %v, want <|im_end|> %d and <|endoftext|> %d", cfg.EOSTokenIDs, imEnd, eot)
+	}
+	if ids := tok.Encode("hello world"); len(ids) == 0 || tok.Decode(ids) != "hello world" {
+		t.Errorf("tokenizer round trip: %v", ids)
 	}
 }

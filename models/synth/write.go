@@ -10,6 +10,7 @@ import (
 
 	"pistil/models/qwen35moe"
 	"pistil/models/safetensors"
+	"pistil/models/tokenizer"
 )
 
 // DefaultMaxShard is the shard limit mlx-lm and Hugging Face use.
@@ -38,8 +39,10 @@ type Result struct {
 	Bytes   int64
 }
 
-// Write writes config.json, generation_config.json and a random checkpoint of the
-// preset's exact shapes to opts.Out, streaming: no tensor is ever held whole.
+// Write writes to opts.Out a synthetic byte-level tokenizer (tokenizer.WriteSynthetic),
+// config.json, generation_config.json (stop on the tokenizer's <|im_end|> and
+// <|endoftext|>) and a random checkpoint of the preset's exact shapes, streaming: no
+// tensor is ever held whole.
 func Write(opts Options) (*Result, error) {
 	p, err := LookupPreset(opts.Preset)
 	if err != nil {
@@ -48,19 +51,36 @@ func Write(opts Options) (*Result, error) {
 	if _, err := ParseLayout(string(opts.Layout)); err != nil {
 		return nil, err
 	}
-	js, cfg, err := configJSON(p, opts.Layout)
-	if err != nil {
+	if err := prepareDir(opts.Out); err != nil {
 		return nil, err
 	}
-	if err := prepareDir(opts.Out); err != nil {
+	// The byte-level tokenizer goes first: its end-of-turn ids become the model's stop ids.
+	vocab := p.Text["vocab_size"].(int)
+	if err := tokenizer.WriteSynthetic(opts.Out, vocab); err != nil {
+		return nil, fmt.Errorf("synth: %w", err)
+	}
+	tok, err := tokenizer.Load(opts.Out)
+	if err != nil {
+		return nil, fmt.Errorf("synth: reading back the synthetic tokenizer: %w", err)
+	}
+	imEnd, ok1 := tok.TokenID("<|im_end|>")
+	eot, ok2 := tok.TokenID("<|endoftext|>")
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("synth: the synthetic tokenizer lacks <|im_end|> or <|endoftext|>")
+	}
+	js, cfg, err := configJSON(p, opts.Layout, int(eot))
+	if err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(opts.Out, "config.json"), js, 0o644); err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
 	}
-	gen, _ := json.MarshalIndent(map[string]any{"eos_token_id": p.EOS(), "do_sample": false}, "", "  ")
+	gen, _ := json.MarshalIndent(map[string]any{"eos_token_id": []int{int(imEnd), int(eot)}, "pad_token_id": eot}, "", "  ")
 	if err := os.WriteFile(filepath.Join(opts.Out, "generation_config.json"), append(gen, '\n'), 0o644); err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
+	}
+	if cfg, err = qwen35moe.LoadConfig(opts.Out); err != nil { // what readers will see, generation_config included
+		return nil, fmt.Errorf("synth: reading back %s: %w", opts.Out, err)
 	}
 	plans := plan(cfg, opts.Layout)
 	res := &Result{Config: cfg, Tensors: len(plans)}

@@ -356,3 +356,23 @@ func TestHFTextPerExpertLayout(t *testing.T) {
 		}
 	}
 }
+
+// With tie_word_embeddings and no lm_head tensor, lm_head is the embedding.
+func TestTiedEmbeddings(t *testing.T) {
+	drop := func(info safetensors.TensorInfo, data []byte) []outTensor {
+		if info.Name == "lm_head.weight" {
+			return nil
+		}
+		return keep(info, data)
+	}
+	tie := func(cfg map[string]any) { cfg["text_config"].(map[string]any)["tie_word_embeddings"] = true }
+	ws := bindAll(t, openGolden(t, copyCheckpoint(t, goldenHF, 1<<40, drop, tie), HFOfficial))
+	if &ws["lm_head"].Data[0] != &ws["embed_tokens"].Data[0] {
+		t.Error("tied lm_head does not alias the embedding")
+	}
+	// Without the tie, the same checkpoint misses lm_head.
+	be := bindErr(t, copyCheckpoint(t, goldenHF, 1<<40, drop, nil))
+	if len(be.Missing) != 1 || !strings.Contains(be.Missing[0], "lm_head") {
+		t.Errorf("untied: %v", be)
+	}
+}

@@ -54,7 +54,10 @@ func lower(u *Unit) error {
 			d.Args = append(d.Args, m.Place[arg.ID][0])
 		}
 		d.Grid = grid(d.Results[0].Type, bind)
-		c := costSafely(info, v, bind)
+		c, err := costSafely(info, v, bind)
+		if err != nil {
+			return err
+		}
 		d.BytesRead, d.BytesWritten, d.Flops = c.BytesRead, c.BytesWritten, c.Flops
 		d.WeightBytesRead = weightBytes(v, c, bind)
 		p.Dispatches = append(p.Dispatches, d)
@@ -90,13 +93,14 @@ func grid(t graph.Type, bind graph.Bindings) [3]int {
 	return [3]int{dims[len(dims)-1], rows, 1}
 }
 
-func costSafely(info *ops.Info, v *graph.Value, bind graph.Bindings) (c ops.Cost) {
+// costSafely runs an op's cost function, turning a panic into an error naming the value.
+func costSafely(info *ops.Info, v *graph.Value, bind graph.Bindings) (c ops.Cost, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			c = ops.Cost{}
+			err = fmt.Errorf("%s (%s): cost: %v", v.Ref(), v.Op, r)
 		}
 	}()
-	return info.Cost(v, bind)
+	return info.Cost(v, bind), nil
 }
 
 // weightBytes is the part of a dispatch's bytes read that comes from weights. The op

@@ -15,7 +15,10 @@ const maxEventText = 16 << 10
 
 // exchange is one admitted request from queueing to its last byte.
 type exchange struct {
-	s       *Server
+	s *Server
+	// client is the request's own context: when it is still alive but the work was
+	// cancelled, the server is shutting down and says so.
+	client  context.Context
 	p       *prepared
 	id      string
 	created int64
@@ -39,7 +42,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, p *prepared) {
 	stopOnShutdown := context.AfterFunc(s.base, cancel)
 	defer stopOnShutdown()
 
-	x := &exchange{s: s, p: p, created: time.Now().Unix(), model: s.model.Name(), callIndex: map[int]int{}, announced: map[int]bool{}}
+	x := &exchange{s: s, p: p, client: r.Context(), created: time.Now().Unix(), model: s.model.Name(), callIndex: map[int]int{}, announced: map[int]bool{}}
 	if p.chat {
 		x.id = newID("chatcmpl-")
 	} else {
@@ -127,7 +130,9 @@ func (x *exchange) wait(ctx context.Context, j *job, events <-chan []outDelta, o
 				}
 			}
 		case <-ctx.Done():
-			if !x.s.sched.withdraw(j) {
+			if x.s.sched.withdraw(j) {
+				x.s.metrics.cancelled.Add(1)
+			} else {
 				<-j.finished // the engine notices within one step
 			}
 			return ctx.Err()
@@ -216,7 +221,11 @@ func engineError(err error) *apiError {
 // respond waits for the whole generation and writes one JSON response.
 func (x *exchange) respond(ctx context.Context, w http.ResponseWriter, j *job, events <-chan []outDelta) {
 	err := x.wait(ctx, j, events, func(ds []outDelta) error { x.collect(ds); return nil }, nil)
-	if err != nil {
+	if err != nil || (x.runErr != nil && ctx.Err() != nil) {
+		if x.shutDown() {
+			writeError(w, errShuttingDown())
+			return
+		}
 		x.s.logCancelled(x.id, err)
 		return
 	}
@@ -225,10 +234,6 @@ func (x *exchange) respond(ctx context.Context, w http.ResponseWriter, j *job, e
 		return
 	}
 	if x.runErr != nil {
-		if ctx.Err() != nil {
-			x.s.logCancelled(x.id, x.runErr)
-			return
-		}
 		writeError(w, engineError(x.runErr))
 		return
 	}
@@ -253,6 +258,12 @@ func (x *exchange) respond(ctx context.Context, w http.ResponseWriter, j *job, e
 		Choices:           []textChoice{{Text: x.content.String(), Index: 0, Logprobs: jsonNull, FinishReason: &finish}},
 		Usage:             x.usage(),
 		SystemFingerprint: systemFingerprint, Timings: x.timings()})
+}
+
+// shutDown reports whether the request was cancelled by the server's shutdown while its
+// client is still there.
+func (x *exchange) shutDown() bool {
+	return x.s.base.Err() != nil && x.client.Err() == nil
 }
 
 func (s *Server) logCancelled(id string, err error) {
@@ -301,17 +312,16 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, w http
 		}
 		return nil
 	}
-	if err := x.wait(ctx, j, events, onDeltas, onTick); err != nil {
-		x.s.logCancelled(x.id, err)
-		return
-	}
+	err := x.wait(ctx, j, events, onDeltas, onTick)
 	var failure *apiError
 	switch {
+	case (err != nil || (x.runErr != nil && ctx.Err() != nil)) && x.shutDown() && sse.failed == nil:
+		failure = errShuttingDown()
+	case err != nil || (x.runErr != nil && ctx.Err() != nil):
+		x.s.logCancelled(x.id, err)
+		return
 	case j.rejected != nil:
 		failure = j.rejected
-	case x.runErr != nil && ctx.Err() != nil:
-		x.s.logCancelled(x.id, x.runErr)
-		return
 	case x.runErr != nil:
 		failure = engineError(x.runErr)
 	}

@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -44,6 +43,9 @@ type genResult struct {
 	Finish       string  // "stop" or "length"
 	PromptTokens int
 	CachedTokens int
+	// Prefilled is how many prompt tokens the engine ran (less than PromptTokens -
+	// CachedTokens when the request was cancelled mid-prefill).
+	Prefilled   int
 	PrefillTime  time.Duration
 	DecodeTime   time.Duration
 	// StepsAfterCancel is how many decode steps ran after ctx was cancelled (-1: it never
@@ -77,7 +79,10 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 	// that the session really holds, also after an error or a cancel.
 	seq := make([]int32, len(t.prompt), len(t.prompt)+t.maxTokens)
 	copy(seq, t.prompt)
-	defer func() { r.held = seq[:r.sess.Len()] }()
+	defer func() {
+		r.held = seq[:r.sess.Len()]
+		res.Prefilled = min(r.sess.Len(), len(t.prompt)) - start
+	}()
 
 	prefillStart := time.Now()
 	onSnap := func(s Snapshot) { r.cache.add(seq[:s.Len()], s) }
@@ -167,5 +172,3 @@ func prefillSegments(start, boundary, end int) [][2]int {
 	}
 	return [][2]int{{start, end}}
 }
-
-var errCancelled = errors.New("request cancelled")

@@ -50,7 +50,10 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		if s.cfg.APIKey != "" && r.URL.Path != "/health" {
 			given := r.Header.Get("X-Api-Key")
 			if auth := r.Header.Get("Authorization"); auth != "" {
-				given, _ = strings.CutPrefix(auth, "Bearer ")
+				given = ""
+				if scheme, token, ok := strings.Cut(auth, " "); ok && strings.EqualFold(scheme, "Bearer") {
+					given = strings.TrimSpace(token)
+				}
 			}
 			digest := sha256.Sum256([]byte(given))
 			// Compare digests so that the comparison time depends on neither key's length.

@@ -46,8 +46,8 @@ type genResult struct {
 	// Prefilled is how many prompt tokens the engine ran (less than PromptTokens -
 	// CachedTokens when the request was cancelled mid-prefill).
 	Prefilled   int
-	PrefillTime  time.Duration
-	DecodeTime   time.Duration
+	PrefillTime time.Duration
+	DecodeTime  time.Duration
 	// StepsAfterCancel is how many decode steps ran after ctx was cancelled (-1: it never
 	// was).
 	StepsAfterCancel int64

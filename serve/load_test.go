@@ -71,7 +71,7 @@ func TestLoad(t *testing.T) {
 	body := func(i int) map[string]any {
 		return map[string]any{"model": testModel, "temperature": 0, "max_tokens": 3,
 			"chat_template_kwargs": map[string]any{"enable_thinking": i%3 != 0},
-			"messages": []any{system, map[string]any{"role": "user", "content": fmt.Sprintf("q%d", i%7)}}}
+			"messages":             []any{system, map[string]any{"role": "user", "content": fmt.Sprintf("q%d", i%7)}}}
 	}
 	// Warm up (plans compiled, cache entries for the shared prefix), then measure.
 	for i := range 7 {

@@ -82,3 +82,35 @@ func BenchmarkDecode(b *testing.B) {
 		tok.Decode(ids)
 	}
 }
+
+// BenchmarkEncodeUniqueWords is the cache's worst case: the corpus strings with a
+// different letter suffix glued to every word on each repetition, so almost every
+// pre-token is new and goes through the BPE merge loop.
+func BenchmarkEncodeUniqueWords(b *testing.B) {
+	tok := loadQwen3(b)
+	base := mixedCorpus(b)[:2<<20]
+	var sb strings.Builder
+	n := 0
+	for _, w := range strings.SplitAfter(base, " ") {
+		sb.WriteString(strings.TrimSuffix(w, " "))
+		for k := n; k > 0; k /= 26 {
+			sb.WriteByte(byte('a' + k%26))
+		}
+		n++
+		if strings.HasSuffix(w, " ") {
+			sb.WriteByte(' ')
+		}
+	}
+	corpus := sb.String()
+	docs := strings.SplitAfter(corpus, "\n")
+	b.SetBytes(int64(len(corpus)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tok.bpe.mu.Lock()
+		tok.bpe.cache = make(map[string][]int32)
+		tok.bpe.mu.Unlock()
+		for _, d := range docs {
+			tok.Encode(d)
+		}
+	}
+}

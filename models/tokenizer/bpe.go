@@ -56,27 +56,53 @@ func (m *bpeModel) encode(dst []int32, piece string) []int32 {
 	return append(dst, merged...)
 }
 
-// mergeSmall repeatedly merges the lowest-ranked adjacent pair (leftmost on ties).
+// noMerge marks an adjacent pair that has no merge.
+const noMerge = int32(1<<31 - 1)
+
+// mergeSmall repeatedly merges the lowest-ranked adjacent pair (leftmost on ties). The
+// rank of each adjacent pair is cached and only the two pairs next to a merge are looked
+// up again, so a merge costs one scan of small integers and two map lookups.
 func (m *bpeModel) mergeSmall(piece string) []int32 {
-	syms := make([]int32, len(piece))
-	for i := 0; i < len(piece); i++ {
+	n := len(piece)
+	var buf [3 * smallPiece]int32
+	syms, ranks, merged := buf[:n], buf[smallPiece:smallPiece+n], buf[2*smallPiece:2*smallPiece+n]
+	for i := 0; i < n; i++ {
 		syms[i] = m.byteIDs[piece[i]]
 	}
-	for len(syms) > 1 {
+	lookup := func(i int) {
+		if mg, ok := m.merges[pairKey(syms[i], syms[i+1])]; ok {
+			ranks[i], merged[i] = mg.rank, mg.id
+		} else {
+			ranks[i] = noMerge
+		}
+	}
+	for i := 0; i+1 < n; i++ {
+		lookup(i)
+	}
+	for n > 1 {
 		best := -1
-		var bestMerge merge
-		for i := 0; i+1 < len(syms); i++ {
-			if mg, ok := m.merges[pairKey(syms[i], syms[i+1])]; ok && (best < 0 || mg.rank < bestMerge.rank) {
-				best, bestMerge = i, mg
+		bestRank := noMerge
+		for i := 0; i+1 < n; i++ {
+			if ranks[i] < bestRank {
+				best, bestRank = i, ranks[i]
 			}
 		}
 		if best < 0 {
 			break
 		}
-		syms[best] = bestMerge.id
-		syms = append(syms[:best+1], syms[best+2:]...)
+		syms[best] = merged[best]
+		copy(syms[best+1:n-1], syms[best+2:n])
+		copy(ranks[best+1:n-1], ranks[best+2:n])
+		copy(merged[best+1:n-1], merged[best+2:n])
+		n--
+		if best+1 < n {
+			lookup(best)
+		}
+		if best > 0 {
+			lookup(best - 1)
+		}
 	}
-	return syms
+	return append([]int32(nil), syms[:n]...)
 }
 
 // candidate is a possible merge of symbol pos with its right neighbour.

@@ -1,13 +1,11 @@
 package tokenizer
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // tokenizerFile is the part of Hugging Face's tokenizer.json this package understands.
@@ -45,15 +43,15 @@ type componentJSON struct {
 }
 
 type modelJSON struct {
-	Type                    string           `json:"type"`
-	Dropout                 *float64         `json:"dropout"`
-	UnkToken                *string          `json:"unk_token"`
-	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
-	ByteFallback            bool             `json:"byte_fallback"`
-	IgnoreMerges            bool             `json:"ignore_merges"`
-	Vocab                   map[string]int32 `json:"vocab"`
-	Merges                  json.RawMessage  `json:"merges"`
+	Type                    string          `json:"type"`
+	Dropout                 *float64        `json:"dropout"`
+	UnkToken                *string         `json:"unk_token"`
+	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+	ByteFallback            bool            `json:"byte_fallback"`
+	IgnoreMerges            bool            `json:"ignore_merges"`
+	Vocab                   json.RawMessage `json:"vocab"`
+	Merges                  json.RawMessage `json:"merges"`
 }
 
 // Load reads dir/tokenizer.json (a byte-level BPE tokenizer of the Qwen2/3/3.5/3.6
@@ -92,13 +90,17 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if err := checkModel(m); err != nil {
 		return nil, err
 	}
-	merges, err := parseMerges(m.Merges)
+	vocab, err := scanVocab(m.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	merges, err := scanMerges(m.Merges)
 	if err != nil {
 		return nil, err
 	}
 
-	t := &Tokenizer{splitter: sp, vocab: m.Vocab}
-	for tok, id := range m.Vocab {
+	t := &Tokenizer{splitter: sp, vocab: vocab}
+	for tok, id := range vocab {
 		if id < 0 {
 			return nil, fmt.Errorf("model.vocab: token %q has negative id %d", tok, id)
 		}
@@ -106,7 +108,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	}
 	for b := 0; b < 256; b++ {
 		s := string(byteToRune[b])
-		id, ok := m.Vocab[s]
+		id, ok := vocab[s]
 		if !ok {
 			return nil, fmt.Errorf("model.vocab: no token for byte 0x%02x (%q); byte-level BPE needs all 256", b, s)
 		}
@@ -115,9 +117,9 @@ func Parse(data []byte) (*Tokenizer, error) {
 	t.bpe.merges = make(map[uint64]merge, len(merges))
 	t.bpe.cache = make(map[string][]int32)
 	for rank, p := range merges {
-		a, okA := m.Vocab[p[0]]
-		b, okB := m.Vocab[p[1]]
-		ab, okAB := m.Vocab[p[0]+p[1]]
+		a, okA := vocab[p[0]]
+		b, okB := vocab[p[1]]
+		ab, okAB := vocab[p[0]+p[1]]
 		if !okA || !okB || !okAB {
 			return nil, fmt.Errorf("model.merges[%d]: %q %q refers to a token missing from model.vocab", rank, p[0], p[1])
 		}
@@ -201,31 +203,6 @@ func checkModel(m *modelJSON) error {
 		return errors.New("model.ignore_merges: true is not supported")
 	}
 	return nil
-}
-
-// parseMerges accepts both serialisations: [["a","b"], ...] and the older ["a b", ...].
-func parseMerges(raw json.RawMessage) ([][2]string, error) {
-	inner := bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(raw), []byte("[")))
-	if bytes.HasPrefix(inner, []byte("[")) || bytes.HasPrefix(inner, []byte("]")) {
-		var pairs [][2]string
-		if err := json.Unmarshal(raw, &pairs); err != nil {
-			return nil, fmt.Errorf("model.merges: %w", err)
-		}
-		return pairs, nil
-	}
-	var lines []string
-	if err := json.Unmarshal(raw, &lines); err != nil {
-		return nil, fmt.Errorf("model.merges: %w", err)
-	}
-	pairs := make([][2]string, len(lines))
-	for i, l := range lines {
-		a, b, ok := strings.Cut(l, " ")
-		if !ok || a == "" || b == "" || strings.Contains(b, " ") {
-			return nil, fmt.Errorf("model.merges[%d]: %q is not two space-separated tokens", i, l)
-		}
-		pairs[i] = [2]string{a, b}
-	}
-	return pairs, nil
 }
 
 func (t *Tokenizer) setAddedTokens(list []addedTokenJSON) error {

@@ -181,14 +181,19 @@ func contraction(s string, j int) int {
 	if n == 0 {
 		return 0
 	}
+	var second rune // the contraction's second letter, if it has one
 	switch unicode.ToLower(r) {
 	case 's', 0x17F, 't', 'm', 'd':
 		return n
-	case 'r', 'v', 'l':
-		want := map[rune]rune{'r': 'e', 'v': 'e', 'l': 'l'}[unicode.ToLower(r)]
-		if r2, n2 := runeAt(s, j+n); n2 > 0 && unicode.ToLower(r2) == want {
-			return n + n2
-		}
+	case 'r', 'v':
+		second = 'e'
+	case 'l':
+		second = 'l'
+	default:
+		return 0
+	}
+	if r2, n2 := runeAt(s, j+n); n2 > 0 && unicode.ToLower(r2) == second {
+		return n + n2
 	}
 	return 0
 }

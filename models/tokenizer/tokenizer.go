@@ -116,8 +116,10 @@ func (t *Tokenizer) VocabSize() int { return int(t.maxID) + 1 }
 // (Hugging Face's LeftmostLongest Aho-Corasick). Tokens are grouped by first byte; added
 // token sets are small, so a per-byte candidate list is as fast as an automaton.
 type addedMatcher struct {
-	firstBytes string            // every distinct first byte, for strings.IndexAny-like scans
-	byFirst    [256][]addedEntry // longest first
+	firsts  int               // number of distinct first bytes
+	first   byte              // the first byte when there is only one (Qwen: '<')
+	isFirst [256]bool         // bytes that start some added token
+	byFirst [256][]addedEntry // longest first
 }
 
 type addedEntry struct {
@@ -127,12 +129,13 @@ type addedEntry struct {
 
 func newAddedMatcher(added map[string]int32) addedMatcher {
 	var m addedMatcher
-	var firsts []byte
 	for content, id := range added {
 		c := content[0]
-		if len(m.byFirst[c]) == 0 {
-			firsts = append(firsts, c)
+		if !m.isFirst[c] {
+			m.firsts++
+			m.first = c
 		}
+		m.isFirst[c] = true
 		m.byFirst[c] = append(m.byFirst[c], addedEntry{content, id})
 	}
 	for c := range m.byFirst {
@@ -144,47 +147,31 @@ func newAddedMatcher(added map[string]int32) addedMatcher {
 			return a.content < b.content
 		})
 	}
-	m.firstBytes = string(firsts)
 	return m
 }
 
 // find returns the byte range and id of the first added token in s, or start -1.
 func (m *addedMatcher) find(s string) (start, end int, id int32) {
-	if m.firstBytes == "" {
-		return -1, -1, 0
-	}
-	offset := 0
-	for {
-		var i int
-		if len(m.firstBytes) == 1 {
-			i = strings.IndexByte(s[offset:], m.firstBytes[0])
-		} else {
-			i = indexAnyByte(s[offset:], m.firstBytes)
-		}
-		if i < 0 {
+	for pos := 0; pos < len(s); pos++ {
+		switch m.firsts {
+		case 0:
 			return -1, -1, 0
+		case 1: // the usual case: a vectorised scan for the one first byte
+			i := strings.IndexByte(s[pos:], m.first)
+			if i < 0 {
+				return -1, -1, 0
+			}
+			pos += i
+		default:
+			if !m.isFirst[s[pos]] {
+				continue
+			}
 		}
-		pos := offset + i
 		for _, e := range m.byFirst[s[pos]] {
 			if strings.HasPrefix(s[pos:], e.content) {
 				return pos, pos + len(e.content), e.id
 			}
 		}
-		offset = pos + 1
 	}
-}
-
-// indexAnyByte is strings.IndexAny for a set of bytes (IndexAny works on runes, which
-// would misread non-ASCII first bytes).
-func indexAnyByte(s, set string) int {
-	var in [256]bool
-	for i := 0; i < len(set); i++ {
-		in[set[i]] = true
-	}
-	for i := 0; i < len(s); i++ {
-		if in[s[i]] {
-			return i
-		}
-	}
-	return -1
+	return -1, -1, 0
 }

@@ -3,6 +3,7 @@ package exec_test
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 
 	_ "pistil/cpu"
@@ -123,7 +124,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ga.Tokens) != 6 || !equal(ga.Tokens, gb.Tokens) {
+	if len(ga.Tokens) != 6 || !slices.Equal(ga.Tokens, gb.Tokens) {
 		t.Fatalf("generations differ: %v vs %v", ga.Tokens, gb.Tokens)
 	}
 }
@@ -160,18 +161,6 @@ func maxDiff(a, b []float32) float64 {
 		d = math.Max(d, math.Abs(float64(a[i])-float64(b[i])))
 	}
 	return d
-}
-
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func lens(s []*exec.Snapshot) []int {

@@ -241,7 +241,64 @@ func newExecutor(t *testing.T, p *plan.Plan, ck *checkpoint.Checkpoint) *executo
 	return e
 }
 
+// Orders in which the executor may run a plan's dispatches. Every one must give the
+// plan's answer: members of a concurrent group may run in any order (so reversing each
+// group tests the barriers), and any topological order of the reduced DAG is a legal
+// schedule (so a random one tests the edges).
+const (
+	listOrder = iota
+	groupsReversed
+	randomTopological
+)
+
+func (e *executor) order(how int, rng *rand.Rand) []int {
+	n := len(e.p.Dispatches)
+	var out []int
+	switch how {
+	case listOrder:
+		for i := 0; i < n; i++ {
+			out = append(out, i)
+		}
+	case groupsReversed:
+		for _, g := range e.p.Groups {
+			for i := g.Last; i >= g.First; i-- {
+				out = append(out, i)
+			}
+		}
+	case randomTopological:
+		indeg := make([]int, n)
+		succ := make([][]int, n)
+		for _, ed := range e.p.Edges {
+			indeg[ed.To]++
+			succ[ed.From] = append(succ[ed.From], ed.To)
+		}
+		var ready []int
+		for i := 0; i < n; i++ {
+			if indeg[i] == 0 {
+				ready = append(ready, i)
+			}
+		}
+		for len(ready) > 0 {
+			k := rng.Intn(len(ready))
+			d := ready[k]
+			ready[k] = ready[len(ready)-1]
+			ready = ready[:len(ready)-1]
+			out = append(out, d)
+			for _, s := range succ[d] {
+				if indeg[s]--; indeg[s] == 0 {
+					ready = append(ready, s)
+				}
+			}
+		}
+	}
+	return out
+}
+
 func (e *executor) run(t *testing.T, tokens *ops.Tensor, states map[string]*ops.Tensor, bind graph.Bindings) map[string]*ops.Tensor {
+	return e.runInOrder(t, tokens, states, bind, e.order(listOrder, nil))
+}
+
+func (e *executor) runInOrder(t *testing.T, tokens *ops.Tensor, states map[string]*ops.Tensor, bind graph.Bindings, order []int) map[string]*ops.Tensor {
 	t.Helper()
 	operand := func(o plan.Operand) *ops.Tensor {
 		b := e.p.Buffers[o.Buffer]
@@ -261,7 +318,11 @@ func (e *executor) run(t *testing.T, tokens *ops.Tensor, states map[string]*ops.
 		return &ops.Tensor{DType: o.Type.DType, Shape: o.Type.Shape.Eval(bind), Data: data[o.Offset : o.Offset+n : o.Offset+n]}
 	}
 	env := &ops.Env{Bind: bind, Workers: 2}
-	for _, d := range e.p.Dispatches {
+	if len(order) != len(e.p.Dispatches) {
+		t.Fatalf("order covers %d of %d dispatches", len(order), len(e.p.Dispatches))
+	}
+	for _, di := range order {
+		d := e.p.Dispatches[di]
 		info, _ := ops.Default.Info(d.Op)
 		v := &graph.Value{ID: d.Value, Op: d.Op, Attrs: d.Attrs, Name: d.Label}
 		var in, out []*ops.Tensor
@@ -318,27 +379,38 @@ func TestPlansComputeTheGraph(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				rng := rand.New(rand.NewSource(11))
-				const capacity = 8
-				planStates := zeroStates(g, graph.Bindings{N: capacity})
-				refStates := zeroStates(g, graph.Bindings{N: capacity})
-				pos := 0
-				for step, p := range []*plan.Plan{prefill, decode, decode} {
-					bind := graph.Bindings{T: p.Tokens, C: pos, N: capacity}
-					tokens := randomTokens(rng, p.Tokens, ck.Config().VocabSize)
-					got := newExecutor(t, p, ck).run(t, tokens, planStates, bind)
-					// The reference is the graph after the passes that rewrite it (the last is
-					// reorder; the later ones only analyse and lower): the plan must compute
-					// exactly what that graph computes.
-					ref := runUntil(t, g, passes.Phase{Name: p.Phase, Tokens: p.Tokens, LastLogitsOnly: true}, cfg, "reorder")
-					want := interpret(t, ref.Graph, ck, tokens, refStates, bind)
-					compareOutputs(t, fmt.Sprintf("step %d (%s)", step, p.Phase), got, want, 0)
-					for name := range refStates {
-						refStates[name] = want[name]
-					}
-					pos += p.Tokens
+				for _, how := range []int{listOrder, groupsReversed, randomTopological} {
+					checkPlanSteps(t, g, ck, cfg, prefill, decode, how)
 				}
 			})
 		}
+	}
+}
+
+// checkPlanSteps runs a prefill step then two decode steps, executing each plan's
+// dispatches in the given order, and compares every step with the interpreter.
+func checkPlanSteps(t *testing.T, g *graph.Graph, ck *checkpoint.Checkpoint, cfg passes.Config, prefill, decode *plan.Plan, how int) {
+	t.Helper()
+	rng := rand.New(rand.NewSource(11))
+	orderRng := rand.New(rand.NewSource(int64(how)))
+	const capacity = 8
+	planStates := zeroStates(g, graph.Bindings{N: capacity})
+	refStates := zeroStates(g, graph.Bindings{N: capacity})
+	pos := 0
+	for step, p := range []*plan.Plan{prefill, decode, decode} {
+		bind := graph.Bindings{T: p.Tokens, C: pos, N: capacity}
+		tokens := randomTokens(rng, p.Tokens, ck.Config().VocabSize)
+		e := newExecutor(t, p, ck)
+		got := e.runInOrder(t, tokens, planStates, bind, e.order(how, orderRng))
+		// The reference is the graph after the passes that rewrite it (the last is
+		// reorder; the later ones only analyse and lower): the plan must compute
+		// exactly what that graph computes.
+		ref := runUntil(t, g, passes.Phase{Name: p.Phase, Tokens: p.Tokens, LastLogitsOnly: true}, cfg, "reorder")
+		want := interpret(t, ref.Graph, ck, tokens, refStates, bind)
+		compareOutputs(t, fmt.Sprintf("order %d, step %d (%s)", how, step, p.Phase), got, want, 0)
+		for name := range refStates {
+			refStates[name] = want[name]
+		}
+		pos += p.Tokens
 	}
 }

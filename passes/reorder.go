@@ -13,6 +13,10 @@ import (
 // (rather than as soon as possible) keeps values that depend only on weights (exp(A_log),
 // dequantized copies) next to their consumer instead of alive from the first group on.
 //
+// Every op may move, not only those flagged ReorderSafe: the graph carries every effect
+// as an edge (state versions included), so any topological order computes the same thing
+// (TestReorderKeepsTheAnswer).
+//
 // Session state adds ordering the data flow does not show: every other reader of a state
 // version must run before the op that updates it in place, so such a reader is treated as
 // a predecessor of the update. Sources and views carry no work: each is placed just before

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"pistil/exec/plan"
 )
 
 // A malformed or inconsistent config fails compile with a message naming the field.
@@ -57,6 +59,14 @@ func TestCompileAndDumpTinyConfigs(t *testing.T) {
 		dir := "../../../shared/golden/tiny-s1/" + layout
 		if err := runCompile([]string{"--model", dir, "--chunk", "8", "-o", out}); err != nil {
 			t.Fatalf("%s: %v", layout, err)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans, err := plan.UnmarshalList(data)
+		if err != nil || len(plans) != 2 || plans[0].Phase != "decode" || plans[1].Tokens != 8 {
+			t.Fatalf("%s: -o wrote %d plans (%v)", layout, len(plans), err)
 		}
 		if err := runDump([]string{"--model", dir, "--after", "lower", "--phase", "prefill", "--chunk", "8", "-o", out}); err != nil {
 			t.Fatalf("%s dump: %v", layout, err)

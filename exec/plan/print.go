@@ -157,6 +157,29 @@ func Unmarshal(data []byte) (*Plan, error) {
 	return &p, nil
 }
 
+// UnmarshalList reads what `pistil compile -o` writes: one plan, or a JSON array of plans
+// (one per phase).
+func UnmarshalList(data []byte) ([]*Plan, error) {
+	trimmed := strings.TrimSpace(string(data))
+	if !strings.HasPrefix(trimmed, "[") {
+		p, err := Unmarshal(data)
+		if err != nil {
+			return nil, err
+		}
+		return []*Plan{p}, nil
+	}
+	var plans []*Plan
+	if err := json.Unmarshal(data, &plans); err != nil {
+		return nil, fmt.Errorf("plan JSON: %w", err)
+	}
+	for _, p := range plans {
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return plans, nil
+}
+
 // Validate checks the plan's internal references: buffer IDs, dispatch indexes, groups
 // that partition the dispatches in order, forward edges.
 func (p *Plan) Validate() error {

@@ -124,9 +124,9 @@ var parserCases = []struct {
 	},
 	{
 		name: "declared string parameter stays a string",
-		opts: ParserOptions{ParseTools: true, Tools: []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"zip","parameters":{"type":"object","properties":{"code":{"type":"string"},"n":{"type":"integer"}}}}}`)}},
-		text: "<tool_call>\n<function=zip>\n<parameter=code>\n12345\n</parameter>\n<parameter=n>\n12345\n</parameter>\n</function>\n</tool_call>",
-		want: parsed{Calls: []ToolCall{call("zip", `{"code": "12345", "n": 12345}`)}},
+		opts: ParserOptions{ParseTools: true, Tools: []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"zip","parameters":{"type":"object","properties":{"code":{"type":"string"},"n":{"type":"integer"},"opt":{"type":["string","null"]},"any":{"type":["string","number"]}}}}}`)}},
+		text: "<tool_call>\n<function=zip>\n<parameter=code>\n12345\n</parameter>\n<parameter=n>\n12345\n</parameter>\n<parameter=opt>\n1\n</parameter>\n<parameter=any>\n1\n</parameter>\n</function>\n</tool_call>",
+		want: parsed{Calls: []ToolCall{call("zip", `{"code": "12345", "n": 12345, "opt": "1", "any": 1}`)}},
 	},
 	{
 		name: "two calls, no parameters",

@@ -318,7 +318,7 @@ func stringParameters(tools []json.RawMessage) map[string]map[string]bool {
 			continue
 		}
 		for name, prop := range tool.Parameters.Properties {
-			if prop.Type == "string" {
+			if isStringType(prop.Type) {
 				if out[tool.Name] == nil {
 					out[tool.Name] = map[string]bool{}
 				}
@@ -327,6 +327,28 @@ func stringParameters(tools []json.RawMessage) map[string]map[string]bool {
 		}
 	}
 	return out
+}
+
+// isStringType reports whether a JSON schema "type" admits only strings: "string", or a
+// list of "string" and possibly "null".
+func isStringType(t any) bool {
+	switch t := t.(type) {
+	case string:
+		return t == "string"
+	case []any:
+		hasString := false
+		for _, x := range t {
+			switch x {
+			case "string":
+				hasString = true
+			case "null":
+			default:
+				return false
+			}
+		}
+		return hasString
+	}
+	return false
 }
 
 // pyJSON re-serialises one JSON value the way Python's json.dumps(ensure_ascii=False)

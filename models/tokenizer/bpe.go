@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"container/heap"
+	"strings"
 	"sync"
 )
 
@@ -27,6 +28,10 @@ type bpeModel struct {
 // memory flat on adversarial input while keeping the hit rate of ordinary text.
 const maxCacheEntries = 1 << 16
 
+// maxCachedPiece is the longest pre-token cached; longer ones (long runs, minified code)
+// rarely repeat.
+const maxCachedPiece = 256
+
 // smallPiece is the symbol count up to which a quadratic scan beats the heap.
 const smallPiece = 48
 
@@ -47,12 +52,15 @@ func (m *bpeModel) encode(dst []int32, piece string) []int32 {
 	} else {
 		merged = m.mergeLarge(piece)
 	}
-	m.mu.Lock()
-	if len(m.cache) >= maxCacheEntries {
-		m.cache = make(map[string][]int32, maxCacheEntries)
+	if len(piece) <= maxCachedPiece {
+		m.mu.Lock()
+		if len(m.cache) >= maxCacheEntries {
+			m.cache = make(map[string][]int32, maxCacheEntries)
+		}
+		// a copy, so the cache does not keep the caller's whole text alive
+		m.cache[strings.Clone(piece)] = merged
+		m.mu.Unlock()
 	}
-	m.cache[piece] = merged
-	m.mu.Unlock()
 	return append(dst, merged...)
 }
 

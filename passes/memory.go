@@ -81,49 +81,13 @@ func planMemory(u *Unit) error {
 		m.Buffers = append(m.Buffers, buf)
 		m.Place[v.ID] = []plan.Operand{{Buffer: buf.ID, Type: v.Type}}
 	}
-	// Outputs that are not state: the element computing them goes into an output buffer.
-	outputElem := map[elemRef]int{}
-	for _, o := range g.Outputs {
-		root, off, err := storageRoot(u, o.Value, bind)
-		if err != nil {
-			return fmt.Errorf("output %s: %w", o.Name, err)
-		}
-		if m.Place[root.v.ID] != nil || isStateElem(root, stateArg) {
-			continue // a source (state versions live in their state buffer)
-		}
-		if off != 0 {
-			return fmt.Errorf("output %s is a view at byte %d of %s: outputs must start their storage", o.Name, off, root.v.Ref())
-		}
-		if _, dup := outputElem[root]; dup {
-			continue
-		}
-		t := elemType(root)
-		if t.HasSym(graph.SymC) || t.HasSym(graph.SymN) || t.HasSym(graph.SymT) {
-			return fmt.Errorf("output %s has type %s: outputs need a fixed size", o.Name, t)
-		}
-		buf := plan.Buffer{ID: len(m.Buffers), Kind: plan.Output, Name: o.Name, Type: t, Bytes: t.Bytes(bind)}
-		m.Buffers = append(m.Buffers, buf)
-		outputElem[root] = buf.ID
+	outputElem, err := placeOutputs(u, m, stateArg, bind)
+	if err != nil {
+		return err
 	}
-	// Liveness: the last value (by list index) reading each element, through views.
-	roots := make([]elemRef, len(g.Values))
-	readers := map[elemRef][]int{}
-	for i, v := range g.Values {
-		def, _ := u.Ops.Lookup(v.Op)
-		if def.Has(graph.Source) {
-			continue
-		}
-		if def.Has(graph.View) {
-			continue
-		}
-		for _, a := range v.Args {
-			r, _, err := storageRoot(u, a, bind)
-			if err != nil {
-				return fmt.Errorf("%s arg %s: %w", v.Ref(), a.Ref(), err)
-			}
-			readers[r] = append(readers[r], i)
-		}
-		roots[i] = elemRef{v, 0}
+	readers, err := readersOf(u, bind)
+	if err != nil {
+		return err
 	}
 	var reqs []request
 	for i, v := range g.Values {
@@ -189,6 +153,55 @@ func planMemory(u *Unit) error {
 	u.count("plan-memory: arena placements", len(m.allocs))
 	u.Memory = m
 	return nil
+}
+
+// placeOutputs gives every graph output that is not state its own output buffer, which
+// the element computing it will write directly. It returns the buffer of each such
+// element.
+func placeOutputs(u *Unit, m *Memory, stateArg []int, bind graph.Bindings) (map[elemRef]int, error) {
+	outputElem := map[elemRef]int{}
+	for _, o := range u.Graph.Outputs {
+		root, off, err := storageRoot(u, o.Value, bind)
+		if err != nil {
+			return nil, fmt.Errorf("output %s: %w", o.Name, err)
+		}
+		if m.Place[root.v.ID] != nil || isStateElem(root, stateArg) {
+			continue // a source (state versions live in their state buffer)
+		}
+		if off != 0 {
+			return nil, fmt.Errorf("output %s is a view at byte %d of %s: outputs must start their storage", o.Name, off, root.v.Ref())
+		}
+		if _, dup := outputElem[root]; dup {
+			return nil, fmt.Errorf("output %s shares its storage with another output: give each output its own value", o.Name)
+		}
+		t := elemType(root)
+		if t.HasSym(graph.SymC) || t.HasSym(graph.SymN) || t.HasSym(graph.SymT) {
+			return nil, fmt.Errorf("output %s has type %s: outputs need a fixed size", o.Name, t)
+		}
+		buf := plan.Buffer{ID: len(m.Buffers), Kind: plan.Output, Name: o.Name, Type: t, Bytes: t.Bytes(bind)}
+		m.Buffers = append(m.Buffers, buf)
+		outputElem[root] = buf.ID
+	}
+	return outputElem, nil
+}
+
+// readersOf lists, for each result element, the dispatching values that read it
+// directly or through views (by list index): its liveness.
+func readersOf(u *Unit, bind graph.Bindings) (map[elemRef][]int, error) {
+	readers := map[elemRef][]int{}
+	for i, v := range u.Graph.Values {
+		if def, _ := u.Ops.Lookup(v.Op); def.Has(graph.Source) || def.Has(graph.View) {
+			continue
+		}
+		for _, a := range v.Args {
+			r, _, err := storageRoot(u, a, bind)
+			if err != nil {
+				return nil, fmt.Errorf("%s arg %s: %w", v.Ref(), a.Ref(), err)
+			}
+			readers[r] = append(readers[r], i)
+		}
+	}
+	return readers, nil
 }
 
 func elemType(r elemRef) graph.Type {

@@ -80,9 +80,12 @@ func fill(p *tensorPlan, seed uint64, chunk int, off int64, buf []byte) {
 		key, base := mix(seed, p.seed), float32(p.std/codeStd(p.bits))
 		mid, mean := float32(math.Exp2(float64(p.bits))-1)/2, float32(p.mean)
 		for i := 0; i < len(buf)/2; i++ {
-			v := groupScale(key, base, first+int64(i))
-			if p.content == biases {
-				v = mean - v*mid
+			var v float32 // a padding row dequantizes to exactly zero
+			if !p.padding(first + int64(i)) {
+				v = groupScale(key, base, first+int64(i))
+				if p.content == biases {
+					v = mean - v*mid
+				}
 			}
 			binary.LittleEndian.PutUint16(buf[2*i:], ops.F32ToBF16(v))
 		}
@@ -101,7 +104,19 @@ func fill(p *tensorPlan, seed uint64, chunk int, off int64, buf []byte) {
 				put(buf[(i+1)*size:], p.spec.DType, mean+half*(2*unit(x>>32)-1))
 			}
 		}
+		if p.liveRows > 0 {
+			for i := 0; i < n; i++ {
+				if p.padding(first + int64(i)) {
+					put(buf[i*size:], p.spec.DType, 0)
+				}
+			}
+		}
 	}
+}
+
+// padding reports whether element i of the tensor lies in a zeroed row (see liveRows).
+func (p *tensorPlan) padding(i int64) bool {
+	return p.liveRows > 0 && i/int64(p.spec.Shape[len(p.spec.Shape)-1]) >= int64(p.liveRows)
 }
 
 func put(b []byte, dt safetensors.DType, v float32) {

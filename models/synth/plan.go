@@ -57,6 +57,10 @@ type tensorPlan struct {
 	mean, std float64
 	bits      int
 	seed      uint64 // a module's weight, scales and biases share it (scales and biases must agree)
+	// liveRows, when positive, zeroes every row from it on (values, or scales and biases):
+	// lm_head rows past the tokenizer's ids are padding, as in the real model, so sampling
+	// stays on ids the synthetic tokenizer can decode.
+	liveRows int
 }
 
 // valueScale is the mean and std of a canonical weight's (dequantized) values, chosen as a
@@ -96,11 +100,13 @@ func isZeroCentredNorm(name string) bool {
 }
 
 // plan lists the stored tensors of a layout in model order, each with how to fill it.
-func plan(cfg *qwen35moe.Config, layout Layout) []tensorPlan {
+// liveVocab is the number of ids the tokenizer defines; lm_head rows past it are zero.
+func plan(cfg *qwen35moe.Config, layout Layout, liveVocab int) []tensorPlan {
 	var out []tensorPlan
 	seed := uint64(0)
 	for _, w := range checkpoint.Weights(cfg) {
 		seed++
+		first := len(out)
 		mean, std := valueScale(w.Name, w.Shape, layout, cfg)
 		dense := func(name string, dt safetensors.DType, shape []int) {
 			c := uniformValues
@@ -111,6 +117,7 @@ func plan(cfg *qwen35moe.Config, layout Layout) []tensorPlan {
 		}
 		if layout == HF {
 			hfTensors(w, cfg, dense)
+			padLMHead(w, out[first:], liveVocab)
 			continue
 		}
 		module := "language_model.model." + w.Name
@@ -132,8 +139,19 @@ func plan(cfg *qwen35moe.Config, layout Layout) []tensorPlan {
 		default:
 			dense(module+".weight", safetensors.BF16, w.Shape)
 		}
+		padLMHead(w, out[first:], liveVocab)
 	}
 	return out
+}
+
+// padLMHead zeroes lm_head rows past the tokenizer's ids.
+func padLMHead(w checkpoint.Weight, tensors []tensorPlan, liveVocab int) {
+	if w.Name != "lm_head" || liveVocab <= 0 || liveVocab >= w.Shape[0] {
+		return
+	}
+	for i := range tensors {
+		tensors[i].liveRows = liveVocab
+	}
 }
 
 // hfTensors names a canonical weight's tensors in the official Hugging Face layout: bf16

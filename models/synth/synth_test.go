@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"pistil/graph"
 	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
 	"pistil/models/safetensors"
@@ -210,7 +211,7 @@ func TestFullPresetSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	var total int64
-	for _, tp := range plan(cfg, MLXQ4) {
+	for _, tp := range plan(cfg, MLXQ4, 0) {
 		total += tp.spec.Bytes()
 	}
 	if want := int64(19_508_789_376); total != want {
@@ -240,5 +241,47 @@ func TestTokenizerAndStopIDs(t *testing.T) {
 	}
 	if ids := tok.Encode("hello world"); len(ids) == 0 || tok.Decode(ids) != "hello world" {
 		t.Errorf("tokenizer round trip: %v", ids)
+	}
+}
+
+// lm_head rows past the tokenizer's ids are zero in both layouts, and nothing else is.
+func TestLMHeadPaddingRows(t *testing.T) {
+	p, _ := LookupPreset("tiny")
+	_, cfg, err := configJSON(p, MLXQ4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const live = 300
+	for _, layout := range []Layout{MLXQ4, HF} {
+		padded := 0
+		for _, tp := range plan(cfg, layout, live) {
+			if tp.liveRows == 0 {
+				continue
+			}
+			padded++
+			if !strings.Contains(tp.spec.Name, "lm_head") || tp.liveRows != live {
+				t.Fatalf("%s: %s padded from row %d", layout, tp.spec.Name, tp.liveRows)
+			}
+			if tp.content == codes {
+				continue // codes times a zero scale and bias are zero
+			}
+			buf := make([]byte, tp.spec.Bytes())
+			fill(&tp, 1, 0, 0, buf)
+			cols := tp.spec.Shape[len(tp.spec.Shape)-1]
+			dt := map[safetensors.DType]graph.DType{safetensors.BF16: graph.BF16, safetensors.F32: graph.F32}[tp.spec.DType]
+			vals := &ops.Tensor{DType: dt, Shape: tp.spec.Shape, Data: buf}
+			for _, r := range []int{0, live - 1, live, cfg.VocabSize - 1} {
+				zero := true
+				for c := 0; c < cols; c++ {
+					zero = zero && vals.Float(r*cols+c) == 0
+				}
+				if zero != (r >= live) {
+					t.Errorf("%s %s row %d: all zero = %v", layout, tp.spec.Name, r, zero)
+				}
+			}
+		}
+		if want := map[Layout]int{MLXQ4: 3, HF: 1}[layout]; padded != want {
+			t.Errorf("%s: %d padded tensors, want %d", layout, padded, want)
+		}
 	}
 }

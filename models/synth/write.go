@@ -82,7 +82,7 @@ func Write(opts Options) (*Result, error) {
 	if cfg, err = qwen35moe.LoadConfig(opts.Out); err != nil { // what readers will see, generation_config included
 		return nil, fmt.Errorf("synth: reading back %s: %w", opts.Out, err)
 	}
-	plans := plan(cfg, opts.Layout)
+	plans := plan(cfg, opts.Layout, tok.VocabSize())
 	res := &Result{Config: cfg, Tensors: len(plans)}
 	if err := writeTensors(opts, plans, res); err != nil {
 		return nil, err

@@ -95,8 +95,9 @@ func TestHandCountDecode(t *testing.T) {
 	if tot.Dispatches != wantDispatches {
 		t.Errorf("decode dispatches %d, want 30*(22+17) + 10*(17+17) + 3 = %d", tot.Dispatches, wantDispatches)
 	}
-	// Longest dependency chain (dispatches on the longest path; memory reuse adds no edge
-	// because plan-memory reuses only blocks ordered by data flow):
+	// Longest dependency chain (dispatches on the longest path; arena reuse lengthens no
+	// path because plan-memory reuses a block only from a later level than every
+	// dispatch that touched it):
 	//   GDN mixer: norm → in_proj_qkv → conv1d → silu → slice q → l2_norm → gated_delta →
 	//     gated_rms_norm → out_proj → residual add                               = 10
 	//     (the decay path norm → in_proj_a → add → softplus → mul reaches gated_delta at
@@ -133,6 +134,12 @@ func TestHandCountDecode(t *testing.T) {
 	dequants := gdnLayers*(5+8) + attLayer*(4+8) + 1
 	if o0.Totals.Dispatches != wantDispatches+dequants {
 		t.Errorf("-O0 decode dispatches %d, want %d + %d dequants", o0.Totals.Dispatches, wantDispatches, dequants)
+	}
+	// A dequant depends on its weight alone, so it never lengthens the chain: the chain
+	// stays the same without fusion, even though the dequantized f32 copies share arena
+	// memory.
+	if o0.Totals.LongestChain != wantChain {
+		t.Errorf("-O0 decode longest chain %d, want %d", o0.Totals.LongestChain, wantChain)
 	}
 	t.Logf("decode: %d dispatches, %d groups, longest chain %d; -O0: %d dispatches, %d groups, longest chain %d",
 		tot.Dispatches, tot.Groups, tot.LongestChain, o0.Totals.Dispatches, o0.Totals.Groups, o0.Totals.LongestChain)

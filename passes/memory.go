@@ -48,12 +48,16 @@ type elemRef struct {
 //   - a graph output that is not state gets its own output buffer, which the value that
 //     computes it writes directly;
 //   - views (reshape, select, last_row) alias their argument at an offset;
-//   - everything else goes into one scratch arena, packed by liveness with first fit. A
-//     freed block is preferred for reuse only when every dispatch that touched it is an
-//     ancestor of the new writer in the data-flow graph: such reuse is already ordered
-//     by true dependencies, so it adds no barrier and no DAG edge. Reuse that is not so
-//     ordered is taken only when it keeps the arena smaller than ordered placement
-//     would; the schedule then orders it by its byte ranges (a WAR or WAW barrier).
+//   - everything else goes into one scratch arena, packed by liveness with first fit.
+//
+// Reusing a freed block makes the new writer wait for every dispatch that touched the
+// block (a WAR or WAW edge). A block is preferred for reuse only when each of those
+// dispatches sits on an earlier as-late-as-possible level than the writer: then no
+// dependency path grows (a path through the new edge is at most the earlier dispatch's
+// earliest depth plus the writer's remaining height, which is at most the longest chain),
+// and after reorder the two are in different groups, so the reuse costs no stage and no
+// barrier. Other reuse is taken only when the arena would otherwise pass twice its
+// liveness-only size; the dump's stat counts it.
 func planMemory(u *Unit) error {
 	g := u.Graph
 	bind := graph.Bindings{T: u.Phase.Tokens}
@@ -131,10 +135,13 @@ func planMemory(u *Unit) error {
 		m.Place[v.ID] = places
 	}
 	// Plain liveness packing first gives the baseline arena; the second packing may spend
-	// up to twice that to keep reuse ordered by data flow.
-	anc := ancestors(g)
-	_, baseline, _ := pack(reqs, anc, 0)
-	offsets, high, hazards := pack(reqs, anc, 2*baseline)
+	// up to twice that to keep every reuse harmless to the schedule.
+	level, _, err := alapLevels(u)
+	if err != nil {
+		return err
+	}
+	_, baseline, _ := pack(reqs, level, 0)
+	offsets, high, hazards := pack(reqs, level, 2*baseline)
 	for k, r := range reqs {
 		m.Place[r.value][r.elem].Offset = offsets[k]
 		m.allocs = append(m.allocs, alloc{value: r.value, elem: r.elem, off: offsets[k], end: offsets[k] + r.size, def: r.def, last: r.last})
@@ -148,7 +155,7 @@ func planMemory(u *Unit) error {
 			m.Place[v.ID] = []plan.Operand{p}
 		}
 	}
-	u.count("plan-memory: reuse ordered by barrier, not data flow", hazards)
+	u.count("plan-memory: reuse that may cost a stage", hazards)
 	m.Buffers[0].Bytes = high
 	u.count("plan-memory: arena placements", len(m.allocs))
 	u.Memory = m
@@ -288,21 +295,7 @@ func bytesPerN(t graph.Type, bind graph.Bindings) (fixed, perN int64) {
 	return fixed, perN
 }
 
-// ancestors returns, for each value, the bit set of values it depends on transitively.
-func ancestors(g *graph.Graph) []bitset {
-	n := len(g.Values)
-	anc := make([]bitset, n)
-	for i, v := range g.Values {
-		s := newBitset(n)
-		for _, a := range v.Args {
-			s.or(anc[a.ID])
-			s.set(int(a.ID))
-		}
-		anc[i] = s
-	}
-	return anc
-}
-
+// bitset is a dense set of small integers (dispatch indexes in the DAG reduction).
 type bitset []uint64
 
 func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
@@ -341,7 +334,7 @@ type request struct {
 // pack places reqs (in definition order) and returns their offsets, the arena size and
 // the number of reuses not ordered by data flow. With budget 0 it packs by liveness
 // alone; otherwise it prefers ordered reuse while the arena stays within budget.
-func pack(reqs []request, anc []bitset, budget int64) ([]int64, int64, int) {
+func pack(reqs []request, level []int, budget int64) ([]int64, int64, int) {
 	p := packer{}
 	offsets := make([]int64, len(reqs))
 	hazards := 0
@@ -354,7 +347,7 @@ func pack(reqs []request, anc []bitset, budget int64) ([]int64, int64, int) {
 		if budget == 0 {
 			off = firstFit(append([]block(nil), p.live...), r.size)
 		} else {
-			off, hazard = p.choose(r.size, r.def, anc, budget)
+			off, hazard = p.choose(r.size, r.def, level, budget)
 		}
 		if hazard {
 			hazards++
@@ -365,14 +358,14 @@ func pack(reqs []request, anc []bitset, budget int64) ([]int64, int64, int) {
 }
 
 // choose returns an offset for size bytes written by value i: the first fit that avoids
-// live blocks and freed blocks not ordered before i by data flow, unless that passes the
-// budget; then the first fit among live blocks only, and hazard reports whether that
-// reuses a freed block.
-func (p *packer) choose(size int64, i int, anc []bitset, budget int64) (int64, bool) {
+// live blocks and freed blocks touched by a dispatch on i's level or later, unless that
+// passes the budget; then the first fit among live blocks only, and hazard reports
+// whether that reuses a freed block.
+func (p *packer) choose(size int64, i int, level []int, budget int64) (int64, bool) {
 	blocking := append([]block(nil), p.live...)
 	for _, d := range p.dead {
 		for _, a := range d.accessors {
-			if !anc[i].has(a) {
+			if level[a] >= level[i] {
 				blocking = append(blocking, d)
 				break
 			}

@@ -24,53 +24,17 @@ import (
 func reorderByDepth(u *Unit) error {
 	g := u.Graph
 	n := len(g.Values)
-	_, stateArg, err := graph.StateVersions(g, u.Ops)
+	level, isWork, err := alapLevels(u)
 	if err != nil {
 		return err
 	}
-	isWork := make([]bool, n)
-	for i, v := range g.Values {
-		def, _ := u.Ops.Lookup(v.Op)
-		isWork[i] = !def.Has(graph.Source) && !def.Has(graph.View)
-	}
-	// succ: dependency edges between values (data, plus reader-before-update for state).
-	succ := make([][]int, n)
-	users := g.Users()
-	for i, v := range g.Values {
-		for _, a := range v.Args {
-			succ[a.ID] = append(succ[a.ID], i)
-		}
-		if k := stateArg[i]; k >= 0 {
-			for _, r := range readersThroughViews(u, v.Args[k], users) {
-				if r != i {
-					succ[r] = append(succ[r], i)
-				}
-			}
-		}
-	}
-	// height: dispatches on the longest path from a value to a sink, itself included.
-	height := make([]int, n)
-	longest := 0
-	for i := n - 1; i >= 0; i-- {
-		h := 0
-		for _, s := range succ[i] {
-			h = max(h, height[s])
-		}
-		if isWork[i] {
-			h++
-		}
-		height[i] = h
-		longest = max(longest, h)
-	}
-	// Level counted from the start: as late as possible = longest - height.
-	level := func(i int) int { return longest - height[i] }
 	work := make([]int, 0, n)
 	for i := range g.Values {
 		if isWork[i] {
 			work = append(work, i)
 		}
 	}
-	sort.SliceStable(work, func(a, b int) bool { return level(work[a]) < level(work[b]) })
+	sort.SliceStable(work, func(a, b int) bool { return level[work[a]] < level[work[b]] })
 	// Emit each work value after its not-yet-emitted non-work args (recursively), so
 	// sources and views sit right before their first user.
 	emitted := make([]bool, n)
@@ -104,17 +68,4 @@ func reorderByDepth(u *Unit) error {
 	g.Renumber()
 	u.count("reorder: values moved", moved)
 	return nil
-}
-
-// readersThroughViews lists the values that read v directly or through views of it.
-func readersThroughViews(u *Unit, v *graph.Value, users [][]*graph.Value) []int {
-	var out []int
-	for _, r := range users[v.ID] {
-		if def, _ := u.Ops.Lookup(r.Op); def.Has(graph.View) && r.Op != graph.OpSelect {
-			out = append(out, readersThroughViews(u, r, users)...)
-			continue
-		}
-		out = append(out, int(r.ID))
-	}
-	return out
 }

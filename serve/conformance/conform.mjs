@@ -247,11 +247,15 @@ await check("an aborted stream leaves the server healthy", async () => {
     { signal: controller.signal },
   );
   let n = 0;
-  await assert.rejects(async () => {
+  try {
     for await (const _ of stream) {
       if (++n === 2) controller.abort();
     }
-  });
+  } catch (e) {
+    // The SDK either ends the iteration or throws an abort error; both are fine.
+    assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === "AbortError", `unexpected ${e}`);
+  }
+  assert.ok(n >= 2, "the stream delivered chunks before the abort");
   const r = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, ...noThinking });
   assert.equal(r.choices[0].message.content, reference.choices[0].message.content);
 });

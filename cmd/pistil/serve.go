@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"pistil/pipeline"
 	"pistil/serve"
 )
 
@@ -59,11 +61,14 @@ func runServe(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	cfg.AllowedHosts, cfg.CORSOrigins, cfg.Aliases = allowed, cors, aliases
+	if err := applyServerTable(fs, mf.pipeline, &cfg, grace); err != nil {
+		return err
+	}
 	if mf.dir == "" {
 		return errors.New("--model DIR is required")
 	}
 	cfg.ModelDir = mf.dir
-	cfg.AllowedHosts, cfg.CORSOrigins, cfg.Aliases = allowed, cors, aliases
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg.Logger = logger
 
@@ -127,4 +132,99 @@ func runServe(args []string) error {
 			return nil
 		}
 	}
+}
+
+// serverTable is pipeline.toml's [server] table. Every key is optional; a flag given on
+// the command line wins over the file.
+type serverTable struct {
+	Host          *string  `toml:"host"`
+	Port          *int     `toml:"port"`
+	APIKey        *string  `toml:"api_key"`
+	Queue         *int     `toml:"queue"`
+	CacheBytes    *int64   `toml:"cache_bytes"`
+	SnapshotEvery *int     `toml:"snapshot_every"`
+	Ctx           *int     `toml:"ctx"`
+	AllowedHosts  []string `toml:"allowed_hosts"`
+	CORS          []string `toml:"cors"`
+	MaxBody       *int64   `toml:"max_body"`
+	Name          *string  `toml:"name"`
+	Grace         *string  `toml:"grace"`
+}
+
+var serverTableKeys = map[string]string{
+	"host": "host", "port": "port", "api_key": "api-key", "queue": "queue", "cache_bytes": "cache-bytes",
+	"snapshot_every": "snapshot-every", "ctx": "ctx", "allowed_hosts": "allowed-hosts", "cors": "cors",
+	"max_body": "max-body", "name": "name", "grace": "grace",
+}
+
+// applyServerTable reads [server] from the pipeline file (--pipeline, else ./pipeline.toml
+// when present) into cfg for every setting whose flag was not given.
+func applyServerTable(fs interface{ Visit(func(*flag.Flag)) }, path string, cfg *serve.Config, grace *time.Duration) error {
+	if path == "" {
+		if _, err := os.Stat("pipeline.toml"); err != nil {
+			return nil
+		}
+		path = "pipeline.toml"
+	}
+	p, err := pipeline.Load(path)
+	if err != nil {
+		return err
+	}
+	var raw map[string]any
+	if err := p.DecodeServer(&raw); err != nil {
+		return err
+	}
+	for k := range raw {
+		if _, ok := serverTableKeys[k]; !ok {
+			return fmt.Errorf("%s: unknown key %q in [server]", path, k)
+		}
+	}
+	var t serverTable
+	if err := p.DecodeServer(&t); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	use := func(key string, present bool) bool { return present && !given[serverTableKeys[key]] }
+	if use("host", t.Host != nil) {
+		cfg.Host = *t.Host
+	}
+	if use("port", t.Port != nil) {
+		cfg.Port = *t.Port
+	}
+	if use("api_key", t.APIKey != nil) {
+		cfg.APIKey = *t.APIKey
+	}
+	if use("queue", t.Queue != nil) {
+		cfg.Queue = *t.Queue
+	}
+	if use("cache_bytes", t.CacheBytes != nil) {
+		cfg.CacheBytes = *t.CacheBytes
+	}
+	if use("snapshot_every", t.SnapshotEvery != nil) {
+		cfg.SnapshotEvery = *t.SnapshotEvery
+	}
+	if use("ctx", t.Ctx != nil) {
+		cfg.Context = *t.Ctx
+	}
+	if use("allowed_hosts", t.AllowedHosts != nil) {
+		cfg.AllowedHosts = t.AllowedHosts
+	}
+	if use("cors", t.CORS != nil) {
+		cfg.CORSOrigins = t.CORS
+	}
+	if use("max_body", t.MaxBody != nil) {
+		cfg.MaxBody = *t.MaxBody
+	}
+	if use("name", t.Name != nil) {
+		cfg.ModelName = *t.Name
+	}
+	if use("grace", t.Grace != nil) {
+		d, err := time.ParseDuration(*t.Grace)
+		if err != nil {
+			return fmt.Errorf("%s: [server] grace: %w", path, err)
+		}
+		*grace = d
+	}
+	return nil
 }

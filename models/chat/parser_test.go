@@ -218,7 +218,7 @@ func TestParserToolCallIDs(t *testing.T) {
 	}
 }
 
-// FuzzParser: any text split anywhere parses to the same result as the whole text, never
+// FuzzParser: any text split anywhere (or fed in 3-byte pieces) parses to the same result as the whole text, never
 // panics, and loses no text when tool parsing is off.
 func FuzzParser(f *testing.F) {
 	for _, c := range parserCases {
@@ -236,6 +236,13 @@ func FuzzParser(f *testing.F) {
 			if !reflect.DeepEqual(whole, split) {
 				t.Fatalf("tools=%v split at %d: whole %+v, split %+v", tools, at, whole, split)
 			}
+			var pieces []string // 3-byte pieces, split runes included
+			for i := 0; i < len(text); i += 3 {
+				pieces = append(pieces, text[i:min(i+3, len(text))])
+			}
+			if small := assemble(t, parseChunks(o, pieces)); !reflect.DeepEqual(whole, small) {
+				t.Fatalf("tools=%v in 3-byte pieces: whole %+v, pieces %+v", tools, whole, small)
+			}
 			for _, c := range whole.Calls {
 				if !json.Valid([]byte(c.Function.Arguments)) {
 					t.Fatalf("arguments %q are not JSON", c.Function.Arguments)
@@ -246,4 +253,23 @@ func FuzzParser(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkParserLongArgument streams a 200 KB parameter value (a file being written) in
+// 4-byte pieces; the parser must not rescan the value on every push.
+func BenchmarkParserLongArgument(b *testing.B) {
+	value := strings.Repeat("line of the file with <tags> and </para\n", 5000)
+	text := "<tool_call>\n<function=write>\n<parameter=content>\n" + value + "\n</parameter>\n</function>\n</tool_call>"
+	b.SetBytes(int64(len(text)))
+	for i := 0; i < b.N; i++ {
+		p := NewParser(ParserOptions{ParseTools: true})
+		n := 0
+		for j := 0; j < len(text); j += 4 {
+			n += len(p.Push(text[j:min(j+4, len(text))]))
+		}
+		n += len(p.Finish())
+		if n != 3 {
+			b.Fatalf("%d deltas, want name, arguments and close", n)
+		}
+	}
 }

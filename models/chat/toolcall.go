@@ -28,6 +28,44 @@ type xmlCall struct {
 	inParam   bool
 	paramName string
 	closed    bool // </function> seen and arguments closed
+	// pending is the part of a parameter value or JSON body already searched for its
+	// end marker, so long values are scanned once rather than on every push.
+	pending strings.Builder
+}
+
+// maxNameLen bounds how long a function name may grow before the call is judged not to be
+// one (the text then passes through as content).
+const maxNameLen = 256
+
+// collectUntil looks for the earliest of markers in buf. Found: its index in buf and the
+// marker. Not found: buf moves into the call's pending text, except a tail that may be the
+// start of a marker, and index is -1.
+func (p *Parser) collectUntil(markers ...string) (index int, marker string) {
+	index = -1
+	for _, m := range markers {
+		if i := strings.Index(p.buf, m); i >= 0 && (index < 0 || i < index) {
+			index, marker = i, m
+		}
+	}
+	if index >= 0 {
+		return index, marker
+	}
+	keep := 0
+	for _, m := range markers {
+		keep = max(keep, partialSuffix(p.buf, m))
+	}
+	n := len(p.buf) - keep
+	p.call.pending.WriteString(p.buf[:n])
+	p.consume(n)
+	return -1, ""
+}
+
+// takePending returns the pending text followed by the first n bytes of buf, consuming them.
+func (p *Parser) takePending(n int) string {
+	text := p.call.pending.String() + p.buf[:n]
+	p.call.pending.Reset()
+	p.consume(n)
+	return text
 }
 
 const spaces = " \t\r\n"
@@ -75,18 +113,16 @@ func (p *Parser) toolCall(final bool) {
 	case modeXML:
 		p.xmlStep(final)
 	case modeJSON:
-		if i := strings.Index(p.buf, toolCallClose); i >= 0 {
-			body := p.buf[:i]
-			p.consume(i)
-			if p.emitJSONCall(body) {
+		if i, _ := p.collectUntil(toolCallClose); i >= 0 {
+			if p.emitJSONCall(p.takePending(i)) {
 				p.endCall(len(toolCallClose))
 			} else {
 				p.endRawCall(len(toolCallClose))
 			}
 		}
 	case modeRaw:
-		if i := strings.Index(p.buf, toolCallClose); i >= 0 {
-			p.consume(i)
+		if i, _ := p.collectUntil(toolCallClose); i >= 0 {
+			p.takePending(i)
 			p.endRawCall(len(toolCallClose))
 		}
 	}
@@ -98,6 +134,9 @@ func (p *Parser) xmlStep(final bool) {
 	case !c.started:
 		end := strings.IndexAny(p.buf, ">\n<")
 		if end < 0 {
+			if len(p.buf) > maxNameLen {
+				c.mode = modeRaw
+			}
 			return // the name is still arriving
 		}
 		name := strings.TrimSpace(p.buf[:end])
@@ -110,12 +149,16 @@ func (p *Parser) xmlStep(final bool) {
 		p.callCount++
 		p.add(Delta{ToolCall: &ToolCallDelta{Index: c.index, ID: p.newID(), Name: name}})
 	case c.inParam:
-		end, closeLen := paramEnd(p.buf)
+		// the value's type is known only when it is complete; a missing </parameter> ends
+		// it at the next <parameter= or </function>
+		end, marker := p.collectUntil(parameterClose, parameterOpen, functionClose)
 		if end < 0 {
-			return // the value's type is known only when it is complete
+			return
 		}
-		p.emitParam(p.buf[:end])
-		p.consume(end + closeLen)
+		p.emitParam(p.takePending(end))
+		if marker == parameterClose {
+			p.consume(len(parameterClose))
+		}
 	case !c.closed:
 		if !p.consumeSpace() {
 			return
@@ -156,21 +199,6 @@ func (p *Parser) xmlStep(final bool) {
 			p.endCall(0)
 		}
 	}
-}
-
-// paramEnd finds where a parameter value ends: at </parameter>, or (tag missing) at the
-// next <parameter= or </function>. It returns -1 when none has arrived yet.
-func paramEnd(s string) (end, closeLen int) {
-	end, closeLen = -1, 0
-	for _, m := range []struct {
-		marker string
-		skip   int
-	}{{parameterClose, len(parameterClose)}, {parameterOpen, 0}, {functionClose, 0}} {
-		if i := strings.Index(s, m.marker); i >= 0 && (end < 0 || i < end) {
-			end, closeLen = i, m.skip
-		}
-	}
-	return end, closeLen
 }
 
 // emitParam converts one parameter value and streams it as an arguments fragment.
@@ -226,15 +254,14 @@ func (p *Parser) finishToolCall() {
 	c := p.call
 	switch {
 	case c.mode == modeXML && c.started:
-		if c.inParam {
-			value := p.buf[:len(p.buf)-partialSuffix(p.buf, parameterClose)]
-			p.emitParam(value)
+		if c.inParam { // cut off inside a value: keep it, less a partial closing tag
+			p.emitParam(p.takePending(len(p.buf) - partialSuffix(p.buf, parameterClose)))
 		}
 		if !c.closed {
 			p.closeArguments()
 		}
 		p.buf = ""
-	case c.mode == modeJSON && p.emitJSONCall(p.buf):
+	case c.mode == modeJSON && p.emitJSONCall(c.pending.String()+p.buf):
 		p.buf = ""
 	default:
 		p.consume(len(p.buf))

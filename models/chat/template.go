@@ -17,6 +17,11 @@ import (
 // (trim_blocks, lstrip_blocks, loop controls, namespace, Python string methods,
 // raise_exception, tojson with ensure_ascii=False and Python separators) and keeps dict
 // insertion order, and which renders the Qwen3, 3.5 and 3.6 templates byte-exactly.
+//
+// Known differences from Python's Jinja2 in that engine, none of which the Qwen templates
+// meet with ordinary requests: a float with an integral value prints as "3" (Python
+// "3.0"), none|string is "" (Python "None"), |trim keeps \x1c-\x1f, and tojson escapes
+// U+2028/U+2029.
 type Template struct {
 	source string
 	tmpl   *jinja.Template

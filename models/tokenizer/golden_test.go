@@ -92,3 +92,30 @@ func equalIDs(a, b []int32) bool {
 	}
 	return true
 }
+
+// TestConcurrentEncode: one Tokenizer serves many requests at once (the word cache is
+// shared); results must not depend on interleaving. Run with -race to check the locking.
+func TestConcurrentEncode(t *testing.T) {
+	tok := loadQwen3(t)
+	cases := loadGolden(t).Encode
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := range cases {
+				c := cases[(i+w*7)%len(cases)]
+				if !equalIDs(tok.Encode(c.Text), c.IDs) {
+					errs <- c.Text
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for text := range errs {
+		t.Errorf("concurrent Encode(%q) differs from the golden ids", text)
+	}
+}

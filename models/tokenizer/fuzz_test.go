@@ -118,3 +118,28 @@ func FuzzStreamDecoder(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParse: any bytes given as tokenizer.json are either loaded or refused with an error;
+// never a panic or a runaway allocation.
+func FuzzParse(f *testing.F) {
+	dir := f.TempDir()
+	if err := WriteSynthetic(dir, 300); err != nil {
+		f.Fatal(err)
+	}
+	valid, err := os.ReadFile(dir + "/tokenizer.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(valid)
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 2147483647}, "merges": []}}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {}, "merges": [["a"]]}, "pre_tokenizer": null}`))
+	f.Add([]byte(`{"added_tokens": [{"id": -1, "content": ""}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tok, err := Parse(data)
+		if err != nil {
+			return
+		}
+		ids := tok.Encode("Hello <|im_end|> wörld 123")
+		_ = tok.Decode(ids)
+	})
+}

@@ -131,6 +131,10 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if err := t.setAddedTokens(f.AddedTokens); err != nil {
 		return nil, err
 	}
+	// ids index dense tables; a stray huge id would otherwise allocate gigabytes
+	if limit := 2*(len(vocab)+len(f.AddedTokens)) + 1024; int(t.maxID) >= limit {
+		return nil, fmt.Errorf("token id %d is far beyond the %d tokens defined (ids must be dense)", t.maxID, len(vocab)+len(f.AddedTokens))
+	}
 	t.buildIDTable()
 	return t, nil
 }

@@ -58,7 +58,7 @@ func Open(dir string, o Options) (*Model, error) {
 	}
 	// Bind every weight up front so a checkpoint that lacks a tensor, or has one the model
 	// does not use, fails here with the full list rather than at the first step.
-	if _, err := ck.Bind(checkpoint.CanonicalNames(cfg)); err != nil {
+	if _, err := ck.Bind(qwen35moe.WeightNames(cfg)); err != nil {
 		ck.Close()
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func Open(dir string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	c := &Checkpoint{dir: dir, cfg: cfg, set: set, layout: layout, shapes: map[string][]int{}, cache: map[string]*ops.Tensor{}}
-	for _, w := range Weights(cfg) {
+	for _, w := range qwen35moe.Weights(cfg) {
 		c.shapes[w.Name] = w.Shape
 	}
 	if err := c.crossCheckConv(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"pistil/models/qwen35moe"
 	"pistil/models/safetensors"
 )
 
@@ -86,7 +87,7 @@ func bindErr(t *testing.T, dir string) *BindError {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	_, err = ck.Bind(CanonicalNames(ck.Config()))
+	_, err = ck.Bind(qwen35moe.WeightNames(ck.Config()))
 	var be *BindError
 	if !errors.As(err, &be) {
 		t.Fatalf("Bind: %v, want a *BindError", err)
@@ -113,7 +114,7 @@ func TestShardedCopyBinds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ck.Bind(CanonicalNames(ck.Config())); err != nil {
+		if _, err := ck.Bind(qwen35moe.WeightNames(ck.Config())); err != nil {
 			t.Fatal(err)
 		}
 		ck.Close()

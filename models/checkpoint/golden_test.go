@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"pistil/graph"
+	"pistil/models/qwen35moe"
 	"pistil/models/safetensors"
 	"pistil/ops"
 )
@@ -29,7 +30,7 @@ func openGolden(t *testing.T, dir string, want Layout) *Checkpoint {
 
 func bindAll(t *testing.T, ck *Checkpoint) map[string]*ops.Tensor {
 	t.Helper()
-	ws, err := ck.Bind(CanonicalNames(ck.Config()))
+	ws, err := ck.Bind(qwen35moe.WeightNames(ck.Config()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +50,11 @@ func TestGoldenBindsCompletely(t *testing.T) {
 	}{{goldenHF, HFOfficial}, {goldenMLX, MLX}} {
 		ck := openGolden(t, tc.dir, tc.layout)
 		ws := bindAll(t, ck)
-		if len(ws) != len(Weights(ck.Config())) {
-			t.Errorf("%s: bound %d weights, want %d", tc.dir, len(ws), len(Weights(ck.Config())))
+		if len(ws) != len(qwen35moe.Weights(ck.Config())) {
+			t.Errorf("%s: bound %d weights, want %d", tc.dir, len(ws), len(qwen35moe.Weights(ck.Config())))
 		}
 		// Every bound tensor agrees with WeightType and the config's logical shape.
-		for _, w := range Weights(ck.Config()) {
+		for _, w := range qwen35moe.Weights(ck.Config()) {
 			typ, err := ck.WeightType(w.Name, graph.S(w.Shape...))
 			if err != nil {
 				t.Fatal(err)

@@ -2,10 +2,10 @@ package synth
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 	"strings"
 
-	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
 	"pistil/models/safetensors"
 )
@@ -103,9 +103,11 @@ func isZeroCentredNorm(name string) bool {
 // liveVocab is the number of ids the tokenizer defines; lm_head rows past it are zero.
 func plan(cfg *qwen35moe.Config, layout Layout, liveVocab int) []tensorPlan {
 	var out []tensorPlan
-	seed := uint64(0)
-	for _, w := range checkpoint.Weights(cfg) {
-		seed++
+	for _, w := range qwen35moe.Weights(cfg) {
+		// Seeded by name, so a weight's values do not depend on its place in the list.
+		h := fnv.New64a()
+		h.Write([]byte(w.Name))
+		seed := h.Sum64()
 		first := len(out)
 		mean, std := valueScale(w.Name, w.Shape, layout, cfg)
 		dense := func(name string, dt safetensors.DType, shape []int) {
@@ -145,7 +147,7 @@ func plan(cfg *qwen35moe.Config, layout Layout, liveVocab int) []tensorPlan {
 }
 
 // padLMHead zeroes lm_head rows past the tokenizer's ids.
-func padLMHead(w checkpoint.Weight, tensors []tensorPlan, liveVocab int) {
+func padLMHead(w qwen35moe.Weight, tensors []tensorPlan, liveVocab int) {
 	if w.Name != "lm_head" || liveVocab <= 0 || liveVocab >= w.Shape[0] {
 		return
 	}
@@ -157,7 +159,7 @@ func padLMHead(w checkpoint.Weight, tensors []tensorPlan, liveVocab int) {
 // hfTensors names a canonical weight's tensors in the official Hugging Face layout: bf16
 // throughout, conv1d [C,1,K], experts fused as gate_up_proj (emitted with gate_proj) and
 // down_proj, both without a .weight suffix.
-func hfTensors(w checkpoint.Weight, cfg *qwen35moe.Config, dense func(string, safetensors.DType, []int)) {
+func hfTensors(w qwen35moe.Weight, cfg *qwen35moe.Config, dense func(string, safetensors.DType, []int)) {
 	module := "model.language_model." + w.Name
 	switch {
 	case w.Name == "lm_head":
@@ -180,7 +182,7 @@ func hfTensors(w checkpoint.Weight, cfg *qwen35moe.Config, dense func(string, sa
 
 // quantized lays out an MLX affine module: U32 codes [..., in*bits/32] and bf16 scales and
 // biases [..., in/64].
-func quantized(module string, w checkpoint.Weight, mean, std float64, seed uint64) []tensorPlan {
+func quantized(module string, w qwen35moe.Weight, mean, std float64, seed uint64) []tensorPlan {
 	bits := 4
 	for _, m := range eightBitModules {
 		if strings.HasSuffix(module, "."+m) {

@@ -26,6 +26,9 @@ type Info struct {
 	// Expand, for a fused op, rewrites v in terms of the ops it fuses (appended through b)
 	// and returns the value that replaces it. Tests check Ref(fused) == Ref(expanded).
 	Expand func(b *graph.Builder, v *graph.Value) *graph.Value
+	// ExpandTuple is Expand for a fused op whose result is a tuple: one value per
+	// element, in order.
+	ExpandTuple func(b *graph.Builder, v *graph.Value) []*graph.Value
 }
 
 // Cost is the traffic and work of one dispatch.

@@ -14,6 +14,9 @@ var contractOps = []string{
 	"kv_append", "attention", "conv1d", "gated_delta",
 	"add", "mul", "neg", "exp", "sigmoid", "silu", "softplus", "swiglu", "slice",
 	"router", "expert_matmul", "expert_qmatmul", "moe_combine", "argmax",
+	// fused ops (fused_*.go), produced by the optional fusion passes
+	"matmuls", "matmul_swiglu", "matmul_gated_add", "matmul_router", "expert_matmul_swiglu",
+	"expert_matmul_combine", "add_rms_norm", "gdn_gates", "conv1d_silu", "slice_l2_norm",
 }
 
 func TestTableCoversContract(t *testing.T) {

@@ -1,0 +1,93 @@
+package ops
+
+import (
+	"fmt"
+
+	"pistil/graph"
+)
+
+// Fused mixture-of-experts ops: the router's projection with the routing itself, the
+// routed experts' gate and up projections with the SwiGLU activation, and the experts'
+// down projection with the weighted combine. Weight stacks may be float or q4/q8.
+
+func init() {
+	registerFused(&Info{
+		OpDef: graph.OpDef{Name: "matmul_router",
+			Doc:  "router(x·Wᵀ) {k}: the router's logits and the softmax, top-k, renormalise -> (weights f32[T,k], ids i32[T,k])",
+			Args: 2, Attrs: []string{"k"}},
+		Ref: refMatmulRouter,
+		ExpandTuple: func(b *graph.Builder, v *graph.Value) []*graph.Value {
+			x, w := v.Args[0], v.Args[1]
+			r := b.Named("router", v.Name, graph.Attrs{"k": int64(v.Attrs.Int("k"))}, b.Op(matmulOpFor(w.Type), nil, x, w))
+			return selectAll(b, r, 2)
+		},
+	})
+	registerFused(&Info{
+		OpDef: graph.OpDef{Name: "expert_matmul_swiglu",
+			Doc:  "silu(x·Wg[id]ᵀ) * (x·Wu[id]ᵀ) per routed (t, j): the experts' gate and up projections and activation -> f32[T,k,M]",
+			Args: 4},
+		Ref: refExpertMatmulSwiGLU,
+		Expand: func(b *graph.Builder, v *graph.Value) *graph.Value {
+			x, wg, wu, ids := v.Args[0], v.Args[1], v.Args[2], v.Args[3]
+			gate := b.Op(expertMatmulOpFor(wg.Type), nil, x, wg, ids)
+			up := b.Op(expertMatmulOpFor(wu.Type), nil, x, wu, ids)
+			return b.Named("swiglu", v.Name, nil, gate, up)
+		},
+	})
+	registerFused(&Info{
+		OpDef: graph.OpDef{Name: "expert_matmul_combine",
+			Doc:  "Σ_j weights[t,j] · x[t,j]·W[ids[t,j]]ᵀ: the experts' down projection and the weighted combine -> f32[T,M]",
+			Args: 4},
+		Ref: refExpertMatmulCombine,
+		Expand: func(b *graph.Builder, v *graph.Value) *graph.Value {
+			x, w, ids, weights := v.Args[0], v.Args[1], v.Args[2], v.Args[3]
+			return b.Named("moe_combine", v.Name, nil, b.Op(expertMatmulOpFor(w.Type), nil, x, w, ids), weights)
+		},
+	})
+}
+
+func refMatmulRouter(env *Env, v *graph.Value, in, out []*Tensor) error {
+	w, err := newWeightRows(in[1])
+	if err != nil {
+		return fmt.Errorf("matmul_router weight: %w", err)
+	}
+	x := in[0].F32()
+	if len(x)%w.cols != 0 {
+		return fmt.Errorf("matmul_router: x has %d elements, not a multiple of K = %d", len(x), w.cols)
+	}
+	T, E := len(x)/w.cols, w.rows()
+	logits := scratchF32(T, E)
+	mulRows(env, x, T, w, 0, E, logits.F32(), E)
+	return refRouter(env, v, []*Tensor{logits}, out)
+}
+
+// The expert kernels are run as they are, over a scratch result: the fused reference
+// costs what the unfused ones do (the CPU keeps its gather-by-expert loop), while the
+// dispatch and the intermediate's round trip disappear from the plan.
+
+func refExpertMatmulSwiGLU(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x, wg, wu, ids := in[0], in[1], in[2], in[3]
+	y := out[0]
+	up := scratchF32(y.Shape...)
+	if err := refExpertMatmul(env, v, []*Tensor{x, wg, ids}, []*Tensor{y}); err != nil {
+		return fmt.Errorf("gate: %w", err)
+	}
+	if err := refExpertMatmul(env, v, []*Tensor{x, wu, ids}, []*Tensor{up}); err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	ys := y.F32()
+	for i, u := range up.F32() {
+		ys[i] = silu(ys[i]) * u
+	}
+	return nil
+}
+
+func refExpertMatmulCombine(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x, w, ids, weights := in[0], in[1], in[2], in[3]
+	T, k := ids.Shape[0], ids.Shape[1]
+	y := scratchF32(T, k, w.Shape[1])
+	if err := refExpertMatmul(env, v, []*Tensor{x, w, ids}, []*Tensor{y}); err != nil {
+		return err
+	}
+	return refMoECombine(env, v, []*Tensor{y, weights}, out)
+}

@@ -51,6 +51,15 @@ func init() {
 			y := b.Op(matmulOpFor(w.Type), nil, x, w)
 			return b.Named("add", v.Name, nil, other, b.Op("mul", nil, y, b.Op("sigmoid", nil, gate)))
 		},
+	}, func(v *graph.Value) error {
+		// One gate value per row: the kernel scales whole rows.
+		if len(v.Args) == 4 {
+			x, gate := v.Args[0].Type, v.Args[2].Type
+			if len(gate.Shape) != len(x.Shape) || last(gate.Shape) != graph.D(1) {
+				return fmt.Errorf("matmul_gated_add: gate %s is not one value per row of x %s", gate, x)
+			}
+		}
+		return nil
 	})
 }
 

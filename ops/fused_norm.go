@@ -35,7 +35,15 @@ func refAddRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 		return fmt.Errorf("add_rms_norm weight: %w", err)
 	}
 	eps := float32(v.Attrs.Float("eps"))
-	a, b, s, y, D := in[0].F32(), in[1].F32(), out[0].F32(), out[1].F32(), len(w)
+	a, err := floats(in[0])
+	if err != nil {
+		return fmt.Errorf("add_rms_norm a: %w", err)
+	}
+	b, err := floats(in[1])
+	if err != nil {
+		return fmt.Errorf("add_rms_norm b: %w", err)
+	}
+	s, y, D := out[0].F32(), out[1].F32(), len(w)
 	if len(a) != len(b) || len(a)%D != 0 {
 		return fmt.Errorf("add_rms_norm: a %v and b %v must match and be rows of %d", in[0].Shape, in[1].Shape, D)
 	}

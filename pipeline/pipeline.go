@@ -47,7 +47,11 @@ type CPU struct {
 func Default() *Pipeline {
 	return &Pipeline{
 		Phases: Phases{Compile: []string{"decode", "prefill"}, PrefillChunk: 512, CostContext: 4096, PrefillLogits: "last"},
-		Passes: map[string]bool{"fuse-dequant": true, "check": false},
+		Passes: map[string]bool{
+			"fuse-dequant": true, "fuse-gdn-gates": true, "fuse-conv-silu": true, "fuse-slice-l2": true,
+			"fuse-swiglu": true, "fuse-router": true, "fuse-moe-combine": true, "fuse-shared-gate": true,
+			"fuse-projections": true, "fuse-add-norm": true, "check": false,
+		},
 	}
 }
 

@@ -1,0 +1,136 @@
+package passes
+
+import (
+	"pistil/graph"
+)
+
+// Mixture-of-experts fusions. Each is its own pass with its own switch; together they
+// take the MoE block from 17 dispatches to 5 (router, routed gate/up, routed down with
+// the combine, shared gate/up, shared down with its gate and the add, plus the
+// shared_expert_gate projection).
+
+var plainMatmuls = []string{"matmul", "qmatmul"}
+var expertMatmuls = []string{"expert_matmul", "expert_qmatmul"}
+
+// fuseSwiGLU folds a gate and an up projection of the same input, read only by a swiglu,
+// into one dispatch with the activation in its epilogue: matmul_swiglu for the shared
+// expert, expert_matmul_swiglu for the routed experts (same input and same ids).
+func fuseSwiGLU(u *Unit) error {
+	r := newRewriter(u, "fuse-swiglu")
+	for _, v := range u.Graph.Values {
+		if !is(v, "swiglu") || !r.free(v) {
+			continue
+		}
+		gate, up := v.Args[0], v.Args[1]
+		if gate == up || !r.only(gate) || !r.only(up) || gate.Args[0] != up.Args[0] {
+			continue
+		}
+		var fused *graph.Value
+		var err error
+		switch {
+		case is(gate, plainMatmuls...) && is(up, plainMatmuls...):
+			fused, err = r.fuse("gate/up→swiglu", "matmul_swiglu", v.Name, nil,
+				[]*graph.Value{gate.Args[0], gate.Args[1], up.Args[1]}, gate, up)
+		case is(gate, expertMatmuls...) && is(up, expertMatmuls...) && gate.Args[2] == up.Args[2]:
+			fused, err = r.fuse("expert gate/up→swiglu", "expert_matmul_swiglu", v.Name, nil,
+				[]*graph.Value{gate.Args[0], gate.Args[1], up.Args[1], gate.Args[2]}, gate, up)
+		default:
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.replace(v, fused); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}
+
+// fuseRouter folds the router's projection into the routing: matmul_router computes the
+// E logits and picks the top k in one dispatch (E = 256 logits fit one threadgroup).
+func fuseRouter(u *Unit) error {
+	r := newRewriter(u, "fuse-router")
+	for _, v := range u.Graph.Values {
+		if !is(v, "router") || !r.free(v) {
+			continue
+		}
+		logits := v.Args[0]
+		if !is(logits, plainMatmuls...) || !r.only(logits) {
+			continue
+		}
+		fused, err := r.fuse("matmul→router", "matmul_router", v.Name, graph.Attrs{"k": v.Attrs["k"]},
+			logits.Args, logits)
+		if err != nil {
+			return err
+		}
+		if err := r.replace(v, fused); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}
+
+// fuseMoECombine folds the experts' down projection into the weighted combine:
+// expert_matmul_combine accumulates Σ_j w_j·y_j as the rows are produced, so the
+// [T, k, H] per-expert outputs never go to memory.
+func fuseMoECombine(u *Unit) error {
+	r := newRewriter(u, "fuse-moe-combine")
+	for _, v := range u.Graph.Values {
+		if !is(v, "moe_combine") || !r.free(v) {
+			continue
+		}
+		y := v.Args[0]
+		if !is(y, expertMatmuls...) || !r.only(y) {
+			continue
+		}
+		fused, err := r.fuse("expert down→moe_combine", "expert_matmul_combine", v.Name, nil,
+			[]*graph.Value{y.Args[0], y.Args[1], y.Args[2], v.Args[1]}, y)
+		if err != nil {
+			return err
+		}
+		if err := r.replace(v, fused); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}
+
+// fuseSharedGate folds add(other, mul(matmul(x, W), sigmoid(gate))) — the shared expert's
+// down projection, scaled by sigmoid(shared_expert_gate) and added to the routed output —
+// into matmul_gated_add: the sigmoid, the scale and the add run in the projection's
+// epilogue.
+func fuseSharedGate(u *Unit) error {
+	r := newRewriter(u, "fuse-shared-gate")
+	for _, v := range u.Graph.Values {
+		if !is(v, "add") || !r.free(v) {
+			continue
+		}
+		for _, side := range []int{1, 0} {
+			scaled, other := v.Args[side], v.Args[1-side]
+			if !is(scaled, "mul") || !r.only(scaled) || !other.Type.Equal(v.Type) {
+				continue
+			}
+			proj, sig := scaled.Args[0], scaled.Args[1]
+			if !is(proj, plainMatmuls...) || !is(sig, "sigmoid") || !r.only(proj) || !r.only(sig) {
+				continue
+			}
+			fused, err := r.fuse("add(mul(matmul, sigmoid))", "matmul_gated_add", v.Name, nil,
+				[]*graph.Value{proj.Args[0], proj.Args[1], sig.Args[0], other}, scaled, proj, sig)
+			if err != nil {
+				// Shapes this op does not take (a gate that is not one value per row):
+				// leave the pattern unfused.
+				continue
+			}
+			if err := r.replace(v, fused); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	r.finish()
+	return nil
+}

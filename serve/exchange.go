@@ -101,9 +101,19 @@ func (x *exchange) run(ctx context.Context, events chan<- []outDelta) {
 }
 
 // wait consumes events until the job is done. onDeltas sees each batch; onTick runs on
-// the ping interval. It returns false when the request ended without running to the end
-// (client gone or job dropped).
-func (x *exchange) wait(ctx context.Context, j *job, events <-chan []outDelta, onDeltas func([]outDelta) error, onTick func() error) error {
+// the ping interval. An error (the client went away, or a write to it failed and cancelled
+// ctx) is returned only once the job has left the queue or the engine has stopped, so no
+// engine work outlives the handler.
+func (x *exchange) wait(ctx context.Context, j *job, events <-chan []outDelta, onDeltas func([]outDelta) error, onTick func() error) (err error) {
+	defer func() {
+		if err != nil {
+			if x.s.sched.withdraw(j) {
+				x.s.metrics.cancelled.Add(1)
+			} else {
+				<-j.finished // the engine notices the cancelled ctx within one step
+			}
+		}
+	}()
 	ticker := time.NewTicker(x.s.cfg.PingInterval)
 	defer ticker.Stop()
 	for {
@@ -130,11 +140,6 @@ func (x *exchange) wait(ctx context.Context, j *job, events <-chan []outDelta, o
 				}
 			}
 		case <-ctx.Done():
-			if x.s.sched.withdraw(j) {
-				x.s.metrics.cancelled.Add(1)
-			} else {
-				<-j.finished // the engine notices within one step
-			}
 			return ctx.Err()
 		}
 	}

@@ -194,9 +194,12 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		}
 		rowsOf[id] = append(rowsOf[id], r)
 	}
+	w = w.forEnv(env)
+	fast := w.t.DType.Quantized() && !w.reference
 	type expertWork struct {
 		x     []float32 // gathered activation rows
 		xsums [][]float32
+		acts  *quantActs // the rows prepared for the fast kernels
 	}
 	work := make([]expertWork, len(used))
 	for i, e := range used {
@@ -209,21 +212,28 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 			}
 			copy(gx[p*K:(p+1)*K], xs[src*K:(src+1)*K])
 		}
-		work[i] = expertWork{x: gx, xsums: quantGroupSums(w, gx, len(rows))}
+		if fast {
+			work[i] = expertWork{acts: prepareActs(w, gx, len(rows))}
+		} else {
+			work[i] = expertWork{x: gx, xsums: quantGroupSums(w, gx, len(rows))}
+		}
 	}
 	blocks := (M + expertRowBlock - 1) / expertRowBlock
 	scratch := make([][]float32, env.workers())
 	parallelItems(env, len(used)*blocks, func(worker, item int) {
 		i, blk := item/blocks, item%blocks
 		e, wk := used[i], work[i]
+		rows := rowsOf[e]
+		lo, hi := blk*expertRowBlock, min((blk+1)*expertRowBlock, M)
+		store := func(p, r int, val float32) { y[rows[p]*M+r] = val }
+		if fast {
+			mulQuant(wk.acts, w, e*M, lo, hi, store)
+			return
+		}
 		if scratch[worker] == nil {
 			scratch[worker] = newRowScratch(w, nil)
 		}
-		rows := rowsOf[e]
-		lo, hi := blk*expertRowBlock, min((blk+1)*expertRowBlock, M)
-		mulBlock(wk.x, len(rows), wk.xsums, w, e*M, lo, hi, scratch[worker], func(p, r int, val float32) {
-			y[rows[p]*M+r] = val
-		})
+		mulBlock(wk.x, len(rows), wk.xsums, w, e*M, lo, hi, scratch[worker], store)
 	})
 	return nil
 }

@@ -17,6 +17,15 @@ type weightRows struct {
 	t            *Tensor
 	cols         int
 	rowsPerSlice int // rows per Stride0 slice of a non-contiguous stack
+	// reference selects the plain paths below over the fast kernels of qkernels.go
+	// (Env.Kernels = "reference"); see forEnv.
+	reference bool
+}
+
+// forEnv returns w set to the kernels env asks for.
+func (w weightRows) forEnv(env *Env) weightRows {
+	w.reference = env.referenceKernels()
+	return w
 }
 
 func newWeightRows(t *Tensor) (weightRows, error) {
@@ -235,8 +244,18 @@ func axpy(a float32, x, y []float32) {
 const quantDotMaxRows = 3
 
 // mulRows computes y[p*yStride + r] = x[p] · w.row(rowBase + r) for p < P, r < M, split
-// over r across workers. x is P rows of K = w.cols.
+// over r across workers. x is P rows of K = w.cols. env also picks the kernels.
 func mulRows(env *Env, x []float32, P int, w weightRows, rowBase, M int, y []float32, yStride int) {
+	w = w.forEnv(env)
+	if w.t.DType.Quantized() && !w.reference {
+		acts := prepareActs(w, x, P)
+		parallelRange(env, M, func(lo, hi int) {
+			mulQuant(acts, w, rowBase, lo, hi, func(p, r int, val float32) {
+				y[p*yStride+r] = val
+			})
+		})
+		return
+	}
 	xsums := quantGroupSums(w, x, P)
 	parallelRange(env, M, func(lo, hi int) {
 		mulBlock(x, P, xsums, w, rowBase, lo, hi, newRowScratch(w, xsums), func(p, r int, val float32) {
@@ -245,10 +264,11 @@ func mulRows(env *Env, x []float32, P int, w weightRows, rowBase, M int, y []flo
 	})
 }
 
-// quantGroupSums returns the group sums of each x row when the quantized group-sum dot
-// is the faster path (few rows), nil otherwise.
+// quantGroupSums returns the group sums of each x row when the reference kernels' group-sum
+// dot is the faster path (few rows), nil otherwise. The fast kernels need none: mulBlock
+// prepares its own.
 func quantGroupSums(w weightRows, x []float32, P int) [][]float32 {
-	if !w.t.DType.Quantized() || P > quantDotMaxRows {
+	if !w.t.DType.Quantized() || P > quantDotMaxRows || !w.reference {
 		return nil
 	}
 	K := w.cols
@@ -265,9 +285,9 @@ func quantGroupSums(w weightRows, x []float32, P int) [][]float32 {
 const rowTile = 8
 
 // newRowScratch allocates the decode buffer a worker needs (rowTile rows), or nil when
-// rows are never decoded (group-sum dot).
+// rows are never decoded (group-sum dot, fast quantized kernels).
 func newRowScratch(w weightRows, xsums [][]float32) []float32 {
-	if xsums != nil {
+	if xsums != nil || (w.t.DType.Quantized() && !w.reference) {
 		return nil
 	}
 	return make([]float32, rowTile*w.cols)
@@ -275,10 +295,16 @@ func newRowScratch(w weightRows, xsums [][]float32) []float32 {
 
 // mulBlock computes x[p] · w.row(rowBase + r) for r in [lo, hi) and every p < P and hands
 // each result to store. Decoded weight rows are reused across all P activation rows.
-// scratch holds rowTile decoded rows (unused on the group-sum path).
+// scratch holds rowTile decoded rows (unused on the group-sum path). A quantized w not set
+// to the reference kernels (forEnv) goes to the fast kernels, which prepare x themselves:
+// callers that cover a matrix in several blocks do better with prepareActs and mulQuant.
 func mulBlock(x []float32, P int, xsums [][]float32, w weightRows, rowBase, lo, hi int, scratch []float32,
 	store func(p, r int, val float32)) {
 	K := w.cols
+	if w.t.DType.Quantized() && !w.reference {
+		mulQuant(prepareActs(w, x, P), w, rowBase, lo, hi, store)
+		return
+	}
 	if xsums != nil {
 		for r := lo; r < hi; r++ {
 			for p := 0; p < P; p++ {

@@ -44,10 +44,12 @@ func (c Cost) Add(o Cost) Cost {
 }
 
 // Env is what a reference needs beyond its tensors: the step's symbol bindings (T tokens
-// at positions C..C+T-1) and a worker count for splitting loops across cores.
+// at positions C..C+T-1), a worker count for splitting loops across cores, and which
+// kernels the heavy loops use (KernelsFast, the default when empty, or KernelsReference).
 type Env struct {
 	Bind    graph.Bindings
 	Workers int
+	Kernels string
 }
 
 // Table is the registry of ops. It implements graph.OpSet.

@@ -1,0 +1,279 @@
+package ops
+
+import (
+	"encoding/binary"
+
+	"pistil/graph"
+)
+
+// Fast quantized matmul: the group-sum dot (y = Σ_g s·Σq·x + b·Σx) for any number of
+// activation rows, one weight row at a time, with activation rows taken four at a time so
+// that each decoded code feeds four multiply-adds. The inner loops are kernels chosen at
+// start-up: AVX2/FMA assembly on amd64 (qkernels_amd64.s), portable Go elsewhere
+// (goQuantKernels). Env.Kernels = "reference" switches all of it off in favour of the
+// plain paths of rows.go, which are checked against Tensor.Row.
+
+// Kernel choices for Env.Kernels (and pipeline.toml [cpu] kernels).
+const (
+	KernelsFast      = "fast"      // the fastest kernels this machine has (the default)
+	KernelsReference = "reference" // the plain Go paths, the oracle of the fast ones
+)
+
+// referenceKernels reports whether the fast kernels are switched off.
+func (e *Env) referenceKernels() bool { return e != nil && e.Kernels == KernelsReference }
+
+// quantKernels is one implementation of the quantized row dots. codes, scales and biases
+// are one weight row (rows.go locate); x is in the kernel's element order (prepareActs).
+type quantKernels struct {
+	name string
+	// unit is how many elements the kernels consume per step: a group size that is not a
+	// multiple of it goes to the portable kernels.
+	unit int
+	// interleaveQ4 stores each 16 activations of a q4 row as the 8 even then the 8 odd
+	// ones, the order in which the kernel unpacks the low and high nibbles of 8 bytes.
+	interleaveQ4 bool
+	// dot1 returns x · row for one activation row; xsum is x's group sums.
+	dot1 [2]func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32
+	// dot4 writes x_p · row for four activation rows stored xStride apart; xsum4 holds
+	// the group sums as [group][4].
+	dot4 [2]func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32)
+}
+
+// bitsIndex maps a quantized dtype to the index of its kernels.
+func bitsIndex(dt graph.DType) int {
+	if dt == graph.Q8 {
+		return 1
+	}
+	return 0
+}
+
+// fastKernels is the best implementation for this machine (set by the amd64 init when the
+// CPU has AVX2 and FMA). Tests swap it to check every implementation.
+var fastKernels = goQuantKernels
+
+// quantKernelSets lists every implementation this machine can run, for the tests.
+var quantKernelSets = []*quantKernels{goQuantKernels}
+
+// kernelsFor returns the kernels for a quantized weight's group size.
+func kernelsFor(group int) *quantKernels {
+	if group%fastKernels.unit == 0 {
+		return fastKernels
+	}
+	return goQuantKernels
+}
+
+// quantActs are activation rows prepared for the kernels: reordered as the kernels
+// read them, padded to a multiple of four rows (zero rows) when there is more than one,
+// with their group sums.
+type quantActs struct {
+	k    *quantKernels
+	bits int // index into k.dot1 / k.dot4
+	P, K int
+	x    []float32 // rows of K in kernel order; P==1: one row, else ceil(P/4)*4 rows
+	xsum []float32 // P==1: [G]; else per block of four rows [G][4]
+}
+
+// prepareActs reorders and sums the P rows of x (each w.cols long) for w's kernels.
+func prepareActs(w weightRows, x []float32, P int) *quantActs {
+	K, group := w.cols, w.t.Group
+	G := K / group
+	k := kernelsFor(group)
+	a := &quantActs{k: k, bits: bitsIndex(w.t.DType), P: P, K: K}
+	rows := P
+	if P > 1 {
+		rows = (P + 3) &^ 3
+	}
+	a.x = make([]float32, rows*K)
+	a.xsum = make([]float32, rows*G)
+	interleave := k.interleaveQ4 && w.t.DType == graph.Q4
+	for p := 0; p < P; p++ {
+		src, dst := x[p*K:(p+1)*K], a.x[p*K:(p+1)*K]
+		if interleave {
+			interleave16(src, dst)
+		} else {
+			copy(dst, src)
+		}
+		sums := groupSums(src, group, nil)
+		if P == 1 {
+			copy(a.xsum, sums)
+			continue
+		}
+		blk, lane := p/4, p%4
+		for g, s := range sums {
+			a.xsum[(blk*G+g)*4+lane] = s
+		}
+	}
+	return a
+}
+
+// interleave16 writes each 16 elements of src as its 8 even ones, then its 8 odd ones.
+func interleave16(src, dst []float32) {
+	dst = dst[:len(src)]
+	for i := 0; i+16 <= len(src); i += 16 {
+		s, d := src[i:i+16:i+16], dst[i:i+16:i+16]
+		for j := 0; j < 8; j++ {
+			d[j] = s[2*j]
+			d[8+j] = s[2*j+1]
+		}
+	}
+}
+
+// mulQuant computes x_p · w.row(rowBase + r) for r in [lo, hi) and p < a.P and hands
+// each result to store. Weight rows are taken in tiles so that a tile stays in the L1
+// cache while every block of four activation rows sweeps it.
+func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
+	K, G, group := a.K, a.K/w.t.Group, w.t.Group
+	dot1, dot4 := a.k.dot1[a.bits], a.k.dot4[a.bits]
+	if a.P == 1 {
+		for r := lo; r < hi; r++ {
+			data, scales, biases := w.locate(rowBase + r)
+			store(0, r, dot1(data, scales, biases, group, a.x, a.xsum))
+		}
+		return
+	}
+	const tile = 8
+	var out [4]float32
+	for r0 := lo; r0 < hi; r0 += tile {
+		r1 := min(r0+tile, hi)
+		for p0 := 0; p0 < a.P; p0 += 4 {
+			x := a.x[p0*K : (p0+4)*K]
+			xsum := a.xsum[p0*G : (p0+4)*G]
+			n := min(4, a.P-p0)
+			for r := r0; r < r1; r++ {
+				data, scales, biases := w.locate(rowBase + r)
+				dot4(data, scales, biases, group, x, K, xsum, &out)
+				for i := 0; i < n; i++ {
+					store(p0+i, r, out[i])
+				}
+			}
+		}
+	}
+}
+
+// goQuantKernels are the portable kernels: plain Go, word at a time, four accumulators.
+var goQuantKernels = &quantKernels{
+	name: "go",
+	unit: 8,
+	dot1: [2]func([]byte, []uint16, []uint16, int, []float32, []float32) float32{q4Dot1Go, q8Dot1Go},
+	dot4: [2]func([]byte, []uint16, []uint16, int, []float32, int, []float32, *[4]float32){q4Dot4Go, q8Dot4Go},
+}
+
+// q4Dot1Go is x · row for a q4 row: each little-endian uint32 holds 8 codes, low first.
+func q4Dot1Go(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
+	var acc, bacc float32
+	gb := group / 2
+	codes = codes[:len(scales)*gb]
+	x = x[:len(scales)*group]
+	xsum = xsum[:len(scales)]
+	biases = biases[:len(scales)]
+	for g, s := range scales {
+		c := codes[g*gb : (g+1)*gb]
+		xs := x[g*group : (g+1)*group]
+		var s0, s1, s2, s3 float32
+		for j := 0; j+4 <= len(c); j += 4 {
+			q := binary.LittleEndian.Uint32(c[j:])
+			xx := xs[2*j : 2*j+8 : 2*j+8]
+			s0 += float32(q&15)*xx[0] + float32(q>>16&15)*xx[4]
+			s1 += float32(q>>4&15)*xx[1] + float32(q>>20&15)*xx[5]
+			s2 += float32(q>>8&15)*xx[2] + float32(q>>24&15)*xx[6]
+			s3 += float32(q>>12&15)*xx[3] + float32(q>>28)*xx[7]
+		}
+		acc += BF16ToF32(s) * ((s0 + s1) + (s2 + s3))
+		bacc += BF16ToF32(biases[g]) * xsum[g]
+	}
+	return acc + bacc
+}
+
+// q8Dot1Go is x · row for a q8 row.
+func q8Dot1Go(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
+	var acc, bacc float32
+	codes = codes[:len(scales)*group]
+	x = x[:len(scales)*group]
+	xsum = xsum[:len(scales)]
+	biases = biases[:len(scales)]
+	for g, s := range scales {
+		c := codes[g*group : (g+1)*group]
+		xs := x[g*group : (g+1)*group]
+		var s0, s1, s2, s3 float32
+		for j := 0; j+4 <= len(c); j += 4 {
+			cc := c[j : j+4 : j+4]
+			xx := xs[j : j+4 : j+4]
+			s0 += float32(cc[0]) * xx[0]
+			s1 += float32(cc[1]) * xx[1]
+			s2 += float32(cc[2]) * xx[2]
+			s3 += float32(cc[3]) * xx[3]
+		}
+		acc += BF16ToF32(s) * ((s0 + s1) + (s2 + s3))
+		bacc += BF16ToF32(biases[g]) * xsum[g]
+	}
+	return acc + bacc
+}
+
+// q4Dot4Go is four activation rows against one q4 row: each code is unpacked once.
+func q4Dot4Go(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
+	var acc [4]float32
+	gb := group / 2
+	K := len(scales) * group
+	codes = codes[:len(scales)*gb]
+	x0, x1, x2, x3 := x[:K], x[xStride:xStride+K], x[2*xStride:2*xStride+K], x[3*xStride:3*xStride+K]
+	xsum4 = xsum4[:4*len(scales)]
+	biases = biases[:len(scales)]
+	var q [8]float32
+	for g, s := range scales {
+		c := codes[g*gb : (g+1)*gb]
+		var s0, s1, s2, s3 float32
+		for j := 0; j+4 <= len(c); j += 4 {
+			w := binary.LittleEndian.Uint32(c[j:])
+			q = [8]float32{float32(w & 15), float32(w >> 4 & 15), float32(w >> 8 & 15), float32(w >> 12 & 15),
+				float32(w >> 16 & 15), float32(w >> 20 & 15), float32(w >> 24 & 15), float32(w >> 28)}
+			i := g*group + 2*j
+			s0 += dot8(&q, x0[i:i+8:i+8])
+			s1 += dot8(&q, x1[i:i+8:i+8])
+			s2 += dot8(&q, x2[i:i+8:i+8])
+			s3 += dot8(&q, x3[i:i+8:i+8])
+		}
+		sc, b := BF16ToF32(s), BF16ToF32(biases[g])
+		xs := xsum4[4*g : 4*g+4 : 4*g+4]
+		acc[0] += sc*s0 + b*xs[0]
+		acc[1] += sc*s1 + b*xs[1]
+		acc[2] += sc*s2 + b*xs[2]
+		acc[3] += sc*s3 + b*xs[3]
+	}
+	*out = acc
+}
+
+// q8Dot4Go is four activation rows against one q8 row.
+func q8Dot4Go(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
+	var acc [4]float32
+	K := len(scales) * group
+	codes = codes[:K]
+	x0, x1, x2, x3 := x[:K], x[xStride:xStride+K], x[2*xStride:2*xStride+K], x[3*xStride:3*xStride+K]
+	xsum4 = xsum4[:4*len(scales)]
+	biases = biases[:len(scales)]
+	var q [8]float32
+	for g, s := range scales {
+		var s0, s1, s2, s3 float32
+		for i := g * group; i+8 <= (g+1)*group; i += 8 {
+			c := codes[i : i+8 : i+8]
+			q = [8]float32{float32(c[0]), float32(c[1]), float32(c[2]), float32(c[3]),
+				float32(c[4]), float32(c[5]), float32(c[6]), float32(c[7])}
+			s0 += dot8(&q, x0[i:i+8:i+8])
+			s1 += dot8(&q, x1[i:i+8:i+8])
+			s2 += dot8(&q, x2[i:i+8:i+8])
+			s3 += dot8(&q, x3[i:i+8:i+8])
+		}
+		sc, b := BF16ToF32(s), BF16ToF32(biases[g])
+		xs := xsum4[4*g : 4*g+4 : 4*g+4]
+		acc[0] += sc*s0 + b*xs[0]
+		acc[1] += sc*s1 + b*xs[1]
+		acc[2] += sc*s2 + b*xs[2]
+		acc[3] += sc*s3 + b*xs[3]
+	}
+	*out = acc
+}
+
+// dot8 is q · x for 8 elements, in two independent chains.
+func dot8(q *[8]float32, x []float32) float32 {
+	x = x[:8]
+	return (q[0]*x[0] + q[2]*x[2] + q[4]*x[4] + q[6]*x[6]) + (q[1]*x[1] + q[3]*x[3] + q[5]*x[5] + q[7]*x[7])
+}

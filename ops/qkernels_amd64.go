@@ -1,0 +1,69 @@
+package ops
+
+import (
+	"golang.org/x/sys/cpu"
+)
+
+// amd64 kernels: AVX2 and FMA assembly (qkernels_amd64.s), taken when the CPU has both
+// (and the OS saves the YMM state, which x/sys/cpu checks).
+
+//go:noescape
+func q4Dot1AVX2(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+
+//go:noescape
+func q8Dot1AVX2(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+
+//go:noescape
+func q4Dot4AVX2(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
+
+//go:noescape
+func q8Dot4AVX2(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
+
+// avx2Kernels are the assembly kernels. The wrappers check every length the assembly
+// relies on, so a short slice panics in Go (a bug in the caller) instead of reading past
+// the end.
+var avx2Kernels = &quantKernels{
+	name:         "avx2",
+	unit:         16,
+	interleaveQ4: true,
+	dot1: [2]func([]byte, []uint16, []uint16, int, []float32, []float32) float32{
+		func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
+			G := len(scales)
+			checkRow(codes, biases, G, group, 4, x, xsum, 1)
+			return q4Dot1AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], &xsum[0])
+		},
+		func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
+			G := len(scales)
+			checkRow(codes, biases, G, group, 8, x, xsum, 1)
+			return q8Dot1AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], &xsum[0])
+		},
+	},
+	dot4: [2]func([]byte, []uint16, []uint16, int, []float32, int, []float32, *[4]float32){
+		func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
+			G := len(scales)
+			checkRow(codes, biases, G, group, 4, x[3*xStride:], xsum4, 4)
+			q4Dot4AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], 4*xStride, &xsum4[0], out)
+		},
+		func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
+			G := len(scales)
+			checkRow(codes, biases, G, group, 8, x[3*xStride:], xsum4, 4)
+			q8Dot4AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], 4*xStride, &xsum4[0], out)
+		},
+	},
+}
+
+// checkRow panics unless a row of G groups and the activations it meets are all there
+// (the last activation row, for dot4) and the group size suits the kernels.
+func checkRow(codes []byte, biases []uint16, G, group, bits int, lastX, xsum []float32, rows int) {
+	if G == 0 || group%16 != 0 || len(codes) < G*group*bits/8 || len(biases) < G ||
+		len(lastX) < G*group || len(xsum) < G*rows {
+		panic("ops: quantized kernel called with a short row")
+	}
+}
+
+func init() {
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		fastKernels = avx2Kernels
+		quantKernelSets = append(quantKernelSets, avx2Kernels)
+	}
+}

@@ -1,0 +1,267 @@
+// AVX2/FMA kernels of the quantized row dots (see qkernels.go and qkernels_amd64.go).
+// A unit is 16 codes: q4 unpacks 8 bytes into the 8 low nibbles (even elements) and the
+// 8 high nibbles (odd elements), which is why q4 activations arrive interleaved (the 8
+// even then the 8 odd elements of each 16); q8 reads 16 bytes in order. Per group the
+// codes are multiplied with x in float32 and the group total is scaled once; the bias
+// term Σ_g b_g·Σx_g uses the precomputed group sums of x.
+
+#include "textflag.h"
+
+DATA nibbleMask<>+0(SB)/4, $0x0000000f
+GLOBL nibbleMask<>(SB), RODATA|NOPTR, $4
+
+// bf16 loads the bf16 at ptr as a float32 into the low lane of xmm (through AX).
+#define BF16(ptr, xmm) MOVWLZX ptr, AX; SHLL $16, AX; VMOVD AX, xmm
+
+// func q4Dot1AVX2(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+TEXT ·q4Dot1AVX2(SB), NOSPLIT, $0-60
+	MOVQ codes+0(FP), SI
+	MOVQ scales+8(FP), R8
+	MOVQ biases+16(FP), R9
+	MOVQ groups+24(FP), CX
+	MOVQ units+32(FP), R10
+	MOVQ x+40(FP), DI
+	MOVQ xsum+48(FP), R11
+	VPBROADCASTD nibbleMask<>(SB), Y15
+	VXORPS Y0, Y0, Y0 // Σ_g s_g·(Σ q·x)_g, 8 lanes
+	VXORPS X1, X1, X1 // Σ_g b_g·xsum_g
+
+q4d1group:
+	VXORPS Y2, Y2, Y2 // even elements of the group
+	VXORPS Y3, Y3, Y3 // odd elements
+	MOVQ   R10, DX
+
+q4d1unit:
+	VPMOVZXBD   (SI), Y4
+	VPSRLD      $4, Y4, Y5
+	VPAND       Y15, Y4, Y4
+	VCVTDQ2PS   Y4, Y4
+	VCVTDQ2PS   Y5, Y5
+	VFMADD231PS (DI), Y4, Y2
+	VFMADD231PS 32(DI), Y5, Y3
+	ADDQ        $8, SI
+	ADDQ        $64, DI
+	DECQ        DX
+	JNZ         q4d1unit
+
+	VADDPS       Y3, Y2, Y2
+	BF16((R8), X6)
+	VBROADCASTSS X6, Y6
+	VFMADD231PS  Y6, Y2, Y0
+	BF16((R9), X7)
+	VFMADD231SS  (R11), X7, X1
+	ADDQ         $2, R8
+	ADDQ         $2, R9
+	ADDQ         $4, R11
+	DECQ         CX
+	JNZ          q4d1group
+
+	VEXTRACTF128 $1, Y0, X2
+	VADDPS       X2, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+56(FP)
+	RET
+
+// func q8Dot1AVX2(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+TEXT ·q8Dot1AVX2(SB), NOSPLIT, $0-60
+	MOVQ   codes+0(FP), SI
+	MOVQ   scales+8(FP), R8
+	MOVQ   biases+16(FP), R9
+	MOVQ   groups+24(FP), CX
+	MOVQ   units+32(FP), R10
+	MOVQ   x+40(FP), DI
+	MOVQ   xsum+48(FP), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS X1, X1, X1
+
+q8d1group:
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   R10, DX
+
+q8d1unit:
+	VPMOVZXBD   (SI), Y4
+	VPMOVZXBD   8(SI), Y5
+	VCVTDQ2PS   Y4, Y4
+	VCVTDQ2PS   Y5, Y5
+	VFMADD231PS (DI), Y4, Y2
+	VFMADD231PS 32(DI), Y5, Y3
+	ADDQ        $16, SI
+	ADDQ        $64, DI
+	DECQ        DX
+	JNZ         q8d1unit
+
+	VADDPS       Y3, Y2, Y2
+	BF16((R8), X6)
+	VBROADCASTSS X6, Y6
+	VFMADD231PS  Y6, Y2, Y0
+	BF16((R9), X7)
+	VFMADD231SS  (R11), X7, X1
+	ADDQ         $2, R8
+	ADDQ         $2, R9
+	ADDQ         $4, R11
+	DECQ         CX
+	JNZ          q8d1group
+
+	VEXTRACTF128 $1, Y0, X2
+	VADDPS       X2, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VADDSS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+56(FP)
+	RET
+
+// dot4Tail sums the row accumulators Y8..Y11 into X8 = [r0 r1 r2 r3], adds the bias
+// terms Σ_g b_g·xsum4[g][p] (biases at R9, xsum4 at R11, CX groups) and stores X8 at R13.
+#define DOT4TAIL(name) \
+	VHADDPS      Y9, Y8, Y8; \
+	VHADDPS      Y11, Y10, Y10; \
+	VHADDPS      Y10, Y8, Y8; \
+	VEXTRACTF128 $1, Y8, X9; \
+	VADDPS       X9, X8, X8; \
+name: \
+	BF16((R9), X7); \
+	VBROADCASTSS X7, X7; \
+	VFMADD231PS  (R11), X7, X8; \
+	ADDQ         $2, R9; \
+	ADDQ         $16, R11; \
+	DECQ         CX; \
+	JNZ          name; \
+	VMOVUPS      X8, (R13); \
+	VZEROUPPER; \
+	RET
+
+// func q4Dot4AVX2(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
+// xStride is in bytes.
+TEXT ·q4Dot4AVX2(SB), NOSPLIT, $0-72
+	MOVQ codes+0(FP), SI
+	MOVQ scales+8(FP), R8
+	MOVQ biases+16(FP), R9
+	MOVQ groups+24(FP), CX
+	MOVQ units+32(FP), R10
+	MOVQ x+40(FP), DI
+	MOVQ xStride+48(FP), BX
+	MOVQ xsum4+56(FP), R11
+	MOVQ out+64(FP), R13
+	LEAQ (DI)(BX*2), R12
+	ADDQ BX, R12        // row 3
+	MOVQ CX, R14        // group counter of the main loop
+	VPBROADCASTD nibbleMask<>(SB), Y15
+	VXORPS Y8, Y8, Y8   // row accumulators
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+q4d4group:
+	VXORPS Y0, Y0, Y0 // per row p: Y(2p) even, Y(2p+1) odd elements of the group
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, DX
+
+q4d4unit:
+	VPMOVZXBD   (SI), Y12
+	VPSRLD      $4, Y12, Y13
+	VPAND       Y15, Y12, Y12
+	VCVTDQ2PS   Y12, Y12
+	VCVTDQ2PS   Y13, Y13
+	VFMADD231PS (DI), Y12, Y0
+	VFMADD231PS 32(DI), Y13, Y1
+	VFMADD231PS (DI)(BX*1), Y12, Y2
+	VFMADD231PS 32(DI)(BX*1), Y13, Y3
+	VFMADD231PS (DI)(BX*2), Y12, Y4
+	VFMADD231PS 32(DI)(BX*2), Y13, Y5
+	VFMADD231PS (R12), Y12, Y6
+	VFMADD231PS 32(R12), Y13, Y7
+	ADDQ        $8, SI
+	ADDQ        $64, DI
+	ADDQ        $64, R12
+	DECQ        DX
+	JNZ         q4d4unit
+
+	BF16((R8), X14)
+	VBROADCASTSS X14, Y14
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VFMADD231PS  Y14, Y0, Y8
+	VFMADD231PS  Y14, Y2, Y9
+	VFMADD231PS  Y14, Y4, Y10
+	VFMADD231PS  Y14, Y6, Y11
+	ADDQ         $2, R8
+	DECQ         R14
+	JNZ          q4d4group
+	DOT4TAIL(q4d4bias)
+
+// func q8Dot4AVX2(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
+TEXT ·q8Dot4AVX2(SB), NOSPLIT, $0-72
+	MOVQ codes+0(FP), SI
+	MOVQ scales+8(FP), R8
+	MOVQ biases+16(FP), R9
+	MOVQ groups+24(FP), CX
+	MOVQ units+32(FP), R10
+	MOVQ x+40(FP), DI
+	MOVQ xStride+48(FP), BX
+	MOVQ xsum4+56(FP), R11
+	MOVQ out+64(FP), R13
+	LEAQ (DI)(BX*2), R12
+	ADDQ BX, R12
+	MOVQ CX, R14
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+q8d4group:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   R10, DX
+
+q8d4unit:
+	VPMOVZXBD   (SI), Y12
+	VPMOVZXBD   8(SI), Y13
+	VCVTDQ2PS   Y12, Y12
+	VCVTDQ2PS   Y13, Y13
+	VFMADD231PS (DI), Y12, Y0
+	VFMADD231PS 32(DI), Y13, Y1
+	VFMADD231PS (DI)(BX*1), Y12, Y2
+	VFMADD231PS 32(DI)(BX*1), Y13, Y3
+	VFMADD231PS (DI)(BX*2), Y12, Y4
+	VFMADD231PS 32(DI)(BX*2), Y13, Y5
+	VFMADD231PS (R12), Y12, Y6
+	VFMADD231PS 32(R12), Y13, Y6
+	ADDQ        $16, SI
+	ADDQ        $64, DI
+	ADDQ        $64, R12
+	DECQ        DX
+	JNZ         q8d4unit
+
+	BF16((R8), X14)
+	VBROADCASTSS X14, Y14
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VFMADD231PS  Y14, Y0, Y8
+	VFMADD231PS  Y14, Y2, Y9
+	VFMADD231PS  Y14, Y4, Y10
+	VFMADD231PS  Y14, Y6, Y11
+	ADDQ         $2, R8
+	DECQ         R14
+	JNZ          q8d4group
+	DOT4TAIL(q8d4bias)

@@ -1,0 +1,97 @@
+package ops
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"pistil/graph"
+)
+
+// Benchmarks of the quantized matmuls at the shapes of the 35B-A3B: a [8192, 2048]
+// projection (q_proj, 2048 -> 8192) and 8 routed experts of a [256, 512, 2048] stack
+// (gate/up), for one decode token and a 64-token prefill chunk. MB/s is weight bytes
+// (codes, scales, biases) read per second: the figure that bounds decode speed.
+//
+//	go test ./ops/ -run X -bench 'QMatmul' -benchtime 2s
+
+var benchT = []int{1, 64}
+
+var benchKernels = []string{KernelsReference, KernelsFast}
+
+func BenchmarkQMatmul(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	for _, bits := range []int{4, 8} {
+		w := randQuantized(rng, bits, 64, 8192, 2048)
+		for _, T := range benchT {
+			x := randTensor(rng, 1, T, 2048)
+			g, _ := opGraph("qmatmul", nil, x, w)
+			info, _ := Default.Info("qmatmul")
+			out := []*Tensor{NewTensor(graph.F32, T, 8192)}
+			for _, kernels := range benchKernels {
+				b.Run(fmt.Sprintf("q%d/T=%d/%s", bits, T, kernels), func(b *testing.B) {
+					env := &Env{Workers: 2}
+					b.SetBytes(int64(len(w.Data) + len(w.Scales) + len(w.Biases)))
+					for b.Loop() {
+						if err := info.Ref(env, g.Values[2], []*Tensor{x, w}, out); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func BenchmarkExpertQMatmul(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	E, M, K, k := 256, 512, 2048, 8
+	for _, bits := range []int{4, 8} {
+		w := randQuantized(rng, bits, 64, E, M, K)
+		for _, T := range benchT {
+			x := randTensor(rng, 1, T, K)
+			ids := NewTensor(graph.I32, T, k)
+			used := map[int32]bool{}
+			for t := 0; t < T; t++ {
+				for j, e := range rng.Perm(E)[:k] {
+					ids.I32()[t*k+j] = int32(e)
+					used[int32(e)] = true
+				}
+			}
+			g, _ := opGraph("expert_qmatmul", nil, x, w, ids)
+			info, _ := Default.Info("expert_qmatmul")
+			out := []*Tensor{NewTensor(graph.F32, T, k, M)}
+			for _, kernels := range benchKernels {
+				b.Run(fmt.Sprintf("q%d/T=%d/%s", bits, T, kernels), func(b *testing.B) {
+					env := &Env{Workers: 2}
+					b.SetBytes(int64(len(used)) * int64(len(w.Data)+len(w.Scales)+len(w.Biases)) / int64(E))
+					for b.Loop() {
+						if err := info.Ref(env, g.Values[3], []*Tensor{x, w, ids}, out); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// randQuantized is a quantized tensor with random codes, scales and biases: fast to make
+// at full model size, and as good as real weights for timing.
+func randQuantized(rng *rand.Rand, bits, group int, shape ...int) *Tensor {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	t := &Tensor{DType: graph.Q4, Shape: shape, Group: group,
+		Data: make([]byte, n*bits/8), Scales: make([]byte, n/group*2), Biases: make([]byte, n/group*2)}
+	if bits == 8 {
+		t.DType = graph.Q8
+	}
+	rng.Read(t.Data)
+	for i := range u16(t.Scales) {
+		u16(t.Scales)[i] = F32ToBF16(float32(rng.NormFloat64()) * 0.01)
+		u16(t.Biases)[i] = F32ToBF16(float32(rng.NormFloat64()) * 0.1)
+	}
+	return t
+}

@@ -1,0 +1,142 @@
+package ops
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"pistil/graph"
+)
+
+// Every quantized kernel set (portable Go, and AVX2 where the CPU has it) and the
+// reference paths give x·Wᵀ of the Tensor.Row decode to 1e-5, for odd shapes, several
+// activation rows (the four-row blocks and their padding), q4 and q8, and group sizes the
+// assembly takes (32, 64) or leaves to Go (8, 24).
+func TestQMatmulKernelsMatchTensorRow(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	for _, bits := range []int{4, 8} {
+		for _, group := range []int{8, 24, 32, 64} {
+			K := 3 * group * 2 // six groups: not a multiple of 8 groups
+			if group == 24 {
+				K = 5 * 24
+			}
+			w := quantize(randTensor(rng, 0.1, 37, K), bits, group)
+			ref := rowsOf(w)
+			for _, P := range []int{1, 2, 3, 4, 5, 7, 9} {
+				x := randTensor(rng, 1, P, K)
+				want := naiveMatmul(x.F32(), ref, K)
+				forEachKernels(t, func(env *Env, name string) {
+					got := NewTensor(graph.F32, P, 37)
+					g, err := opGraph("qmatmul", nil, x, w)
+					if err != nil {
+						t.Fatal(err)
+					}
+					info, _ := Default.Info("qmatmul")
+					if err := info.Ref(env, g.Values[2], []*Tensor{x, w}, []*Tensor{got}); err != nil {
+						t.Fatal(err)
+					}
+					near(t, fmt.Sprintf("q%d group %d P=%d %s", bits, group, P, name), got.F32(), want, 1e-5)
+				})
+			}
+		}
+	}
+}
+
+// expert_qmatmul over a strided stack (the upper half of a fused [E, 2I, K] gate_up
+// through Stride0), with per-token and per-(token, expert) activations, matches the
+// Tensor.Row decode for every kernel set.
+func TestExpertQMatmulKernelsStrided(t *testing.T) {
+	rng := rand.New(rand.NewSource(12))
+	const E, I, K, k = 5, 11, 192, 3
+	for _, bits := range []int{4, 8} {
+		full := quantize(randTensor(rng, 0.1, E, 2*I, K), bits, 64)
+		rowBytes, rowGroups := K*bits/8, K/64
+		half := &Tensor{DType: full.DType, Shape: []int{E, I, K}, Group: 64,
+			Stride0: 2 * I * rowBytes, Stride0Groups: 2 * I * rowGroups,
+			Data: full.Data[I*rowBytes:], Scales: full.Scales[I*rowGroups*2:], Biases: full.Biases[I*rowGroups*2:]}
+		ref := rowsOf(half)
+		for _, T := range []int{1, 2, 6} {
+			ids := NewTensor(graph.I32, T, k)
+			for i := range ids.I32() {
+				ids.I32()[i] = int32(rng.Intn(E))
+			}
+			for _, perPair := range []bool{false, true} {
+				var x *Tensor
+				if perPair {
+					x = randTensor(rng, 1, T, k, K)
+				} else {
+					x = randTensor(rng, 1, T, K)
+				}
+				want := make([]float32, T*k*I)
+				for r, id := range ids.I32() {
+					src := r / k
+					if perPair {
+						src = r
+					}
+					y := naiveMatmul(x.F32()[src*K:(src+1)*K], ref[int(id)*I*K:(int(id)+1)*I*K], K)
+					copy(want[r*I:(r+1)*I], y)
+				}
+				forEachKernels(t, func(env *Env, name string) {
+					g, err := opGraph("expert_qmatmul", nil, x, half, ids)
+					if err != nil {
+						t.Fatal(err)
+					}
+					info, _ := Default.Info("expert_qmatmul")
+					got := NewTensor(graph.F32, T, k, I)
+					if err := info.Ref(env, g.Values[3], []*Tensor{x, half, ids}, []*Tensor{got}); err != nil {
+						t.Fatal(err)
+					}
+					near(t, fmt.Sprintf("q%d T=%d perPair=%v %s", bits, T, perPair, name), got.F32(), want, 1e-5)
+				})
+			}
+		}
+	}
+}
+
+// The kernels alone against dotQuant of rows.go, on rows long enough to exercise every
+// group, and a dot4 whose last row is at the very end of its slice.
+func TestQuantKernelsDirect(t *testing.T) {
+	rng := rand.New(rand.NewSource(13))
+	for _, bits := range []int{4, 8} {
+		const M, K = 3, 2048
+		w, err := newWeightRows(quantize(randTensor(rng, 0.05, M, K), bits, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := randF32(rng, 4*K, 1)
+		for _, ks := range quantKernelSets {
+			saved := fastKernels
+			fastKernels = ks
+			acts := prepareActs(w, x, 4)
+			one := prepareActs(w, x, 1)
+			fastKernels = saved
+			for r := 0; r < M; r++ {
+				data, scales, biases := w.locate(r)
+				var out [4]float32
+				ks.dot4[bitsIndex(w.t.DType)](data, scales, biases, 64, acts.x, K, acts.xsum, &out)
+				got1 := ks.dot1[bitsIndex(w.t.DType)](data, scales, biases, 64, one.x, one.xsum)
+				for p := 0; p < 4; p++ {
+					xp := x[p*K : (p+1)*K]
+					want := w.dotQuant(r, xp, groupSums(xp, 64, nil))
+					near(t, fmt.Sprintf("%s q%d dot4 row %d p %d", ks.name, bits, r, p), out[p:p+1], []float32{want}, 1e-5)
+					if p == 0 {
+						near(t, fmt.Sprintf("%s q%d dot1 row %d", ks.name, bits, r), []float32{got1}, []float32{want}, 1e-5)
+					}
+				}
+			}
+		}
+	}
+}
+
+// forEachKernels runs check with the reference kernels and with every fast kernel set.
+func forEachKernels(t *testing.T, check func(env *Env, name string)) {
+	t.Helper()
+	check(&Env{Workers: 3, Kernels: KernelsReference}, "reference")
+	saved := fastKernels
+	defer func() { fastKernels = saved }()
+	for _, ks := range quantKernelSets {
+		fastKernels = ks
+		check(&Env{Workers: 3, Kernels: KernelsFast}, ks.name)
+		check(&Env{Workers: 1}, ks.name+" (default, 1 worker)")
+	}
+}

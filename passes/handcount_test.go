@@ -77,8 +77,100 @@ func TestHandCountDecode(t *testing.T) {
 		t.Errorf("state %d (%v), want recurrent %d + conv %d", tot.StateBytes, split, recurrent, conv)
 	}
 
-	// Dispatches per layer, counting every compute value of the declared graph after
-	// fuse-dequant (sources and views — reshape, select, last_row — dispatch nothing):
+	// The decode plan with every optional pass on (the default), derived per layer.
+	// Sources and views (reshape, select, last_row) dispatch nothing. A residual add is
+	// folded into the norm that reads its sum (add_rms_norm), so it is counted there: the
+	// mixer's residual add in the MoE's post_attention_layernorm, the MoE's in the next
+	// layer's input_layernorm (or the final norm).
+	//   GDN mixer: input norm, matmuls (in_proj_qkv, z, b, a), gdn_gates, conv1d_silu,
+	//     slice_l2_norm (q), slice_l2_norm (k), slice (v), gated_delta, gated_rms_norm,
+	//     out_proj                                                            = 10
+	//   attention mixer: input norm, matmuls (q, k, v), 2 slices (query, gate), q_norm,
+	//     k_norm, 2 ropes, 2 kv_appends, attention, sigmoid(gate), mul, o_proj   = 14
+	//   MoE: add_rms_norm (attention residual + post_attention_layernorm),
+	//     matmul_router, expert_matmul_swiglu, expert_matmul_combine, matmul_swiglu
+	//     (shared), shared_expert_gate projection, matmul_gated_add              = 7
+	//   model: embed, final add_rms_norm, lm_head                              = 3
+	const gdnMixer, attMixer, moe, model = 10, 14, 7, 3
+	wantDispatches := gdnLayers*(gdnMixer+moe) + attLayer*(attMixer+moe) + model
+	if tot.Dispatches != wantDispatches {
+		t.Errorf("decode dispatches %d, want 30*(10+7) + 10*(14+7) + 3 = %d", tot.Dispatches, wantDispatches)
+	}
+	// Longest dependency chain (dispatches on the longest path; arena reuse lengthens no
+	// path because plan-memory reuses a block only from a later level than every
+	// dispatch that touched it):
+	//   GDN mixer: norm → matmuls → conv1d_silu → slice_l2_norm → gated_delta →
+	//     gated_rms_norm → out_proj                                             = 7
+	//     (gates: norm → matmuls → gdn_gates reaches gated_delta at depth 4 < 5; v
+	//     through its slice at 5 too; z joins at gated_rms_norm)
+	//   attention mixer: norm → matmuls → slice → q_norm → rope → attention → mul
+	//     (gate) → o_proj (k side: matmuls → k_norm → rope → kv_append reaches
+	//     attention at the same depth)                                           = 8
+	//   MoE: add_rms_norm → matmul_router → expert_matmul_swiglu →
+	//     expert_matmul_combine → matmul_gated_add (the shared path norm →
+	//     matmul_swiglu → matmul_gated_add is shorter)                           = 5
+	//   model: embed before layer 0; final norm and lm_head after layer 39     = 3
+	const gdnChain, attChain, moeChain = 7, 8, 5
+	wantChain := gdnLayers*(gdnChain+moeChain) + attLayer*(attChain+moeChain) + model
+	if tot.LongestChain != wantChain {
+		t.Errorf("decode longest chain %d, want 30*(7+5) + 10*(8+5) + 3 = %d", tot.LongestChain, wantChain)
+	}
+	if got := plan.LongestChain(len(p.Dispatches), p.Edges); got != wantChain {
+		t.Errorf("longest chain from the reduced edges %d, want %d", got, wantChain)
+	}
+	// reorder puts each dependency level in one group, so the barriers are exactly the
+	// stages the chain needs.
+	if tot.Groups != wantChain || tot.Barriers != wantChain-1 {
+		t.Errorf("decode groups %d (barriers %d), want one group per level of the chain: %d", tot.Groups, tot.Barriers, wantChain)
+	}
+	// The published reference runtime (Lily) launches 795 kernels in 555 stages.
+	if wantDispatches >= 795 || wantChain >= 555 {
+		t.Errorf("the derivation gives %d dispatches in %d stages: not fewer than Lily's 795 in 555", wantDispatches, wantChain)
+	}
+
+	// Each fusion switched off alone, what it gives back, derived by hand:
+	fusions := attLayer + gdnLayers // every layer has one MoE block
+	ablations := []struct {
+		pass              string
+		dispatches, chain int
+		why               string
+	}{
+		{"fuse-gdn-gates", 5 * gdnLayers, gdnLayers,
+			"add, softplus, mul, exp, neg and sigmoid instead of gdn_gates; add→softplus→mul reaches gated_delta at depth 6, one past the q path"},
+		{"fuse-conv-silu", gdnLayers, gdnLayers, "a silu after the conv, on the q path"},
+		{"fuse-slice-l2", 2 * gdnLayers, gdnLayers, "slice and l2_norm for q and for k, one more stage on the q path"},
+		{"fuse-swiglu", 2 * fusions, fusions,
+			"routed gate, up and swiglu instead of one; the shared gate and up join the shared_expert_gate projection in one matmuls, plus a swiglu: two dispatches either way; the routed swiglu is a stage"},
+		{"fuse-router", 0, fusions,
+			"the router's projection joins the shared_expert_gate projection in one matmuls, so the count stays, but the router waits a stage for it"},
+		{"fuse-moe-combine", fusions, fusions, "moe_combine after the experts' down projection, on the chain"},
+		{"fuse-shared-gate", 3 * fusions, 0,
+			"the shared down projection, sigmoid, mul and add instead of one; the add takes the fused op's stage"},
+		{"fuse-projections", 3*gdnLayers + 2*attLayer, 0, "4 in_proj and 3 q/k/v projections instead of one each, all in one stage"},
+		{"fuse-add-norm", layers + (layers - 1) + 1, 2 * layers,
+			"every norm after a residual add (all but layer 0's input norm, plus the final norm) waits a stage for a separate add"},
+		{"fuse-dequant", gdnLayers*13 + attLayer*12 + 1, 0, "the dequant dispatches counted below for -O0; each depends on its weight alone"},
+	}
+	for _, a := range ablations {
+		cfg := passes.Config{Check: true, Off: map[string]bool{a.pass: true}}
+		off, err := passes.Compile(g, ops.Default, decode, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := off.Totals.Dispatches; got != wantDispatches+a.dispatches {
+			t.Errorf("-pass=%s/off: %d dispatches, want %d + %d (%s)", a.pass, got, wantDispatches, a.dispatches, a.why)
+		}
+		if got := off.Totals.LongestChain; got != wantChain+a.chain {
+			t.Errorf("-pass=%s/off: longest chain %d, want %d + %d (%s)", a.pass, got, wantChain, a.chain, a.why)
+		}
+		// Without fuse-dequant a dequant reads whole expert stacks; every other fusion
+		// reads exactly what the unfused ops read.
+		if a.pass != "fuse-dequant" && off.Totals.WeightBytesRead != tot.WeightBytesRead {
+			t.Errorf("-pass=%s/off: weight bytes %d, want %d: fusion must not change what is read", a.pass, off.Totals.WeightBytesRead, tot.WeightBytesRead)
+		}
+	}
+
+	// With fuse-dequant alone (every other fusion off), per layer, as declared:
 	//   GDN mixer: input_layernorm, in_proj_qkv, in_proj_z, in_proj_b, sigmoid(b),
 	//     in_proj_a, conv1d, silu, 3 slices (q, k, v), 2 l2_norms (q, k), exp(A_log),
 	//     neg, add(a + dt_bias), softplus, mul (g), gated_delta, gated_rms_norm, out_proj,
@@ -89,60 +181,52 @@ func TestHandCountDecode(t *testing.T) {
 	//   MoE: post_attention_layernorm, router matmul, router, expert gate, expert up,
 	//     swiglu, expert down, moe_combine, shared gate, shared up, swiglu, shared down,
 	//     shared_expert_gate matmul, sigmoid, mul, add (routed + shared), residual add = 17
-	//   model: embed, final norm, lm_head                                     = 3
-	const gdnMixer, attMixer, moe, model = 22, 17, 17, 3
-	wantDispatches := gdnLayers*(gdnMixer+moe) + attLayer*(attMixer+moe) + model
-	if tot.Dispatches != wantDispatches {
-		t.Errorf("decode dispatches %d, want 30*(22+17) + 10*(17+17) + 3 = %d", tot.Dispatches, wantDispatches)
-	}
-	// Longest dependency chain (dispatches on the longest path; arena reuse lengthens no
-	// path because plan-memory reuses a block only from a later level than every
-	// dispatch that touched it):
+	// and chains
 	//   GDN mixer: norm → in_proj_qkv → conv1d → silu → slice q → l2_norm → gated_delta →
 	//     gated_rms_norm → out_proj → residual add                               = 10
-	//     (the decay path norm → in_proj_a → add → softplus → mul reaches gated_delta at
-	//     depth 6 < 7, the v path at 6)
-	//   attention mixer: norm → q_proj → slice → q_norm → rope → attention (k side:
-	//     k_proj → k_norm → rope → kv_append also reaches it at depth 6) → mul (gate) →
+	//   attention mixer: norm → q_proj → slice → q_norm → rope → attention → mul →
 	//     o_proj → residual add                                                  = 9
 	//   MoE: norm → router matmul → router → expert gate/up → swiglu → expert down →
 	//     moe_combine → add → residual add                                       = 9
-	//     (the shared expert path is 6 long and joins at the add)
-	//   model: embed before layer 0; final norm and lm_head after layer 39     = 3
-	const gdnChain, attChain, moeChain = 10, 9, 9
-	wantChain := gdnLayers*(gdnChain+moeChain) + attLayer*(attChain+moeChain) + model
-	if tot.LongestChain != wantChain {
-		t.Errorf("decode longest chain %d, want 30*(10+9) + 10*(9+9) + 3 = %d", tot.LongestChain, wantChain)
+	const gdnMixer0, attMixer0, moe0, gdnChain0, attChain0, moeChain0 = 22, 17, 17, 10, 9, 9
+	unfused := gdnLayers*(gdnMixer0+moe0) + attLayer*(attMixer0+moe0) + model
+	unfusedChain := gdnLayers*(gdnChain0+moeChain0) + attLayer*(attChain0+moeChain0) + model
+	dequantOnly := passes.Config{Check: true, Off: map[string]bool{}}
+	for _, ps := range passes.Passes {
+		if !ps.Required && ps.Name != "fuse-dequant" && ps.Name != "reorder" {
+			dequantOnly.Off[ps.Name] = true
+		}
 	}
-	if got := plan.LongestChain(len(p.Dispatches), p.Edges); got != wantChain {
-		t.Errorf("longest chain from the reduced edges %d, want %d", got, wantChain)
+	base, err := passes.Compile(g, ops.Default, decode, dequantOnly)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// reorder puts each dependency level in one group, so the barriers are exactly the
-	// stages the chain needs.
-	if tot.Groups != wantChain || tot.Barriers != wantChain-1 {
-		t.Errorf("decode groups %d (barriers %d), want one group per level of the chain: %d", tot.Groups, tot.Barriers, wantChain)
+	if base.Totals.Dispatches != unfused || base.Totals.LongestChain != unfusedChain {
+		t.Errorf("fuse-dequant only: %d dispatches, chain %d; want 30*(22+17) + 10*(17+17) + 3 = %d, 30*(10+9) + 10*(9+9) + 3 = %d",
+			base.Totals.Dispatches, base.Totals.LongestChain, unfused, unfusedChain)
 	}
 
-	// Without fusion every quantized matmul weight gets its own dequant dispatch:
-	// GDN in_proj_qkv, z, b, a, out_proj (5); attention q, k, v, o (4); MoE router, 3
-	// expert stacks, 3 shared expert matrices, shared_expert_gate (8); lm_head (1). The
-	// embedding reads its table directly.
+	// Without any optional pass every quantized matmul weight gets its own dequant
+	// dispatch: GDN in_proj_qkv, z, b, a, out_proj (5); attention q, k, v, o (4); MoE
+	// router, 3 expert stacks, 3 shared expert matrices, shared_expert_gate (8); lm_head
+	// (1). The embedding reads its table directly.
 	o0, err := passes.Compile(g, ops.Default, decode, passes.O0())
 	if err != nil {
 		t.Fatal(err)
 	}
 	dequants := gdnLayers*(5+8) + attLayer*(4+8) + 1
-	if o0.Totals.Dispatches != wantDispatches+dequants {
-		t.Errorf("-O0 decode dispatches %d, want %d + %d dequants", o0.Totals.Dispatches, wantDispatches, dequants)
+	if o0.Totals.Dispatches != unfused+dequants {
+		t.Errorf("-O0 decode dispatches %d, want %d + %d dequants", o0.Totals.Dispatches, unfused, dequants)
 	}
 	// A dequant depends on its weight alone, so it never lengthens the chain: the chain
 	// stays the same without fusion, even though the dequantized f32 copies share arena
 	// memory.
-	if o0.Totals.LongestChain != wantChain {
-		t.Errorf("-O0 decode longest chain %d, want %d", o0.Totals.LongestChain, wantChain)
+	if o0.Totals.LongestChain != unfusedChain {
+		t.Errorf("-O0 decode longest chain %d, want %d", o0.Totals.LongestChain, unfusedChain)
 	}
-	t.Logf("decode: %d dispatches, %d groups, longest chain %d; -O0: %d dispatches, %d groups, longest chain %d",
-		tot.Dispatches, tot.Groups, tot.LongestChain, o0.Totals.Dispatches, o0.Totals.Groups, o0.Totals.LongestChain)
+	t.Logf("decode: %d dispatches, %d groups, longest chain %d; fuse-dequant only: %d, %d, %d; -O0: %d dispatches, %d groups, longest chain %d",
+		tot.Dispatches, tot.Groups, tot.LongestChain, base.Totals.Dispatches, base.Totals.Groups, base.Totals.LongestChain,
+		o0.Totals.Dispatches, o0.Totals.Groups, o0.Totals.LongestChain)
 }
 
 // BenchmarkCompileBuiltin measures what `pistil compile` does for the built-in model:

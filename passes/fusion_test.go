@@ -1,0 +1,113 @@
+package passes_test
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"pistil/graph"
+	"pistil/ops"
+	"pistil/passes"
+)
+
+// The decode fusion passes, each tested for meaning (the graph just before the pass and
+// just after it compute the same logits and states on the tiny golden checkpoints, MLX
+// 4-bit and Hugging Face bf16) and for firing where expected (the tiny model has 6 Gated
+// DeltaNet layers and 2 attention layers, each with an MoE block).
+
+type fusionCase struct {
+	pass  string
+	fused map[string]int // fused op → how many the pass makes in the tiny model
+	gone  []string       // unfused ops none of which may remain
+}
+
+const tinyGDN, tinyAttention, tinyLayers = 6, 2, 8
+
+var fusionCases = []fusionCase{
+	{"fuse-gdn-gates", map[string]int{"gdn_gates": tinyGDN}, []string{"softplus", "exp", "neg"}},
+	{"fuse-conv-silu", map[string]int{"conv1d_silu": tinyGDN}, []string{"conv1d", "silu"}},
+	{"fuse-slice-l2", map[string]int{"slice_l2_norm": 2 * tinyGDN}, []string{"l2_norm"}},
+	{"fuse-swiglu", map[string]int{"matmul_swiglu": tinyLayers, "expert_matmul_swiglu": tinyLayers}, []string{"swiglu"}},
+	{"fuse-router", map[string]int{"matmul_router": tinyLayers}, []string{"router"}},
+	{"fuse-moe-combine", map[string]int{"expert_matmul_combine": tinyLayers}, []string{"moe_combine", "expert_matmul", "expert_qmatmul"}},
+	{"fuse-shared-gate", map[string]int{"matmul_gated_add": tinyLayers}, nil},
+	// GDN: in_proj_qkv, z, b, a; attention: q, k, v.
+	{"fuse-projections", map[string]int{"matmuls": tinyGDN + tinyAttention}, nil},
+	// Every norm but layer 0's input norm reads a residual add, and the final norm.
+	{"fuse-add-norm", map[string]int{"add_rms_norm": 2 * tinyLayers}, []string{"add"}},
+}
+
+func TestFusionPassesKeepTheAnswer(t *testing.T) {
+	for _, layout := range []string{"mlx-q4", "hf"} {
+		ck := openTiny(t, layout)
+		g := buildTiny(t, ck, true)
+		phase := passes.Phase{Name: "prefill", Tokens: 5}
+		rng := rand.New(rand.NewSource(17))
+		bind := graph.Bindings{T: 5, C: 0, N: 8}
+		tokens := randomTokens(rng, 5, ck.Config().VocabSize)
+		states := zeroStates(g, bind)
+		for _, c := range fusionCases {
+			t.Run(layout+"/"+c.pass, func(t *testing.T) {
+				before := runUntil(t, g, phase, passes.Config{Off: map[string]bool{c.pass: true}}, c.pass)
+				after := runUntil(t, g, phase, passes.Config{}, c.pass)
+				for op, want := range c.fused {
+					if got := countOps(after.Graph, op); got != want {
+						t.Errorf("%d %s after %s, want %d", got, op, c.pass, want)
+					}
+				}
+				for _, op := range c.gone {
+					if n := countOps(after.Graph, op); n != 0 {
+						t.Errorf("%d %s left after %s", n, op, c.pass)
+					}
+				}
+				if a, b := countDispatches(after.Graph), countDispatches(before.Graph); a >= b {
+					t.Errorf("%s left %d dispatching values, before it %d: nothing fused", c.pass, a, b)
+				}
+				// The fused references do the unfused float32 arithmetic in the same order;
+				// the bound only allows a platform that contracts a*b+c into one rounding.
+				compareOutputs(t, c.pass, interpret(t, after.Graph, ck, tokens, states, bind), interpret(t, before.Graph, ck, tokens, states, bind), 1e-6)
+			})
+		}
+	}
+}
+
+// Every fusion applies to the dequant→matmul form too (fuse-dequant off): the fused ops
+// take f32 weights. The whole pipeline without fuse-dequant must still compute what -O0
+// computes, from a non-empty state (a decode step after a prefill).
+func TestFusionsWithoutFuseDequant(t *testing.T) {
+	ck := openTiny(t, "mlx-q4")
+	g := buildTiny(t, ck, true)
+	rng := rand.New(rand.NewSource(19))
+	noDequant := passes.Config{Off: map[string]bool{"fuse-dequant": true}}
+	states := zeroStates(g, graph.Bindings{N: 8})
+	ref := zeroStates(g, graph.Bindings{N: 8})
+	pos := 0
+	for step, T := range []int{4, 1} {
+		phase := passes.Phase{Name: "prefill", Tokens: T}
+		fused := runUntil(t, g, phase, noDequant, "reorder")
+		plain := runUntil(t, g, phase, passes.O0(), "reorder")
+		if countOps(fused.Graph, "dequant") == 0 || countOps(fused.Graph, "expert_matmul_swiglu") == 0 {
+			t.Fatal("want dequants feeding fused ops")
+		}
+		bind := graph.Bindings{T: T, C: pos, N: 8}
+		tokens := randomTokens(rng, T, ck.Config().VocabSize)
+		got := interpret(t, fused.Graph, ck, tokens, states, bind)
+		want := interpret(t, plain.Graph, ck, tokens, ref, bind)
+		compareOutputs(t, fmt.Sprintf("step %d", step), got, want, 1e-5)
+		for name := range states {
+			states[name], ref[name] = got[name], want[name]
+		}
+		pos += T
+	}
+}
+
+// countDispatches counts the values that become dispatches (not sources, not views).
+func countDispatches(g *graph.Graph) int {
+	n := 0
+	for _, v := range g.Values {
+		if def, ok := ops.Default.Lookup(v.Op); ok && !def.Has(graph.Source) && !def.Has(graph.View) {
+			n++
+		}
+	}
+	return n
+}

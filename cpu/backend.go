@@ -16,7 +16,7 @@ import (
 
 func init() {
 	exec.RegisterBackend("cpu", func(o exec.BackendOptions) (exec.Backend, error) {
-		return &Backend{Workers: o.Workers}, nil
+		return &Backend{Workers: o.Workers, Kernels: o.Kernels}, nil
 	})
 }
 
@@ -24,6 +24,7 @@ func init() {
 // loops across (0: every core).
 type Backend struct {
 	Workers int
+	Kernels string // ops.Env.Kernels: "fast" (or empty) or "reference"
 }
 
 // Name implements exec.Backend.
@@ -41,6 +42,7 @@ func (b *Backend) workers() int {
 type program struct {
 	p       *plan.Plan
 	workers int
+	kernels string
 	steps   []step
 	weights map[int]*ops.Tensor // buffer ID -> bound weight
 	arena   []byte              // scratch, sized for the plan
@@ -57,7 +59,7 @@ type step struct {
 
 // Load implements exec.Backend.
 func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) (exec.Program, error) {
-	prog := &program{p: p, workers: b.workers(), weights: map[int]*ops.Tensor{}, outputs: map[string]int{}, outBufs: map[int][]byte{}, tokens: -1}
+	prog := &program{p: p, workers: b.workers(), kernels: b.Kernels, weights: map[int]*ops.Tensor{}, outputs: map[string]int{}, outBufs: map[int][]byte{}, tokens: -1}
 	for _, buf := range p.Buffers {
 		switch buf.Kind {
 		case plan.Weight:
@@ -128,7 +130,7 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 	if pos+len(tokens) > s.capacity {
 		return nil, fmt.Errorf("context full: %d tokens at position %d exceed the session capacity %d", len(tokens), pos, s.capacity)
 	}
-	env := &ops.Env{Bind: graph.Bindings{T: p.p.Tokens, C: pos, N: s.capacity}, Workers: p.workers}
+	env := &ops.Env{Bind: graph.Bindings{T: p.p.Tokens, C: pos, N: s.capacity}, Workers: p.workers, Kernels: p.kernels}
 	tokenTensor := &ops.Tensor{DType: graph.I32, Shape: []int{len(tokens)}, Data: int32Bytes(tokens)}
 	for i := range p.steps {
 		if err := ctx.Err(); err != nil {

@@ -58,6 +58,8 @@ type State interface {
 type BackendOptions struct {
 	// Workers bounds host threads (the CPU backend's goroutines); 0 means every core.
 	Workers int
+	// Kernels picks the CPU backend's kernels: "fast" (or empty) or "reference".
+	Kernels string
 }
 
 // BackendFactory makes a backend instance.

@@ -7,8 +7,17 @@
 
 #include "textflag.h"
 
+// Go's ABIInternal keeps R14 (g) and X15 (zero) fixed across calls into assembly, so
+// these kernels leave both alone.
+
 DATA nibbleMask<>+0(SB)/4, $0x0000000f
 GLOBL nibbleMask<>(SB), RODATA|NOPTR, $4
+
+DATA nibbleMask8<>+0(SB)/8, $0x0000000f0000000f
+DATA nibbleMask8<>+8(SB)/8, $0x0000000f0000000f
+DATA nibbleMask8<>+16(SB)/8, $0x0000000f0000000f
+DATA nibbleMask8<>+24(SB)/8, $0x0000000f0000000f
+GLOBL nibbleMask8<>(SB), RODATA|NOPTR, $32
 
 // bf16 loads the bf16 at ptr as a float32 into the low lane of xmm (through AX).
 #define BF16(ptr, xmm) MOVWLZX ptr, AX; SHLL $16, AX; VMOVD AX, xmm
@@ -22,7 +31,7 @@ TEXT ·q4Dot1AVX2(SB), NOSPLIT, $0-60
 	MOVQ units+32(FP), R10
 	MOVQ x+40(FP), DI
 	MOVQ xsum+48(FP), R11
-	VPBROADCASTD nibbleMask<>(SB), Y15
+	VPBROADCASTD nibbleMask<>(SB), Y8
 	VXORPS Y0, Y0, Y0 // Σ_g s_g·(Σ q·x)_g, 8 lanes
 	VXORPS X1, X1, X1 // Σ_g b_g·xsum_g
 
@@ -34,7 +43,7 @@ q4d1group:
 q4d1unit:
 	VPMOVZXBD   (SI), Y4
 	VPSRLD      $4, Y4, Y5
-	VPAND       Y15, Y4, Y4
+	VPAND       Y8, Y4, Y4
 	VCVTDQ2PS   Y4, Y4
 	VCVTDQ2PS   Y5, Y5
 	VFMADD231PS (DI), Y4, Y2
@@ -148,9 +157,7 @@ TEXT ·q4Dot4AVX2(SB), NOSPLIT, $0-72
 	MOVQ xsum4+56(FP), R11
 	MOVQ out+64(FP), R13
 	LEAQ (DI)(BX*2), R12
-	ADDQ BX, R12        // row 3
-	MOVQ CX, R14        // group counter of the main loop
-	VPBROADCASTD nibbleMask<>(SB), Y15
+	ADDQ BX, R12 // row 3
 	VXORPS Y8, Y8, Y8   // row accumulators
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
@@ -170,7 +177,7 @@ q4d4group:
 q4d4unit:
 	VPMOVZXBD   (SI), Y12
 	VPSRLD      $4, Y12, Y13
-	VPAND       Y15, Y12, Y12
+	VPAND       nibbleMask8<>(SB), Y12, Y12
 	VCVTDQ2PS   Y12, Y12
 	VCVTDQ2PS   Y13, Y13
 	VFMADD231PS (DI), Y12, Y0
@@ -198,8 +205,9 @@ q4d4unit:
 	VFMADD231PS  Y14, Y4, Y10
 	VFMADD231PS  Y14, Y6, Y11
 	ADDQ         $2, R8
-	DECQ         R14
+	DECQ         CX
 	JNZ          q4d4group
+	MOVQ         groups+24(FP), CX
 	DOT4TAIL(q4d4bias)
 
 // func q8Dot4AVX2(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
@@ -215,7 +223,6 @@ TEXT ·q8Dot4AVX2(SB), NOSPLIT, $0-72
 	MOVQ out+64(FP), R13
 	LEAQ (DI)(BX*2), R12
 	ADDQ BX, R12
-	MOVQ CX, R14
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
@@ -262,6 +269,7 @@ q8d4unit:
 	VFMADD231PS  Y14, Y4, Y10
 	VFMADD231PS  Y14, Y6, Y11
 	ADDQ         $2, R8
-	DECQ         R14
+	DECQ         CX
 	JNZ          q8d4group
+	MOVQ         groups+24(FP), CX
 	DOT4TAIL(q8d4bias)

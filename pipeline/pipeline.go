@@ -39,7 +39,8 @@ type Phases struct {
 
 // CPU is the [cpu] table.
 type CPU struct {
-	Workers int `toml:"workers"`
+	Workers int    `toml:"workers"`
+	Kernels string `toml:"kernels"` // "fast" or "reference" (ops.KernelsFast, ops.KernelsReference)
 }
 
 // Default is the built-in configuration; it equals the repository's pipeline.toml (a
@@ -52,6 +53,7 @@ func Default() *Pipeline {
 			"fuse-swiglu": true, "fuse-router": true, "fuse-moe-combine": true, "fuse-shared-gate": true,
 			"fuse-projections": true, "fuse-add-norm": true, "check": false,
 		},
+		CPU: CPU{Kernels: "fast"},
 	}
 }
 
@@ -114,6 +116,13 @@ func (p *Pipeline) validate() error {
 	}
 	if p.CPU.Workers < 0 {
 		return fmt.Errorf("cpu.workers = %d: must not be negative", p.CPU.Workers)
+	}
+	switch p.CPU.Kernels {
+	case "": // a file without the key gets the default
+		p.CPU.Kernels = "fast"
+	case "fast", "reference":
+	default:
+		return fmt.Errorf("cpu.kernels = %q: want \"fast\" or \"reference\"", p.CPU.Kernels)
 	}
 	_, err := p.PassConfig(nil)
 	return err

@@ -36,6 +36,7 @@ func TestParseErrors(t *testing.T) {
 		"[passes]\nfuse-everything = true":    "unknown pass",
 		"[cpu]\nworkers = -1":                 "cpu.workers",
 		"[cpu]\nthreads = 4":                  "unknown keys: cpu.threads",
+		"[cpu]\nkernels = \"turbo\"":          "cpu.kernels",
 		"[phases]\nprefill_chunk = \"big\"":   "prefill_chunk",
 		"[phases\n":                           "",
 	}

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"sync"
 
 	"pistil/graph"
 )
@@ -161,5 +162,23 @@ func selectAll(b *graph.Builder, t *graph.Value, n int) []*graph.Value {
 	return out
 }
 
-// scratchLike allocates an f32 tensor for an intermediate of the given shape.
-func scratchF32(shape ...int) *Tensor { return NewTensor(graph.F32, shape...) }
+// scratchPool recycles the intermediates of fused references. The unfused ops keep
+// theirs in the plan's arena and a GPU kernel in registers; the CPU reference reuses
+// buffers so that a fused step allocates nothing in the steady state.
+var scratchPool sync.Pool
+
+// scratchF32 returns an f32 tensor of the shape for an intermediate the caller overwrites
+// in full (its contents are arbitrary), and the function that hands it back.
+func scratchF32(shape ...int) (*Tensor, func()) {
+	n := 4
+	for _, d := range shape {
+		n *= d
+	}
+	buf, _ := scratchPool.Get().(*[]byte)
+	if buf == nil || cap(*buf) < n {
+		b := make([]byte, n)
+		buf = &b
+	}
+	t := &Tensor{DType: graph.F32, Shape: append([]int(nil), shape...), Data: (*buf)[:n]}
+	return t, func() { scratchPool.Put(buf) }
+}

@@ -82,7 +82,8 @@ func refMatmuls(env *Env, v *graph.Value, in, out []*Tensor) error {
 func refMatmulSwiGLU(env *Env, v *graph.Value, in, out []*Tensor) error {
 	x := in[0].F32()
 	y := out[0].F32()
-	up := scratchF32(len(y))
+	up, release := scratchF32(len(y))
+	defer release()
 	for i, dst := range [][]float32{y, up.F32()} {
 		w, err := newWeightRows(in[1+i])
 		if err != nil {

@@ -56,7 +56,8 @@ func refMatmulRouter(env *Env, v *graph.Value, in, out []*Tensor) error {
 		return fmt.Errorf("matmul_router: x has %d elements, not a multiple of K = %d", len(x), w.cols)
 	}
 	T, E := len(x)/w.cols, w.rows()
-	logits := scratchF32(T, E)
+	logits, release := scratchF32(T, E)
+	defer release()
 	mulRows(env, x, T, w, 0, E, logits.F32(), E)
 	return refRouter(env, v, []*Tensor{logits}, out)
 }
@@ -68,7 +69,8 @@ func refMatmulRouter(env *Env, v *graph.Value, in, out []*Tensor) error {
 func refExpertMatmulSwiGLU(env *Env, v *graph.Value, in, out []*Tensor) error {
 	x, wg, wu, ids := in[0], in[1], in[2], in[3]
 	y := out[0]
-	up := scratchF32(y.Shape...)
+	up, release := scratchF32(y.Shape...)
+	defer release()
 	if err := refExpertMatmul(env, v, []*Tensor{x, wg, ids}, []*Tensor{y}); err != nil {
 		return fmt.Errorf("gate: %w", err)
 	}
@@ -85,7 +87,8 @@ func refExpertMatmulSwiGLU(env *Env, v *graph.Value, in, out []*Tensor) error {
 func refExpertMatmulCombine(env *Env, v *graph.Value, in, out []*Tensor) error {
 	x, w, ids, weights := in[0], in[1], in[2], in[3]
 	T, k := ids.Shape[0], ids.Shape[1]
-	y := scratchF32(T, k, w.Shape[1])
+	y, release := scratchF32(T, k, w.Shape[1])
+	defer release()
 	if err := refExpertMatmul(env, v, []*Tensor{x, w, ids}, []*Tensor{y}); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ type prepared struct {
 	chat      bool // chat.completion vs text_completion
 	gen       genRequest
 	prompt    []int32
-	boundary  int
+	splits    []int // canonical prefill split points (see messageSplits)
 	maxTokens int
 	thinking  bool // the output starts inside <think>
 	newParser func() deltaParser
@@ -94,19 +94,7 @@ func (s *Server) prepareChat(req *chatRequest) (*prepared, *apiError) {
 	prompt := s.tok.Encode(text)
 	p := &prepared{chat: true, gen: req.genRequest, prompt: prompt, thinking: chat.PromptEndsInReasoning(text)}
 
-	// The next turn re-renders this one without its reasoning (unless preserve_thinking):
-	// it shares this prompt up to the generation prompt's "<think>". Snapshot there too.
-	opts.AddGenerationPrompt = false
-	if head, err := s.tmpl.Render(opts); err == nil && strings.HasPrefix(text, head) {
-		genPrompt := text[len(head):]
-		if i := strings.Index(genPrompt, "<think>"); i >= 0 {
-			genPrompt = genPrompt[:i]
-		}
-		headTokens := s.tok.Encode(head + genPrompt)
-		if n := len(headTokens); n < len(prompt) && commonPrefix(prompt, headTokens) == n {
-			p.boundary = n
-		}
-	}
+	p.splits = s.messageSplits(prompt)
 	thinking, parseTools := p.thinking, req.ToolsEnabled
 	p.newParser = func() deltaParser {
 		return chatParser{chat.NewParser(chat.ParserOptions{StartInReasoning: thinking, ParseTools: parseTools, Tools: tools})}
@@ -115,6 +103,31 @@ func (s *Server) prepareChat(req *chatRequest) (*prepared, *apiError) {
 		return nil, e
 	}
 	return p, nil
+}
+
+// messageSplits returns the position just after each message header
+// ("<|im_start|>role\n") in prompt. Prefill is cut and snapshotted there. Each point
+// depends only on the tokens before it, so two prompts that share a prefix are cut the
+// same way within it, and a restored snapshot carries exactly the floating-point state a
+// cold prefill of the same prefix computes. The header of the generation prompt is where
+// the next turn diverges from this one when the template drops this turn's reasoning.
+func (s *Server) messageSplits(prompt []int32) []int {
+	if s.imStart < 0 {
+		return nil
+	}
+	var points []int
+	for i, id := range prompt {
+		if id != s.imStart {
+			continue
+		}
+		for j := i + 1; j < len(prompt) && j <= i+8; j++ {
+			if strings.Contains(s.tok.Decode(prompt[j:j+1]), "\n") {
+				points = append(points, j+1)
+				break
+			}
+		}
+	}
+	return points
 }
 
 // fitContext rejects prompts that do not fit and clamps max_tokens to what is left.

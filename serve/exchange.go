@@ -74,12 +74,16 @@ func (x *exchange) run(ctx context.Context, events chan<- []outDelta) {
 		}
 	}
 	pipe := newPipeline(s.tok.NewStreamDecoder(), p.gen.Stop, p.newParser())
+	stopTokens := s.stopTokens
+	if p.gen.IgnoreEOS {
+		stopTokens = nil
+	}
 	task := &genTask{
 		prompt:     p.prompt,
-		boundary:   p.boundary,
+		splits:     p.splits,
 		maxTokens:  p.maxTokens,
 		sampler:    s.model.NewSampler(p.gen.Sampling),
-		stopTokens: s.stopTokens,
+		stopTokens: stopTokens,
 		onToken: func(id int32) bool {
 			ds, stop := pipe.push(id)
 			send(ds)
@@ -194,7 +198,7 @@ func (x *exchange) reasoningTokens() int {
 		if id == x.s.thinkClose {
 			return n + 1
 		}
-		if x.s.stopTokens[id] {
+		if x.s.stopTokens[id] && !x.p.gen.IgnoreEOS {
 			break
 		}
 		n++

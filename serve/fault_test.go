@@ -36,7 +36,7 @@ func waitTraces(t testing.TB, ts *testServer, n int) {
 func TestDisconnectMidStream(t *testing.T) {
 	ts := startServer(t, nil)
 	before := ts.traceCount()
-	streamUntil(t, ts, chatBody("Tell me everything", map[string]any{"max_tokens": 300}), 5)
+	streamUntil(t, ts, chatBody("Tell me everything", map[string]any{"max_tokens": 300, "ignore_eos": true}), 5)
 	waitTraces(t, ts, before+1)
 	g := ts.lastTrace(t)
 	if !errors.Is(g.Err, context.Canceled) {
@@ -96,7 +96,7 @@ func TestDisconnectWhileQueued(t *testing.T) {
 	blocker := make(chan struct{})
 	go func() {
 		defer close(blocker)
-		ts.post(t, "/v1/chat/completions", chatBody("blocker", map[string]any{"max_tokens": 200}))
+		ts.post(t, "/v1/chat/completions", chatBody("blocker", map[string]any{"max_tokens": 200, "ignore_eos": true}))
 	}()
 	waitRunning(t, ts)
 	for _, stream := range []bool{false, true} {
@@ -281,7 +281,7 @@ func TestShutdown(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, _, data := ts.post(t, "/v1/chat/completions", chatBody("story", map[string]any{"max_tokens": maxTokens, "stream": true}))
+			status, _, data := ts.post(t, "/v1/chat/completions", chatBody("story", map[string]any{"max_tokens": maxTokens, "stream": true, "ignore_eos": true}))
 			if status != 200 {
 				t.Errorf("stream %d: %d %s", i, status, data)
 			}

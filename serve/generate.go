@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -15,9 +16,6 @@ type runner struct {
 	cache         *prefixCache
 	snapshotEvery int
 	metrics       *metrics
-	// held is the token sequence whose state the session holds now (a prefix of the last
-	// request's prompt + output), so a follow-up request can continue without a restore.
-	held []int32
 	// steps counts decode steps; read by the cancellation bookkeeping.
 	steps atomic.Int64
 }
@@ -25,10 +23,9 @@ type runner struct {
 // genTask is one generation: the prompt, limits, and where its tokens go.
 type genTask struct {
 	prompt []int32
-	// boundary, when inside the prompt, is an extra snapshot point: the start of the
-	// generation prompt, where the next turn of the conversation diverges when the
-	// template drops the previous turn's reasoning.
-	boundary   int
+	// splits are the prompt positions where prefill is cut and snapshotted besides the
+	// multiples of snapshotEvery (ascending).
+	splits     []int
 	maxTokens  int
 	sampler    Sampler
 	stopTokens map[int32]bool
@@ -67,7 +64,7 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 		}
 	}()
 
-	start, err := r.restore(t.prompt)
+	start, err := r.restore(t.prompt, t.splits)
 	if err != nil {
 		return res, err
 	}
@@ -75,18 +72,11 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 	r.metrics.promptTokens.Add(int64(len(t.prompt)))
 	r.metrics.cachedTokens.Add(int64(start))
 
-	// seq is everything the session will have consumed; held always tracks its prefix
-	// that the session really holds, also after an error or a cancel.
-	seq := make([]int32, len(t.prompt), len(t.prompt)+t.maxTokens)
-	copy(seq, t.prompt)
-	defer func() {
-		r.held = seq[:r.sess.Len()]
-		res.Prefilled = min(r.sess.Len(), len(t.prompt)) - start
-	}()
+	defer func() { res.Prefilled = min(r.sess.Len(), len(t.prompt)) - start }()
 
 	prefillStart := time.Now()
-	onSnap := func(s Snapshot) { r.cache.add(seq[:s.Len()], s) }
-	for _, seg := range prefillSegments(start, t.boundary, len(t.prompt)) {
+	onSnap := func(s Snapshot) { r.cache.add(t.prompt[:s.Len()], s) }
+	for _, seg := range prefillSegments(start, t.splits, len(t.prompt)) {
 		if err := r.sess.Prefill(ctx, t.prompt[seg[0]:seg[1]], r.snapshotEvery, onSnap); err != nil {
 			return res, fmt.Errorf("prefill: %w", err)
 		}
@@ -120,55 +110,54 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 		if err := r.sess.Decode(ctx, id); err != nil {
 			return res, fmt.Errorf("decode: %w", err)
 		}
-		seq = append(seq, id)
 		logits = r.sess.Logits()
 	}
 	res.DecodeTime = time.Since(decodeStart)
 	r.metrics.generatedTokens.Add(int64(len(res.Tokens)))
-	if len(seq) > len(t.prompt) && r.sess.Len() == len(seq) {
-		// The end of a generation is where the next turn most often continues from.
-		r.cache.add(seq, r.sess.Snapshot())
-	}
 	return res, nil
 }
 
-// restore puts the session at the longest reusable prefix of prompt: the state it already
-// holds, or the longest cached snapshot. It returns the number of reused tokens.
-func (r *runner) restore(prompt []int32) (int, error) {
-	live := 0
-	if n := len(r.held); n > 0 && n <= len(prompt) && r.sess.Len() == n && commonPrefix(r.held, prompt) == n {
-		live = n
+// restore puts the session at the longest cached prefix of prompt that is exact, and
+// returns its length (0: start from scratch).
+//
+// Exact means the snapshot holds bit for bit the state a cold prefill of this prompt
+// computes at that point, so a cached run produces exactly the tokens a cold run does.
+// Floating-point results depend on how a prompt is cut into prefill pieces, and the
+// engine cuts a prefill call at multiples of snapshotEvery and by the call's end. Every
+// prefill here is cut at the prompt's split points, which depend only on the tokens before
+// them; so a snapshot is exact at a split point of this prompt, at a multiple of
+// snapshotEvery, or at the end of an identical prompt. State reached by decoding
+// (a previous answer) is never reused: decode steps round differently from prefill.
+func (r *runner) restore(prompt []int32, splits []int) (int, error) {
+	usable := func(n int) bool {
+		if n == len(prompt) || (r.snapshotEvery > 0 && n%r.snapshotEvery == 0) {
+			return true
+		}
+		_, found := slices.BinarySearch(splits, n)
+		return found
 	}
-	if live == len(prompt) && live > 0 {
-		// The exact prompt is held; its logits are current only if nothing was generated
-		// after it, which held guarantees (held is a prefix of the consumed sequence).
-		return live, nil
-	}
-	if ent := r.cache.lookup(prompt); ent != nil && len(ent.tokens) > live {
+	if ent := r.cache.lookup(prompt, usable); ent != nil {
 		if err := r.sess.Restore(ent.snap); err != nil {
 			r.sess.Reset()
-			r.held = nil
 			return 0, fmt.Errorf("restore cached prefix: %w", err)
 		}
-		r.held = ent.tokens
 		return len(ent.tokens), nil
 	}
-	if live > 0 {
-		return live, nil
-	}
 	r.sess.Reset()
-	r.held = nil
 	return 0, nil
 }
 
-// prefillSegments splits prompt[start:end] at boundary (when it lies strictly inside)
-// so that a snapshot lands exactly there.
-func prefillSegments(start, boundary, end int) [][2]int {
-	if start >= end {
-		return nil
+// prefillSegments cuts prompt[start:end] at every split point strictly inside it.
+func prefillSegments(start int, splits []int, end int) [][2]int {
+	var segs [][2]int
+	for _, p := range splits {
+		if p > start && p < end {
+			segs = append(segs, [2]int{start, p})
+			start = p
+		}
 	}
-	if boundary > start && boundary < end {
-		return [][2]int{{start, boundary}, {boundary, end}}
+	if start < end {
+		segs = append(segs, [2]int{start, end})
 	}
-	return [][2]int{{start, end}}
+	return segs
 }

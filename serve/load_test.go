@@ -101,7 +101,7 @@ func TestLoad(t *testing.T) {
 				b := body(i)
 				switch {
 				case i%5 == 0: // drops the connection after the first generated text
-					status := streamUntil(t, ts, withField(b, "max_tokens", 64), 1)
+					status := streamUntil(t, ts, withField(withField(b, "max_tokens", 64), "ignore_eos", true), 1)
 					if status != 200 && status != 503 {
 						t.Errorf("request %d: status %d", i, status)
 					}
@@ -284,7 +284,7 @@ func TestQueueOverflow(t *testing.T) {
 	blocker := make(chan struct{})
 	go func() {
 		defer close(blocker)
-		ts.post(t, "/v1/chat/completions", chatBody("long one", map[string]any{"max_tokens": 400, "stop": nil}))
+		ts.post(t, "/v1/chat/completions", chatBody("long one", map[string]any{"max_tokens": 400, "ignore_eos": true}))
 	}()
 	waitRunning(t, ts)
 	var wg sync.WaitGroup
@@ -335,7 +335,7 @@ func TestTimedOutClientsFreeTheEngine(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			raw, _ := json.Marshal(chatBody(fmt.Sprintf("slow %d", i), map[string]any{"max_tokens": 500}))
+			raw, _ := json.Marshal(chatBody(fmt.Sprintf("slow %d", i), map[string]any{"max_tokens": 500, "ignore_eos": true}))
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions", bytes.NewReader(raw))

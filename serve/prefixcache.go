@@ -63,10 +63,10 @@ func (c *prefixCache) add(tokens []int32, snap Snapshot) {
 	}
 }
 
-// lookup returns the longest cached entry whose tokens are a prefix of prompt, or nil.
-// A snapshot carries the logits after its last token, so an entry covering the whole
-// prompt needs no prefill at all.
-func (c *prefixCache) lookup(prompt []int32) *cacheEntry {
+// lookup returns the longest cached entry whose tokens are a prefix of prompt and whose
+// length usable accepts, or nil. A snapshot carries the logits after its last token, so
+// an entry covering the whole prompt needs no prefill at all.
+func (c *prefixCache) lookup(prompt []int32, usable func(n int) bool) *cacheEntry {
 	if c == nil {
 		return nil
 	}
@@ -77,7 +77,7 @@ func (c *prefixCache) lookup(prompt []int32) *cacheEntry {
 	for e := c.lru.Front(); e != nil; e = e.Next() {
 		ent := e.Value.(*cacheEntry)
 		n := len(ent.tokens)
-		if n > bestLen && n <= len(prompt) && equalTokens(ent.tokens, prompt[:n]) {
+		if n > bestLen && n <= len(prompt) && usable(n) && equalTokens(ent.tokens, prompt[:n]) {
 			best, bestLen = e, n
 		}
 	}

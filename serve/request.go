@@ -35,13 +35,15 @@ type sampling struct {
 
 // genRequest is what both endpoints agree on after validation.
 type genRequest struct {
-	Model         string
-	MaxTokens     int // 0: up to the remaining context
-	Sampling      sampling
-	Stop          []string
-	Stream        bool
-	IncludeUsage  bool
-	TimingsInline bool
+	Model        string
+	MaxTokens    int // 0: up to the remaining context
+	Sampling     sampling
+	Stop         []string
+	Stream       bool
+	IncludeUsage bool
+	// IgnoreEOS keeps generating past end-of-turn tokens (vLLM and llama.cpp's
+	// ignore_eos), for benchmarks and tests that need an exact length.
+	IgnoreEOS bool
 }
 
 // chatMessage is one validated message, with content flattened to text.
@@ -97,6 +99,7 @@ type rawCommon struct {
 	PresencePenalty     *float64        `json:"presence_penalty"`
 	FrequencyPenalty    *float64        `json:"frequency_penalty"`
 	RepetitionPenalty   *float64        `json:"repetition_penalty"`
+	IgnoreEOS           *bool           `json:"ignore_eos"`
 	Stop                json.RawMessage `json:"stop"`
 	Stream              *bool           `json:"stream"`
 	StreamOptions       json.RawMessage `json:"stream_options"`
@@ -289,6 +292,9 @@ func parseCommon(rc *rawCommon, defaultMax int) (genRequest, *apiError) {
 
 	if rc.Stream != nil {
 		g.Stream = *rc.Stream
+	}
+	if rc.IgnoreEOS != nil {
+		g.IgnoreEOS = *rc.IgnoreEOS
 	}
 	if !isNull(rc.StreamOptions) {
 		if !g.Stream {

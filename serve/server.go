@@ -99,6 +99,7 @@ type Server struct {
 	sched      *scheduler
 	stopTokens map[int32]bool
 	thinkClose int32 // id of "</think>" (-1 if the vocabulary has none)
+	imStart    int32 // id of "<|im_start|>" (-1 if none)
 
 	ready    atomic.Bool
 	loadErr  atomic.Pointer[string]
@@ -123,7 +124,7 @@ type genTrace struct {
 func New(cfg Config) *Server {
 	cfg.setDefaults()
 	base, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, metrics: &metrics{}, created: time.Now().Unix(), base: base, cancelBase: cancel, thinkClose: -1}
+	return &Server{cfg: cfg, metrics: &metrics{}, created: time.Now().Unix(), base: base, cancelBase: cancel, thinkClose: -1, imStart: -1}
 }
 
 // Load reads the tokenizer and chat template from cfg.ModelDir, opens the model with
@@ -173,6 +174,9 @@ func (s *Server) load(open func() (Model, error)) error {
 	}
 	if id, ok := tok.TokenID("</think>"); ok {
 		s.thinkClose = id
+	}
+	if id, ok := tok.TokenID("<|im_start|>"); ok {
+		s.imStart = id
 	}
 	s.runner = &runner{model: model, sess: sess, cache: newPrefixCache(s.cfg.CacheBytes),
 		snapshotEvery: s.cfg.SnapshotEvery, metrics: s.metrics}

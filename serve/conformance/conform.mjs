@@ -240,6 +240,17 @@ await check("errors are OpenAI errors with the right classes", async () => {
   await assert.rejects(wrongKey.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
 });
 
+await check("the second turn of a conversation reports cached tokens", async () => {
+  const turn1 = await client.chat.completions.create({ model, messages, max_tokens: 4, temperature: 0 });
+  const m = turn1.choices[0].message;
+  const history = [...messages, { role: "assistant", content: m.content ?? "", reasoning_content: m.reasoning_content },
+    { role: "user", content: "And in French?" }];
+  const turn2 = await client.chat.completions.create({ model, messages: history, max_tokens: 4, temperature: 0 });
+  const cached = turn2.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached > 0 && cached < turn2.usage.prompt_tokens, `cached ${cached} of ${turn2.usage.prompt_tokens}`);
+  assert.ok(cached >= turn1.usage.prompt_tokens - 8, `turn 2 reuses about all of turn 1's prompt (${cached} vs ${turn1.usage.prompt_tokens})`);
+});
+
 await check("an aborted stream leaves the server healthy", async () => {
   const controller = new AbortController();
   const stream = await client.chat.completions.create(

@@ -210,3 +210,25 @@ func TestFusedInferErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestFusedAttentionAndOutProjMatchExpansion(t *testing.T) {
+	rng := rand.New(rand.NewSource(25))
+	for _, T := range []int{1, 3} {
+		bind := graph.Bindings{T: T, C: 5}
+		x := randTensor(rng, 1, T, 2, 16)
+		attrs := graph.Attrs{"eps": 1e-6, "dims": int64(8), "theta": 10000.0}
+		f, e := runFusedAndExpanded(t, "rms_norm_rope", attrs, bind, x, toBF16(randTensor(rng, 1, 16)))
+		sameResults(t, "rms_norm_rope", f, e)
+
+		a, g := randTensor(rng, 1, T, 64), randTensor(rng, 2, T, 64)
+		xo, z := randTensor(rng, 1, T, 4, 16), randTensor(rng, 1, T, 4, 16)
+		wn := toBF16(randTensor(rng, 1, 16))
+		for kind, w := range weightKinds(rng, 24, 64) {
+			f, e := runFusedAndExpanded(t, "sigmoid_gate_matmul", nil, bind, a, g, w)
+			sameResults(t, "sigmoid_gate_matmul "+kind, f, e)
+			shape := graph.Attrs{"eps": 1e-6, "shape": fmt.Sprintf("[%d,64]", T)}
+			f, e = runFusedAndExpanded(t, "gated_rms_norm_matmul", shape, bind, xo, z, wn, w)
+			sameResults(t, "gated_rms_norm_matmul "+kind, f, e)
+		}
+	}
+}

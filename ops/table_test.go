@@ -17,6 +17,7 @@ var contractOps = []string{
 	// fused ops (fused_*.go), produced by the optional fusion passes
 	"matmuls", "matmul_swiglu", "matmul_gated_add", "matmul_router", "expert_matmul_swiglu",
 	"expert_matmul_combine", "add_rms_norm", "gdn_gates", "conv1d_silu", "slice_l2_norm",
+	"rms_norm_rope", "sigmoid_gate_matmul", "gated_rms_norm_matmul",
 }
 
 func TestTableCoversContract(t *testing.T) {

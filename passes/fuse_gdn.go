@@ -130,3 +130,40 @@ func fuseSliceL2(u *Unit) error {
 	r.finish()
 	return nil
 }
+
+// fuseNormOutProj folds the Gated DeltaNet's gated RMSNorm (and the reshape of its heads
+// to one row) into the output projection: gated_rms_norm_matmul recomputes the per-head
+// norm in the projection's prologue, where the input row is read in full anyway, so the
+// normed row never goes to memory and the norm stops being a stage of its own.
+func fuseNormOutProj(u *Unit) error {
+	r := newRewriter(u, "fuse-norm-out-proj")
+	for _, v := range u.Graph.Values {
+		if !is(v, plainMatmuls...) || !r.free(v) {
+			continue
+		}
+		flat, norm := v.Args[0], v.Args[0]
+		var absorbed []*graph.Value
+		if is(flat, "reshape") {
+			if !r.only(flat) {
+				continue
+			}
+			absorbed = append(absorbed, flat)
+			norm = flat.Args[0]
+		}
+		if !is(norm, "gated_rms_norm") || !r.only(norm) {
+			continue
+		}
+		absorbed = append(absorbed, norm)
+		args := append(append([]*graph.Value(nil), norm.Args...), v.Args[1])
+		attrs := graph.Attrs{"eps": norm.Attrs["eps"], "shape": flat.Type.Shape.String()}
+		fused, err := r.fuse("gated_rms_norm→matmul", "gated_rms_norm_matmul", v.Name, attrs, args, absorbed...)
+		if err != nil {
+			return err
+		}
+		if err := r.replace(v, fused); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}

@@ -83,37 +83,38 @@ func TestHandCountDecode(t *testing.T) {
 	// mixer's residual add in the MoE's post_attention_layernorm, the MoE's in the next
 	// layer's input_layernorm (or the final norm).
 	//   GDN mixer: input norm, matmuls (in_proj_qkv, z, b, a), gdn_gates, conv1d_silu,
-	//     slice_l2_norm (q), slice_l2_norm (k), slice (v), gated_delta, gated_rms_norm,
-	//     out_proj                                                            = 10
-	//   attention mixer: input norm, matmuls (q, k, v), 2 slices (query, gate), q_norm,
-	//     k_norm, 2 ropes, 2 kv_appends, attention, sigmoid(gate), mul, o_proj   = 14
+	//     slice_l2_norm (q), slice_l2_norm (k), slice (v), gated_delta,
+	//     gated_rms_norm_matmul (norm + out_proj)                               = 9
+	//   attention mixer: input norm, matmuls (q, k, v), 2 slices (query, gate),
+	//     rms_norm_rope (q), rms_norm_rope (k), 2 kv_appends, attention,
+	//     sigmoid_gate_matmul (output gate + o_proj)                            = 10
 	//   MoE: add_rms_norm (attention residual + post_attention_layernorm),
 	//     matmul_router, expert_matmul_swiglu, expert_matmul_combine, matmul_swiglu
 	//     (shared), shared_expert_gate projection, matmul_gated_add              = 7
 	//   model: embed, final add_rms_norm, lm_head                              = 3
-	const gdnMixer, attMixer, moe, model = 10, 14, 7, 3
+	const gdnMixer, attMixer, moe, model = 9, 10, 7, 3
 	wantDispatches := gdnLayers*(gdnMixer+moe) + attLayer*(attMixer+moe) + model
 	if tot.Dispatches != wantDispatches {
-		t.Errorf("decode dispatches %d, want 30*(10+7) + 10*(14+7) + 3 = %d", tot.Dispatches, wantDispatches)
+		t.Errorf("decode dispatches %d, want 30*(9+7) + 10*(10+7) + 3 = %d", tot.Dispatches, wantDispatches)
 	}
 	// Longest dependency chain (dispatches on the longest path; arena reuse lengthens no
 	// path because plan-memory reuses a block only from a later level than every
 	// dispatch that touched it):
 	//   GDN mixer: norm → matmuls → conv1d_silu → slice_l2_norm → gated_delta →
-	//     gated_rms_norm → out_proj                                             = 7
+	//     gated_rms_norm_matmul                                                 = 6
 	//     (gates: norm → matmuls → gdn_gates reaches gated_delta at depth 4 < 5; v
-	//     through its slice at 5 too; z joins at gated_rms_norm)
-	//   attention mixer: norm → matmuls → slice → q_norm → rope → attention → mul
-	//     (gate) → o_proj (k side: matmuls → k_norm → rope → kv_append reaches
-	//     attention at the same depth)                                           = 8
+	//     through its slice at 5 too; z joins at the output projection)
+	//   attention mixer: norm → matmuls → slice → rms_norm_rope → attention →
+	//     sigmoid_gate_matmul (k side: matmuls → rms_norm_rope → kv_append reaches
+	//     attention at the same depth)                                           = 6
 	//   MoE: add_rms_norm → matmul_router → expert_matmul_swiglu →
 	//     expert_matmul_combine → matmul_gated_add (the shared path norm →
 	//     matmul_swiglu → matmul_gated_add is shorter)                           = 5
 	//   model: embed before layer 0; final norm and lm_head after layer 39     = 3
-	const gdnChain, attChain, moeChain = 7, 8, 5
+	const gdnChain, attChain, moeChain = 6, 6, 5
 	wantChain := gdnLayers*(gdnChain+moeChain) + attLayer*(attChain+moeChain) + model
 	if tot.LongestChain != wantChain {
-		t.Errorf("decode longest chain %d, want 30*(7+5) + 10*(8+5) + 3 = %d", tot.LongestChain, wantChain)
+		t.Errorf("decode longest chain %d, want 30*(6+5) + 10*(6+5) + 3 = %d", tot.LongestChain, wantChain)
 	}
 	if got := plan.LongestChain(len(p.Dispatches), p.Edges); got != wantChain {
 		t.Errorf("longest chain from the reduced edges %d, want %d", got, wantChain)
@@ -137,6 +138,9 @@ func TestHandCountDecode(t *testing.T) {
 	}{
 		{"fuse-gdn-gates", 5 * gdnLayers, gdnLayers,
 			"add, softplus, mul, exp, neg and sigmoid instead of gdn_gates; add→softplus→mul reaches gated_delta at depth 6, one past the q path"},
+		{"fuse-norm-out-proj", gdnLayers, gdnLayers, "gated_rms_norm before out_proj, a stage of its own"},
+		{"fuse-qk-norm-rope", 2 * attLayer, attLayer, "rms_norm and rope for q and for k, one more stage on either path to attention"},
+		{"fuse-attn-gate", 2 * attLayer, attLayer, "sigmoid and mul before o_proj; the mul is a stage after attention"},
 		{"fuse-conv-silu", gdnLayers, gdnLayers, "a silu after the conv, on the q path"},
 		{"fuse-slice-l2", 2 * gdnLayers, gdnLayers, "slice and l2_norm for q and for k, one more stage on the q path"},
 		{"fuse-swiglu", 2 * fusions, fusions,

@@ -51,7 +51,8 @@ func Default() *Pipeline {
 		Passes: map[string]bool{
 			"fuse-dequant": true, "fuse-gdn-gates": true, "fuse-conv-silu": true, "fuse-slice-l2": true,
 			"fuse-swiglu": true, "fuse-router": true, "fuse-moe-combine": true, "fuse-shared-gate": true,
-			"fuse-projections": true, "fuse-add-norm": true, "check": false,
+			"fuse-projections": true, "fuse-add-norm": true, "fuse-norm-out-proj": true,
+			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "check": false,
 		},
 		CPU: CPU{Kernels: "fast"},
 	}

@@ -1,0 +1,63 @@
+package passes
+
+import (
+	"pistil/graph"
+)
+
+// Attention fusions: the q/k norm with its RoPE, and the sigmoid output gate folded into
+// o_proj. Each is its own pass with its own switch.
+
+// fuseQKNormRoPE folds rms_norm→rope (attention's per-head q and k norms) into
+// rms_norm_rope: one pass over each head instead of two, one stage instead of two.
+func fuseQKNormRoPE(u *Unit) error {
+	r := newRewriter(u, "fuse-qk-norm-rope")
+	for _, v := range u.Graph.Values {
+		if !is(v, "rope") || !r.free(v) {
+			continue
+		}
+		n := v.Args[0]
+		if !is(n, "rms_norm") || !r.only(n) {
+			continue
+		}
+		attrs := graph.Attrs{"eps": n.Attrs["eps"], "dims": v.Attrs["dims"], "theta": v.Attrs["theta"]}
+		fused, err := r.fuse("rms_norm→rope", "rms_norm_rope", v.Name, attrs, n.Args, n)
+		if err != nil {
+			return err
+		}
+		if err := r.replace(v, fused); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}
+
+// fuseAttnGate folds matmul(mul(a, sigmoid(g)), W) — attention's output gate applied
+// before o_proj — into sigmoid_gate_matmul: the gate is applied in the projection's
+// prologue, as the input row is loaded.
+func fuseAttnGate(u *Unit) error {
+	r := newRewriter(u, "fuse-attn-gate")
+	for _, v := range u.Graph.Values {
+		if !is(v, plainMatmuls...) || !r.free(v) {
+			continue
+		}
+		gated := v.Args[0]
+		if !is(gated, "mul") || !r.only(gated) {
+			continue
+		}
+		a, sig := gated.Args[0], gated.Args[1]
+		if !is(sig, "sigmoid") || !r.only(sig) || !a.Type.Equal(sig.Type) {
+			continue
+		}
+		fused, err := r.fuse("matmul(mul(a, sigmoid))", "sigmoid_gate_matmul", v.Name, nil,
+			[]*graph.Value{a, sig.Args[0], v.Args[1]}, gated, sig)
+		if err != nil {
+			return err
+		}
+		if err := r.replace(v, fused); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}

@@ -75,12 +75,21 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 	defer func() { res.Prefilled = min(r.sess.Len(), len(t.prompt)) - start }()
 
 	prefillStart := time.Now()
-	onSnap := func(s Snapshot) { r.cache.add(t.prompt[:s.Len()], s) }
-	for _, seg := range prefillSegments(start, t.splits, len(t.prompt)) {
-		if err := r.sess.Prefill(ctx, t.prompt[seg[0]:seg[1]], r.snapshotEvery, onSnap); err != nil {
+	// Snapshots cost a copy of the state, so they are taken only where a later request is
+	// likely to restore: every snapshotEvery tokens, at the generation prompt's header (the
+	// last split, where the next turn diverges) and at the end of the prompt.
+	lastSplit := -1
+	if len(t.splits) > 0 {
+		lastSplit = t.splits[len(t.splits)-1]
+	}
+	for _, seg := range prefillSegments(start, r.cutPoints(t.splits, start, len(t.prompt)), len(t.prompt)) {
+		if err := r.sess.Prefill(ctx, t.prompt[seg[0]:seg[1]], 0, nil); err != nil {
 			return res, fmt.Errorf("prefill: %w", err)
 		}
 		r.metrics.prefillTokens.Add(int64(seg[1] - seg[0]))
+		if end := seg[1]; end == len(t.prompt) || end == lastSplit || r.onGrid(end) {
+			r.cache.add(t.prompt[:end], r.sess.Snapshot())
+		}
 	}
 	res.PrefillTime = time.Since(prefillStart)
 
@@ -130,7 +139,7 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 // (a previous answer) is never reused: decode steps round differently from prefill.
 func (r *runner) restore(prompt []int32, splits []int) (int, error) {
 	usable := func(n int) bool {
-		if n == len(prompt) || (r.snapshotEvery > 0 && n%r.snapshotEvery == 0) {
+		if n == len(prompt) || r.onGrid(n) {
 			return true
 		}
 		_, found := slices.BinarySearch(splits, n)
@@ -145,6 +154,23 @@ func (r *runner) restore(prompt []int32, splits []int) (int, error) {
 	}
 	r.sess.Reset()
 	return 0, nil
+}
+
+func (r *runner) onGrid(n int) bool { return r.snapshotEvery > 0 && n%r.snapshotEvery == 0 }
+
+// cutPoints merges the prompt's split points with the multiples of snapshotEvery inside
+// (start, end), ascending and unique. Every cut depends only on the tokens before it, so
+// two prompts with a common prefix are cut alike within it.
+func (r *runner) cutPoints(splits []int, start, end int) []int {
+	var pts []int
+	if r.snapshotEvery > 0 {
+		for p := (start/r.snapshotEvery + 1) * r.snapshotEvery; p < end; p += r.snapshotEvery {
+			pts = append(pts, p)
+		}
+	}
+	pts = append(pts, splits...)
+	slices.Sort(pts)
+	return slices.Compact(pts)
 }
 
 // prefillSegments cuts prompt[start:end] at every split point strictly inside it.

@@ -4,10 +4,11 @@ import (
 	"pistil/graph"
 )
 
-// Mixture-of-experts fusions. Each is its own pass with its own switch; together they
-// take the MoE block from 17 dispatches to 5 (router, routed gate/up, routed down with
-// the combine, shared gate/up, shared down with its gate and the add, plus the
-// shared_expert_gate projection).
+// Mixture-of-experts fusions. Each is its own pass with its own switch; with
+// fuse-add-norm (which takes the norm and the residual add) they take the MoE block from
+// 17 dispatches to 7: add_rms_norm, matmul_router, expert_matmul_swiglu,
+// expert_matmul_combine, matmul_swiglu (shared), the shared_expert_gate projection, and
+// matmul_gated_add (shared down, its sigmoid gate and the add of the routed output).
 
 var plainMatmuls = []string{"matmul", "qmatmul"}
 var expertMatmuls = []string{"expert_matmul", "expert_qmatmul"}

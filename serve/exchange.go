@@ -276,6 +276,9 @@ func (x *exchange) shutDown() bool {
 }
 
 func (s *Server) logCancelled(id string, err error) {
+	if err == nil {
+		err = context.Canceled
+	}
 	s.cfg.Logger.Info("request ended by the client", "id", id, "status", 499, "reason", err)
 }
 

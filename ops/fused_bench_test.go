@@ -101,3 +101,18 @@ func BenchmarkFusedRoutedExperts(b *testing.B) {
 			{op: "moe_combine", in: []*Tensor{down, weights}, out: []*Tensor{out}},
 		})
 }
+
+func BenchmarkFusedGDNOutProj(b *testing.B) {
+	rng := rand.New(rand.NewSource(4))
+	x, z := randTensor(rng, 1, 1, 32, 128), randTensor(rng, 1, 1, 32, 128)
+	wn := toBF16(randTensor(rng, 1, 128))
+	w := quantize(randTensor(rng, 0.1, 2048, 4096), 4, 64)
+	normed, y := NewTensor(graph.F32, 1, 4096), NewTensor(graph.F32, 1, 2048)
+	eps := graph.Attrs{"eps": 1e-6}
+	benchSteps(b,
+		[]benchStep{{op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]"}, in: []*Tensor{x, z, wn, w}, out: []*Tensor{y}}},
+		[]benchStep{
+			{op: "gated_rms_norm", attrs: eps, in: []*Tensor{x, z, wn}, out: []*Tensor{{DType: graph.F32, Shape: []int{1, 32, 128}, Data: normed.Data}}},
+			{op: "qmatmul", in: []*Tensor{normed, w}, out: []*Tensor{y}},
+		})
+}

@@ -60,6 +60,9 @@ type BackendOptions struct {
 	Workers int
 	// Kernels picks the CPU backend's kernels: "fast" (or empty) or "reference".
 	Kernels string
+	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs;
+	// pipeline.toml [cuda] graphs) instead of launching its kernels one by one.
+	Graphs bool
 }
 
 // BackendFactory makes a backend instance.

@@ -31,7 +31,7 @@ func Open(dir string, o Options) (*Model, error) {
 	if o.Workers == 0 {
 		o.Workers = pipe.CPU.Workers
 	}
-	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: pipe.CPU.Kernels})
+	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: pipe.CPU.Kernels, Graphs: pipe.CUDA.Graphs})
 	if err != nil {
 		return nil, err
 	}

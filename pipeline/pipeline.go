@@ -22,6 +22,7 @@ type Pipeline struct {
 	// checking after every pass.
 	Passes map[string]bool `toml:"passes"`
 	CPU    CPU             `toml:"cpu"`
+	CUDA   CUDA            `toml:"cuda"`
 	// Server is kept raw for the server to decode (DecodeServer).
 	Server toml.Primitive `toml:"server"`
 
@@ -43,6 +44,13 @@ type CPU struct {
 	Kernels string `toml:"kernels"` // "fast" or "reference" (ops.KernelsFast, ops.KernelsReference)
 }
 
+// CUDA is the [cuda] table.
+type CUDA struct {
+	// Graphs replays each plan as one CUDA graph built from its dependency edges; false
+	// launches the kernels one by one (for comparison and debugging).
+	Graphs bool `toml:"graphs"`
+}
+
 // Default is the built-in configuration; it equals the repository's pipeline.toml (a
 // test keeps them in step), so a missing file changes nothing.
 func Default() *Pipeline {
@@ -54,7 +62,8 @@ func Default() *Pipeline {
 			"fuse-projections": true, "fuse-add-norm": true, "fuse-norm-out-proj": true,
 			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "check": false,
 		},
-		CPU: CPU{Kernels: "fast"},
+		CPU:  CPU{Kernels: "fast"},
+		CUDA: CUDA{Graphs: true},
 	}
 }
 

@@ -14,8 +14,11 @@ func TestRepositoryFileEqualsDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Default()
-	if !reflect.DeepEqual(p.Phases, d.Phases) || !reflect.DeepEqual(p.Passes, d.Passes) || p.CPU != d.CPU {
+	if !reflect.DeepEqual(p.Phases, d.Phases) || !reflect.DeepEqual(p.Passes, d.Passes) || p.CPU != d.CPU || p.CUDA != d.CUDA {
 		t.Errorf("pipeline.toml %+v %v %+v differs from Default %+v %v %+v", p.Phases, p.Passes, p.CPU, d.Phases, d.Passes, d.CPU)
+	}
+	if !p.CUDA.Graphs {
+		t.Errorf("pipeline.toml [cuda] graphs = false; the default replays CUDA graphs")
 	}
 	cfg, err := p.PassConfig([]string{"check/on"})
 	if err != nil || !cfg.Check || cfg.Off["fuse-dequant"] {

@@ -1,0 +1,204 @@
+//go:build linux
+
+package cuda
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"pistil/ops/kernels"
+)
+
+// device is GPU 0 with its primary context, one non-blocking stream and the kernel
+// module compiled for its architecture. It is shared by every backend instance of the
+// process (the context, the module and the weights' device memory belong to it).
+type device struct {
+	d       *driverAPI
+	ctx     uintptr
+	ordinal int32
+	name    string
+	arch    int // compute capability as 10*major+minor
+	sms     int
+	stream  uintptr
+	module  uintptr
+	funcs   map[string]uintptr
+
+	// mu serialises CUDA work: a context is current per OS thread and stream capture is
+	// thread-local, so every call runs on a locked OS thread under mu.
+	mu sync.Mutex
+}
+
+var (
+	devOnce sync.Once
+	dev     *device
+	devErr  error
+)
+
+// openDevice initialises the driver, GPU 0 and its primary context, and compiles the
+// kernels with NVRTC, once per process.
+func openDevice() (*device, error) {
+	devOnce.Do(func() { dev, devErr = newDevice() })
+	return dev, devErr
+}
+
+func newDevice() (*device, error) {
+	d, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var count int32
+	if err := d.check("cuDeviceGetCount", d.cuDeviceGetCount(&count)); err != nil {
+		return nil, fmt.Errorf("CUDA not available: %w", err)
+	}
+	if count == 0 {
+		return nil, fmt.Errorf("CUDA not available: the driver reports no GPU")
+	}
+	g := &device{d: d, funcs: map[string]uintptr{}}
+	if err := d.check("cuDeviceGet", d.cuDeviceGet(&g.ordinal, 0)); err != nil {
+		return nil, err
+	}
+	name := make([]byte, 256)
+	if d.cuDeviceGetName(&name[0], int32(len(name)), g.ordinal) == 0 {
+		g.name = cString(&name[0])
+	}
+	var major, minor, sms int32
+	if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(&major, attrComputeMajor, g.ordinal)); err != nil {
+		return nil, err
+	}
+	d.cuDeviceGetAttribute(&minor, attrComputeMinor, g.ordinal)
+	d.cuDeviceGetAttribute(&sms, attrMultiprocessors, g.ordinal)
+	g.arch, g.sms = int(10*major+minor), int(sms)
+	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&g.ctx, g.ordinal)); err != nil {
+		return nil, err
+	}
+	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(g.ctx)); err != nil {
+		return nil, err
+	}
+	if err := d.check("cuStreamCreate", d.cuStreamCreate(&g.stream, streamNonBlocking)); err != nil {
+		return nil, err
+	}
+	if err := g.loadKernels(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// loadKernels compiles the dialect kernels for the device and resolves every function.
+func (g *device) loadKernels() error {
+	n, err := loadNVRTC()
+	if err != nil {
+		return err
+	}
+	cubin, _, err := n.compile(kernels.CUDASource(), "pistil_kernels.cu", g.arch, nil)
+	if err != nil {
+		return err
+	}
+	if err := g.d.check("cuModuleLoadData", g.d.cuModuleLoadData(&g.module, unsafe.Pointer(&cubin[0]))); err != nil {
+		return err
+	}
+	for _, name := range append(append([]string(nil), kernels.Names...), kernels.KernelProbeLayout) {
+		var f uintptr
+		if err := g.d.check("cuModuleGetFunction "+name, g.d.cuModuleGetFunction(&f, g.module, name)); err != nil {
+			return err
+		}
+		g.funcs[name] = f
+	}
+	return nil
+}
+
+// do runs f with the context current on a locked OS thread, one caller at a time.
+func (g *device) do(f func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := g.d.check("cuCtxSetCurrent", g.d.cuCtxSetCurrent(g.ctx)); err != nil {
+		return err
+	}
+	return f()
+}
+
+// alloc returns n bytes of device memory (at least 1 byte, so every buffer has an
+// address), zeroed.
+func (g *device) alloc(n int64) (uint64, error) {
+	if n < 1 {
+		n = 1
+	}
+	var p uint64
+	if r := g.d.cuMemAlloc(&p, uint64(n)); r != 0 {
+		var free, total uint64
+		g.d.cuMemGetInfo(&free, &total)
+		return 0, fmt.Errorf("cuMemAlloc of %d bytes (%d of %d bytes free): %s", n, free, total, g.d.errString(r))
+	}
+	if err := g.d.check("cuMemsetD8", g.d.cuMemsetD8(p, 0, uint64(n))); err != nil {
+		return 0, err
+	}
+	return p, nil
+}
+
+func (g *device) free(p uint64) {
+	if p != 0 {
+		g.d.cuMemFree(p)
+	}
+}
+
+// upload copies host bytes to device address p.
+func (g *device) upload(p uint64, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return g.d.check("cuMemcpyHtoD", g.d.cuMemcpyHtoD(p, unsafe.Pointer(&b[0]), uint64(len(b))))
+}
+
+// download copies device bytes at p into b.
+func (g *device) download(b []byte, p uint64) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return g.d.check("cuMemcpyDtoH", g.d.cuMemcpyDtoH(unsafe.Pointer(&b[0]), p, uint64(len(b))))
+}
+
+// launch is one recorded kernel launch: the function, its geometry and a pointer to
+// its args struct (kept alive by args).
+type launch struct {
+	name   string
+	fn     uintptr
+	grid   [3]uint32
+	block  uint32
+	args   any            // the args struct value's owner (a pointer)
+	params unsafe.Pointer // void** with one entry: the args struct's address
+}
+
+// newLaunch records a kernel launch with its args (a pointer to an args struct).
+func (g *device) newLaunch(name string, grid [3]int, block int, args any, argPtr unsafe.Pointer) (*launch, error) {
+	fn, ok := g.funcs[name]
+	if !ok {
+		return nil, fmt.Errorf("kernel %s is not in the compiled module", name)
+	}
+	for i := range grid {
+		if grid[i] < 1 {
+			grid[i] = 1
+		}
+	}
+	if grid[1] > 65535 || grid[2] > 65535 {
+		return nil, fmt.Errorf("kernel %s: grid %v exceeds the y/z limit 65535", name, grid)
+	}
+	params := make([]unsafe.Pointer, 1)
+	params[0] = argPtr
+	return &launch{name: name, fn: fn, grid: [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])},
+		block: uint32(block), args: args, params: unsafe.Pointer(&params[0])}, nil
+}
+
+// run launches l on the device's stream (the caller holds the device).
+func (g *device) run(l *launch) error {
+	r := g.d.cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, 0, g.stream, l.params, nil)
+	return g.d.check("cuLaunchKernel "+l.name, r)
+}
+
+func (g *device) sync() error {
+	return g.d.check("cuStreamSynchronize", g.d.cuStreamSynchronize(g.stream))
+}

@@ -1,0 +1,321 @@
+//go:build linux
+
+package cuda
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"pistil/exec/plan"
+	"pistil/graph"
+	"pistil/ops"
+	"pistil/ops/kernels"
+)
+
+// gpu returns the device, or skips the test with the reason CUDA is not loadable.
+func gpu(t *testing.T) *device {
+	t.Helper()
+	g, err := openDevice()
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	return g
+}
+
+// The compiler's layout of the generated args structs equals Go's.
+func TestProbeLayoutOnDevice(t *testing.T) {
+	g := gpu(t)
+	layouts := kernels.Layouts()
+	err := g.do(func() error {
+		out, err := g.alloc(int64(8 * len(layouts)))
+		if err != nil {
+			return err
+		}
+		defer g.free(out)
+		l, err := newKernel(g, kernels.KernelProbeLayout, [3]int{1, 1, 1}, 32, struct{ Out uint64 }{out})
+		if err != nil {
+			return err
+		}
+		if err := g.run(l); err != nil {
+			return err
+		}
+		if err := g.sync(); err != nil {
+			return err
+		}
+		got := make([]byte, 8*len(layouts))
+		if err := g.download(got, out); err != nil {
+			return err
+		}
+		for i, fl := range layouts {
+			if v := binary.LittleEndian.Uint64(got[8*i:]); uintptr(v) != fl.Offset {
+				t.Errorf("%s.%s: device says %d, Go %d", fl.Struct, fl.Field, v, fl.Offset)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// opCase is one op run on random inputs by its CPU reference and its CUDA kernel.
+type opCase struct {
+	name  string
+	op    string
+	attrs graph.Attrs
+	in    []*ops.Tensor
+	// alias maps a result index to the arg index whose buffer it updates in place.
+	alias map[int]int
+	C     int
+}
+
+func randF32(r *rand.Rand, shape ...int) *ops.Tensor {
+	t := ops.NewTensor(graph.F32, shape...)
+	for i := range t.F32() {
+		t.F32()[i] = float32(r.NormFloat64())
+	}
+	return t
+}
+
+func randBF16(r *rand.Rand, shape ...int) *ops.Tensor {
+	t := ops.NewTensor(graph.BF16, shape...)
+	for i := 0; i < t.Elements(); i++ {
+		binary.LittleEndian.PutUint16(t.Data[2*i:], ops.F32ToBF16(float32(r.NormFloat64())))
+	}
+	return t
+}
+
+func randQuant(r *rand.Rand, dt graph.DType, shape ...int) *ops.Tensor {
+	t := &ops.Tensor{DType: dt, Shape: shape, Group: 64}
+	n := t.Elements()
+	t.Data = make([]byte, n*dt.Bits()/8)
+	for i := range t.Data {
+		t.Data[i] = byte(r.UintN(256))
+	}
+	groups := n / 64
+	t.Scales, t.Biases = make([]byte, 2*groups), make([]byte, 2*groups)
+	for i := 0; i < groups; i++ {
+		binary.LittleEndian.PutUint16(t.Scales[2*i:], ops.F32ToBF16(float32(r.Float64()*0.02)))
+		binary.LittleEndian.PutUint16(t.Biases[2*i:], ops.F32ToBF16(float32(r.NormFloat64()*0.1)))
+	}
+	return t
+}
+
+func ids(vals []int32, shape ...int) *ops.Tensor {
+	t := ops.NewTensor(graph.I32, shape...)
+	copy(t.I32(), vals)
+	return t
+}
+
+func typeOf(t *ops.Tensor) graph.Type {
+	return graph.Type{DType: t.DType, Shape: graph.S(t.Shape...), Group: t.Group}
+}
+
+func TestKernelsMatchReferences(t *testing.T) {
+	g := gpu(t)
+	r := rand.New(rand.NewPCG(1, 2))
+	routed := func(T, k, E int) *ops.Tensor {
+		v := make([]int32, T*k)
+		for i := 0; i < T; i++ {
+			perm := r.Perm(E)
+			for j := 0; j < k; j++ {
+				v[i*k+j] = int32(perm[j])
+			}
+		}
+		return ids(v, T, k)
+	}
+	kcache := func(dt graph.DType) *ops.Tensor {
+		if dt == graph.BF16 {
+			return randBF16(r, 16, 2, 64)
+		}
+		return randF32(r, 16, 2, 64)
+	}
+	cases := []opCase{
+		{name: "qmatmul q4 decode", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 256), randQuant(r, graph.Q4, 72, 256)}},
+		{name: "qmatmul q8 3 rows", op: "qmatmul", in: []*ops.Tensor{randF32(r, 3, 128), randQuant(r, graph.Q8, 40, 128)}},
+		{name: "qmatmul q4 tiled", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, 256), randQuant(r, graph.Q4, 136, 256)}},
+		{name: "matmul bf16 tiled", op: "matmul", in: []*ops.Tensor{randF32(r, 65, 64), randBF16(r, 24, 64)}},
+		{name: "matmul f32 decode", op: "matmul", in: []*ops.Tensor{randF32(r, 1, 64), randF32(r, 24, 64)}},
+		{name: "dequant q4", op: "dequant", in: []*ops.Tensor{randQuant(r, graph.Q4, 3, 5, 128)}},
+		{name: "embed q4", op: "embed", in: []*ops.Tensor{randQuant(r, graph.Q4, 50, 128), ids([]int32{3, 49, 0}, 3)}},
+		{name: "embed bf16", op: "embed", in: []*ops.Tensor{randBF16(r, 50, 96), ids([]int32{7, 1}, 2)}},
+		{name: "expert q4 decode", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 16, 40, 128), routed(1, 4, 16)}},
+		{name: "expert q4 per-slot x", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 2, 4, 128), randQuant(r, graph.Q4, 16, 40, 128), routed(2, 4, 16)}},
+		{name: "expert q4 tiled", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
+		{name: "expert bf16 tiled per-slot", op: "expert_matmul", in: []*ops.Tensor{randF32(r, 20, 4, 64), randBF16(r, 8, 40, 64), routed(20, 4, 8)}},
+		{name: "rms_norm bf16 w", op: "rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 3, 300), randBF16(r, 300)}},
+		{name: "l2_norm", op: "l2_norm", attrs: graph.Attrs{"eps": 1e-6, "scale": 0.25}, in: []*ops.Tensor{randF32(r, 2, 3, 32)}},
+		{name: "gated_rms_norm", op: "gated_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64)}},
+		{name: "rope", op: "rope", attrs: graph.Attrs{"dims": 16, "theta": 1e7}, in: []*ops.Tensor{randF32(r, 3, 4, 64)}, C: 11},
+		{name: "kv_append f32", op: "kv_append", in: []*ops.Tensor{kcache(graph.F32), randF32(r, 3, 2, 64)}, alias: map[int]int{0: 0}, C: 5},
+		{name: "kv_append bf16", op: "kv_append", in: []*ops.Tensor{kcache(graph.BF16), randF32(r, 2, 2, 64)}, alias: map[int]int{0: 0}, C: 9},
+		{name: "attention f32", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randF32(r, 3, 8, 64), kcache(graph.F32), kcache(graph.F32)}, C: 7},
+		{name: "attention bf16 decode", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randF32(r, 1, 8, 64), kcache(graph.BF16), kcache(graph.BF16)}, C: 15},
+		{name: "conv1d", op: "conv1d", in: []*ops.Tensor{randF32(r, 5, 96), randF32(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
+		{name: "conv1d decode bf16 state", op: "conv1d", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
+		{name: "gated_delta", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
+			in: []*ops.Tensor{randF32(r, 3, 2, 32), randF32(r, 3, 2, 32), randF32(r, 3, 4, 64), randF32(r, 3, 4), randF32(r, 3, 4), randF32(r, 4, 32, 64)},
+			alias: map[int]int{1: 5}},
+		{name: "exp of a weight", op: "exp", in: []*ops.Tensor{randF32(r, 7)}},
+		{name: "softplus", op: "softplus", in: []*ops.Tensor{randF32(r, 2, 33)}},
+		{name: "silu", op: "silu", in: []*ops.Tensor{randF32(r, 2, 33)}},
+		{name: "sigmoid", op: "sigmoid", in: []*ops.Tensor{randF32(r, 2, 33)}},
+		{name: "neg", op: "neg", in: []*ops.Tensor{randF32(r, 9)}},
+		{name: "add suffix bf16", op: "add", in: []*ops.Tensor{randF32(r, 3, 4), randBF16(r, 4)}},
+		{name: "mul dims of 1", op: "mul", in: []*ops.Tensor{randF32(r, 3, 4, 5), randF32(r, 3, 1, 5)}},
+		{name: "swiglu", op: "swiglu", in: []*ops.Tensor{randF32(r, 2, 4, 8), randF32(r, 2, 4, 8)}},
+		{name: "slice", op: "slice", attrs: graph.Attrs{"axis": 1, "start": 3, "end": 10}, in: []*ops.Tensor{randF32(r, 3, 12, 2)}},
+		{name: "router", op: "router", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{randF32(r, 5, 256)}},
+		{name: "moe_combine", op: "moe_combine", in: []*ops.Tensor{randF32(r, 3, 4, 40), randF32(r, 3, 4)}},
+		{name: "argmax", op: "argmax", in: []*ops.Tensor{randF32(r, 3, 1000)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+}
+
+func runOpCase(t *testing.T, g *device, c opCase) {
+	info, ok := ops.Default.Info(c.op)
+	if !ok {
+		t.Fatalf("op %s is not in the table", c.op)
+	}
+	v := &graph.Value{ID: 1, Op: c.op, Attrs: c.attrs}
+	for _, in := range c.in {
+		v.Args = append(v.Args, &graph.Value{ID: -1, Type: typeOf(in)})
+	}
+	typ, err := info.Infer(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Type = typ
+	outTypes := []graph.Type{typ}
+	if typ.IsTuple() {
+		outTypes = typ.Elems
+	}
+	// The CPU reference, on copies of the inputs.
+	cpuIn := make([]*ops.Tensor, len(c.in))
+	for i, in := range c.in {
+		cp := *in
+		cp.Data = append([]byte(nil), in.Data...)
+		cpuIn[i] = &cp
+	}
+	cpuOut := make([]*ops.Tensor, len(outTypes))
+	for i, ot := range outTypes {
+		cpuOut[i] = ops.NewTensor(ot.DType, ot.Shape.Eval(graph.Bindings{})...)
+	}
+	env := &ops.Env{Bind: graph.Bindings{T: c.in[0].Shape[0], C: c.C, N: 16}, Workers: 1}
+	if err := info.Ref(env, v, cpuIn, cpuOut); err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{dev: g, weights: map[string]*deviceWeight{}}
+	gpuOut := make([][]byte, len(outTypes))
+	err = g.do(func() error {
+		var allocs []uint64
+		defer func() {
+			for _, a := range allocs {
+				g.free(a)
+			}
+		}()
+		put := func(data []byte) (uint64, error) {
+			a, err := g.alloc(int64(len(data)))
+			if err != nil {
+				return 0, err
+			}
+			allocs = append(allocs, a)
+			return a, g.upload(a, data)
+		}
+		in := make([]operand, len(c.in))
+		for i, tns := range c.in {
+			if tns.DType.Quantized() {
+				w, err := b.upload("w", tns)
+				if err != nil {
+					return err
+				}
+				allocs = append(allocs, w.w.Data, w.w.Scales, w.w.Biases)
+				in[i] = operand{addr: w.w.Data, w: w.w, dtype: tns.DType, shape: tns.Shape}
+				continue
+			}
+			a, err := put(tns.Data)
+			if err != nil {
+				return err
+			}
+			code, _ := dtypeCode(tns.DType)
+			in[i] = operand{addr: a, w: weightOf(a, code), dtype: tns.DType, shape: tns.Shape}
+		}
+		out := make([]operand, len(outTypes))
+		for i, ot := range outTypes {
+			if j, ok := c.alias[i]; ok {
+				out[i] = in[j]
+				continue
+			}
+			shape := ot.Shape.Eval(graph.Bindings{})
+			poison := make([]byte, ot.Bytes(graph.Bindings{}))
+			for k := range poison {
+				poison[k] = 0xff // NaN in every float dtype: unwritten outputs fail
+			}
+			a, err := put(poison)
+			if err != nil {
+				return err
+			}
+			code, _ := dtypeCode(ot.DType)
+			out[i] = operand{addr: a, w: weightOf(a, code), dtype: ot.DType, shape: shape}
+		}
+		steps := []int32{int32(c.C), int32(c.in[0].Shape[0]), 16, 0}
+		stepAddr, err := put(unsafe.Slice((*byte)(unsafe.Pointer(&steps[0])), 16))
+		if err != nil {
+			return err
+		}
+		d := &plan.Dispatch{Op: c.op, Attrs: c.attrs}
+		l, err := lowerings[c.op](&lowerCtx{g: g, steps: stepAddr}, d, in, out)
+		if err != nil {
+			return err
+		}
+		if err := g.run(l); err != nil {
+			return err
+		}
+		if err := g.sync(); err != nil {
+			return err
+		}
+		for i, ot := range outTypes {
+			gpuOut[i] = make([]byte, ot.Bytes(graph.Bindings{}))
+			if err := g.download(gpuOut[i], out[i].addr); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ot := range outTypes {
+		want, got := cpuOut[i], &ops.Tensor{DType: ot.DType, Shape: cpuOut[i].Shape, Data: gpuOut[i]}
+		if ot.DType == graph.I32 {
+			w, gg := want.I32(), got.I32()
+			for k := range w {
+				if w[k] != gg[k] {
+					t.Fatalf("result %d element %d: gpu %d, cpu %d", i, k, gg[k], w[k])
+				}
+			}
+			continue
+		}
+		var maxErr, maxRef float64
+		for k := 0; k < want.Elements(); k++ {
+			wv, gv := float64(want.Float(k)), float64(got.Float(k))
+			if math.IsNaN(gv) || math.IsInf(gv, 0) {
+				t.Fatalf("result %d element %d is %v (unwritten or overflow)", i, k, gv)
+			}
+			maxErr = max(maxErr, math.Abs(wv-gv))
+			maxRef = max(maxRef, math.Abs(wv))
+		}
+		tol := 1e-5 * max(maxRef, 1)
+		if ot.DType == graph.BF16 {
+			tol = 1e-2 * max(maxRef, 1)
+		}
+		if maxErr > tol {
+			t.Errorf("result %d: max abs error %.3g (largest |ref| %.3g, tolerance %.3g)", i, maxErr, maxRef, tol)
+		}
+	}
+}

@@ -1,0 +1,254 @@
+//go:build linux
+
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"pistil/exec"
+	"pistil/exec/plan"
+	"pistil/graph"
+	"pistil/ops"
+)
+
+// bufferAddr is where a plan buffer lives: a device address, or an uploaded weight.
+// State buffers are resolved through the session's state at lowering time.
+type bufferAddr struct {
+	addr   uint64
+	weight *deviceWeight
+}
+
+// program is a loaded plan. Its launches hold fixed device addresses, the state's
+// included, so they are rebuilt (and the graph re-instantiated) when Run is given
+// another session's state than the last one.
+type program struct {
+	b     *Backend
+	p     *plan.Plan
+	bufs  []bufferAddr
+	owned []uint64 // device allocations to free on release
+
+	steps      uint64 // step buffer: C, T, N, pad, token ids (kernels.StepArgs)
+	tokensBuf  int
+	logits     int // output buffer ID of "logits"
+	logitsHost []byte
+	vocab      int
+
+	bound    *state
+	launches []*launch
+	graph    uintptr
+	exec     uintptr
+	stepHost []int32
+}
+
+func (p *program) Tokens() int { return p.p.Tokens }
+
+// lower resolves every dispatch's operands against st (nil: state addresses are zero,
+// for the shape checks at Load) and records one launch per dispatch.
+func (p *program) lower(st *state) ([]*launch, error) {
+	capacity := 1
+	if st != nil {
+		capacity = st.capacity
+	}
+	bind := graph.Bindings{T: p.p.Tokens, N: capacity}
+	c := &lowerCtx{g: p.b.dev, steps: p.steps}
+	resolve := func(o plan.Operand) (operand, error) {
+		buf := &p.p.Buffers[o.Buffer]
+		r := operand{dtype: o.Type.DType, shape: o.Type.Shape.Eval(bind)}
+		switch buf.Kind {
+		case plan.Weight:
+			w := p.bufs[o.Buffer].weight
+			r.w, r.addr = w.w, w.w.Data
+			return r, nil
+		case plan.State:
+			if st != nil {
+				a, ok := st.addrs[buf.Name]
+				if !ok {
+					return r, fmt.Errorf("session has no state %q", buf.Name)
+				}
+				r.addr = a + uint64(o.Offset)
+			}
+		default:
+			r.addr = p.bufs[o.Buffer].addr + uint64(o.Offset)
+		}
+		code, err := dtypeCode(o.Type.DType)
+		if err != nil {
+			return r, err
+		}
+		r.w = weightOf(r.addr, code)
+		return r, nil
+	}
+	launches := make([]*launch, 0, len(p.p.Dispatches))
+	for i := range p.p.Dispatches {
+		d := &p.p.Dispatches[i]
+		in := make([]operand, len(d.Args))
+		out := make([]operand, len(d.Results))
+		for j, a := range d.Args {
+			o, err := resolve(a)
+			if err != nil {
+				return nil, fmt.Errorf("plan %s: dispatch %d (%s) arg %d: %w", p.p.Phase, d.Index, d.Op, j, err)
+			}
+			in[j] = o
+		}
+		for j, a := range d.Results {
+			o, err := resolve(a)
+			if err != nil {
+				return nil, fmt.Errorf("plan %s: dispatch %d (%s) result %d: %w", p.p.Phase, d.Index, d.Op, j, err)
+			}
+			out[j] = o
+		}
+		l, err := lowerings[d.Op](c, d, in, out)
+		if err != nil {
+			return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
+		}
+		launches = append(launches, l)
+	}
+	return launches, nil
+}
+
+// Run implements exec.Program.
+func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos int) ([]float32, error) {
+	s, ok := st.(*state)
+	if !ok {
+		return nil, fmt.Errorf("cuda: state of another backend")
+	}
+	if s.err != nil {
+		return nil, fmt.Errorf("cuda: session state is unusable after a device error: %w", s.err)
+	}
+	if len(tokens) != p.p.Tokens {
+		return nil, fmt.Errorf("cuda: plan %s takes %d tokens, got %d", p.p.Phase, p.p.Tokens, len(tokens))
+	}
+	if pos < 0 || pos+len(tokens) > s.capacity {
+		return nil, fmt.Errorf("context full: %d tokens at position %d exceed the session capacity %d", len(tokens), pos, s.capacity)
+	}
+	for i, id := range tokens {
+		if id < 0 || (p.vocab > 0 && int(id) >= p.vocab) {
+			return nil, fmt.Errorf("token id %d at position %d is outside the vocabulary [0, %d)", id, pos+i, p.vocab)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if cap(p.stepHost) < 4+len(tokens) {
+		p.stepHost = make([]int32, 4+len(tokens))
+	}
+	step := p.stepHost[:4+len(tokens)]
+	step[0], step[1], step[2], step[3] = int32(pos), int32(len(tokens)), int32(s.capacity), 0
+	copy(step[4:], tokens)
+	g := p.b.dev
+	err := g.do(func() error {
+		if p.bound != s {
+			if err := p.bind(s); err != nil {
+				return err
+			}
+		}
+		if err := g.d.check("cuMemcpyHtoDAsync (step scalars)", g.d.cuMemcpyHtoDAsync(p.steps, unsafe.Pointer(&step[0]), uint64(4*len(step)), g.stream)); err != nil {
+			return err
+		}
+		if p.b.graphs {
+			if err := g.d.check("cuGraphLaunch", g.d.cuGraphLaunch(p.exec, g.stream)); err != nil {
+				return err
+			}
+		} else {
+			for _, l := range p.launches {
+				if err := g.run(l); err != nil {
+					return err
+				}
+			}
+		}
+		out := p.bufs[p.logits].addr
+		if err := g.d.check("cuMemcpyDtoHAsync (logits)", g.d.cuMemcpyDtoHAsync(unsafe.Pointer(&p.logitsHost[0]), out, uint64(len(p.logitsHost)), g.stream)); err != nil {
+			return err
+		}
+		if err := g.sync(); err != nil {
+			return fmt.Errorf("plan %s step at position %d: %w", p.p.Phase, pos, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return (&ops.Tensor{DType: graph.F32, Data: p.logitsHost}).F32(), nil
+}
+
+// bind lowers the plan against s and, with graphs on, builds and instantiates the CUDA
+// graph: one kernel node per dispatch, with the plan's dependency edges (the transitive
+// reduction), so independent dispatches may run concurrently.
+func (p *program) bind(s *state) error {
+	launches, err := p.lower(s)
+	if err != nil {
+		return err
+	}
+	p.dropGraph()
+	p.launches, p.bound = launches, s
+	if !p.b.graphs {
+		return nil
+	}
+	g := p.b.dev
+	if err := g.d.check("cuGraphCreate", g.d.cuGraphCreate(&p.graph, 0)); err != nil {
+		return err
+	}
+	pos := make(map[int]int, len(p.p.Dispatches))
+	for i, d := range p.p.Dispatches {
+		pos[d.Index] = i
+	}
+	deps := make([][]int, len(p.p.Dispatches))
+	for _, e := range p.p.Edges {
+		from, ok1 := pos[e.From]
+		to, ok2 := pos[e.To]
+		if !ok1 || !ok2 || from >= to {
+			return fmt.Errorf("plan %s: edge %d -> %d does not join two dispatches in order", p.p.Phase, e.From, e.To)
+		}
+		deps[to] = append(deps[to], from)
+	}
+	nodes := make([]uintptr, len(launches))
+	for i, l := range launches {
+		var dn []uintptr
+		for _, f := range deps[i] {
+			dn = append(dn, nodes[f])
+		}
+		var depPtr unsafe.Pointer
+		if len(dn) > 0 {
+			depPtr = unsafe.Pointer(&dn[0])
+		}
+		params := kernelNodeParams{fn: l.fn, gridX: l.grid[0], gridY: l.grid[1], gridZ: l.grid[2], blockX: l.block, blockY: 1, blockZ: 1,
+			kernelParams: l.params}
+		if err := g.d.check("cuGraphAddKernelNode "+l.name, g.d.cuGraphAddKernelNode(&nodes[i], p.graph, depPtr, uintptr(len(dn)), &params)); err != nil {
+			return err
+		}
+	}
+	return g.d.check("cuGraphInstantiateWithFlags", g.d.cuGraphInstantiateWithFlags(&p.exec, p.graph, 0))
+}
+
+func (p *program) dropGraph() {
+	g := p.b.dev
+	if p.exec != 0 {
+		g.d.cuGraphExecDestroy(p.exec)
+		p.exec = 0
+	}
+	if p.graph != 0 {
+		g.d.cuGraphDestroy(p.graph)
+		p.graph = 0
+	}
+}
+
+// release frees the program's own device memory (not the shared weights).
+func (p *program) release() {
+	p.b.dev.do(func() error {
+		p.dropGraph()
+		for _, a := range p.owned {
+			p.b.dev.free(a)
+		}
+		p.owned = nil
+		return nil
+	})
+}
+
+// Output returns a named float output of the last Run (logits only on this backend).
+func (p *program) Output(name string) ([]float32, bool) {
+	if name != "logits" {
+		return nil, false
+	}
+	return (&ops.Tensor{DType: graph.F32, Data: p.logitsHost}).F32(), true
+}

@@ -1,0 +1,192 @@
+package kernels
+
+// Kernel argument structs, defined once here. Every kernel takes one of these by value
+// (`KERNEL(name, Args)`); the C declarations the kernels see are generated from these Go
+// types (CDecls), and a test checks that the C layout rules give the offsets Go uses,
+// so host and device cannot disagree. Device buffers are passed as uint64 addresses.
+// Only uint64, int32, float32, fixed int32 arrays and nested arg structs are allowed.
+
+// DType codes the kernels switch on (DT_* in the generated header).
+const (
+	DTF32  int32 = 0
+	DTBF16 int32 = 1
+	DTF16  int32 = 2
+	DTQ4   int32 = 3
+	DTQ8   int32 = 4
+	DTI32  int32 = 5
+)
+
+// Unary op codes (UNARY_* in the header).
+const (
+	UnaryNeg      int32 = 0
+	UnaryExp      int32 = 1
+	UnarySigmoid  int32 = 2
+	UnarySiLU     int32 = 3
+	UnarySoftplus int32 = 4
+)
+
+// Binary op codes (BINARY_* in the header).
+const (
+	BinaryAdd    int32 = 0
+	BinaryMul    int32 = 1
+	BinarySwiGLU int32 = 2
+)
+
+// MaxRank is the largest rank the broadcasting kernel walks.
+const MaxRank = 4
+
+// Weight locates a weight of any dtype: dense float data, or quantized codes (MLX
+// affine: little-endian uint32 words, low bits first) with bf16 scales and biases, one
+// of each per Group elements of a row. Stacked weights are contiguous on the device.
+type Weight struct {
+	Data, Scales, Biases uint64
+	DType, Group         int32
+}
+
+// EmbedArgs: Out[t, :] = row Ids[t] of W [Vocab, Cols].
+type EmbedArgs struct {
+	W       Weight
+	Ids     uint64
+	Out     uint64
+	T, Cols int32
+	Vocab   int32
+}
+
+// DequantArgs: Out [Rows, Cols] f32 = W dequantized.
+type DequantArgs struct {
+	W          Weight
+	Out        uint64
+	Rows, Cols int32
+}
+
+// MatmulArgs: Y [Rows, M] = X [Rows, K] · Wᵀ, W [M, K].
+type MatmulArgs struct {
+	W          Weight
+	X, Y       uint64
+	Rows, M, K int32
+}
+
+// ExpertArgs: Y [T, TopK, M], row (t, j) = X(t[, j]) · W[Ids[t, j]]ᵀ, W [E, M, K].
+// XPerSlot is 1 when X is [T, TopK, K] (one row per slot), 0 when [T, K].
+type ExpertArgs struct {
+	W          Weight
+	X, Ids, Y  uint64
+	T, TopK, E int32
+	M, K       int32
+	XPerSlot   int32
+}
+
+// RMSNormArgs: Y = X / sqrt(mean(X²) + Eps) · W over rows of D.
+type RMSNormArgs struct {
+	X, Y    uint64
+	W       Weight
+	Rows, D int32
+	Eps     float32
+}
+
+// L2NormArgs: Y = Scale · X / sqrt(ΣX² + Eps) over rows of D.
+type L2NormArgs struct {
+	X, Y       uint64
+	Rows, D    int32
+	Eps, Scale float32
+}
+
+// GatedRMSNormArgs: Y = W · rmsnorm(X) · silu(Z) over rows of D.
+type GatedRMSNormArgs struct {
+	X, Z, Y uint64
+	W       Weight
+	Rows, D int32
+	Eps     float32
+}
+
+// StepArgs is the layout of the step-scalar buffer that Program.Run writes before every
+// step: C (context before the step), T, N (cache capacity), then the T token ids.
+type StepArgs struct {
+	C, T, N, Pad int32
+}
+
+// RoPEArgs: rotate-half RoPE of X [T, Heads, D] on the first Dims dims, positions
+// C+t with C read from Steps.
+type RoPEArgs struct {
+	X, Y, Steps       uint64
+	T, Heads, D, Dims int32
+	Theta             float32
+}
+
+// KVAppendArgs: Cache rows C..C+T-1 (Row elements each) ← X.
+type KVAppendArgs struct {
+	Cache, X, Steps uint64
+	T, Row          int32
+	CacheDType      int32
+}
+
+// AttentionArgs: causal GQA of Q [T, NH, D] over cache rows 0..C+t.
+type AttentionArgs struct {
+	Q, K, V, O, Steps uint64
+	T, NH, KVH, D     int32
+	CacheDType        int32
+	Scale             float32
+}
+
+// Conv1DArgs: causal depthwise conv of X [T, Ch] over [State; X] with W [Ch, K]; the
+// state [K-1, Ch] is updated in place.
+type Conv1DArgs struct {
+	X, State, Y uint64
+	W           Weight
+	T, Ch, K    int32
+	StateDType  int32
+}
+
+// GatedDeltaArgs: the recurrent gated delta rule over S [Hv, Dk, Dv] (float32).
+type GatedDeltaArgs struct {
+	Q, K, V, G, Beta, S, O uint64
+	T, Hk, Hv, Dk, Dv      int32
+}
+
+// UnaryArgs: Y = op(X) elementwise.
+type UnaryArgs struct {
+	X, Y          uint64
+	N, Op, XDType int32
+}
+
+// BinaryArgs: Y = op(A, B) with B indexed through BStride over A's Shape (0 where B
+// broadcasts). Shape and BStride are right-aligned to MaxRank.
+type BinaryArgs struct {
+	A, B, Y        uint64
+	N, Op          int32
+	ADType, BDType int32
+	Shape          [MaxRank]int32
+	BStride        [MaxRank]int32
+}
+
+// SliceArgs: Y [Outer, Len, Inner] = X [Outer, N, Inner][:, Start:Start+Len, :] (4-byte
+// elements).
+type SliceArgs struct {
+	X, Y                        uint64
+	Outer, N, Start, Len, Inner int32
+}
+
+// RouterArgs: softmax over E, top-K, renormalised.
+type RouterArgs struct {
+	Logits, Weights, Ids uint64
+	T, E, K              int32
+}
+
+// CombineArgs: Out [T, H] = Σ_j W[t, j] · Y[t, j, :].
+type CombineArgs struct {
+	Y, W, Out uint64
+	T, K, H   int32
+}
+
+// ArgmaxArgs: Out[t] = index of the largest X[t, :] (first on ties).
+type ArgmaxArgs struct {
+	X, Out uint64
+	T, V   int32
+}
+
+// argTypes lists every args struct in declaration order (nested ones first).
+var argTypes = []any{
+	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
+	GatedRMSNormArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, Conv1DArgs{},
+	GatedDeltaArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
+}

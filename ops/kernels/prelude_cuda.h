@@ -1,0 +1,86 @@
+// CUDA prelude: maps the portable kernel dialect to CUDA C++ for NVRTC. The kernels
+// (*.k) use only these names; a Metal prelude maps the same names to MSL.
+typedef unsigned long long u64;
+typedef long long i64;
+typedef int i32;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef float f32;
+typedef uint4 vec4u;
+typedef float4 vec4f;
+
+#ifndef offsetof
+#define offsetof(T, f) __builtin_offsetof(T, f)
+#endif
+
+// A kernel takes one args struct by value; buffers are u64 device addresses in it.
+#define KERNEL(name, Args) extern "C" __global__ void name(const struct Args a)
+// KERNEL_BOUNDED also tells the compiler the most threads per group it is launched with.
+#define KERNEL_BOUNDED(name, Args, threads) extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a)
+#define DEVICE static __device__ __forceinline__
+#define GLOBAL
+#define TG_MEM __shared__
+#define TG_PTR(T) T*
+#define PTR(T, addr) ((T*)(addr))
+#define BARRIER() __syncthreads()
+
+#define THREAD_ID ((i32)threadIdx.x)
+#define GROUP_SIZE ((i32)blockDim.x)
+#define GROUP_ID_X ((i32)blockIdx.x)
+#define GROUP_ID_Y ((i32)blockIdx.y)
+#define GROUP_ID_Z ((i32)blockIdx.z)
+#define NUM_GROUPS_X ((i32)gridDim.x)
+#define SIMD_WIDTH 32
+#define LANE (THREAD_ID & 31)
+#define SIMD_ID (THREAD_ID >> 5)
+#define NUM_SIMDS (GROUP_SIZE >> 5)
+#define UNROLL _Pragma("unroll")
+#define ATOMIC_ADD_TG(p, v) atomicAdd((p), (v))
+
+#define SIMD_XOR(x, m) __shfl_xor_sync(0xffffffffu, (x), (m))
+#define SIMD_BROADCAST(x, lane) __shfl_sync(0xffffffffu, (x), (lane))
+
+DEVICE f32 SIMD_SUM(f32 v) {
+	for (i32 m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+	return v;
+}
+DEVICE f32 SIMD_MAX(f32 v) {
+	for (i32 m = 16; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+	return v;
+}
+
+#define EXPF(x) expf(x)
+#define LOG1PF(x) log1pf(x)
+#define SQRTF(x) sqrtf(x)
+#define POWF(x, y) powf(x, y)
+#define COSF(x) cosf(x)
+#define SINF(x) sinf(x)
+#define FMAXF(x, y) fmaxf(x, y)
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+DEVICE f32 bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+DEVICE u16 f32_to_bf16(f32 f) {
+	u32 b = __float_as_uint(f);
+	if ((b & 0x7fffffffu) > 0x7f800000u) return (u16)((b >> 16) | 0x40u);
+	b += 0x7fffu + ((b >> 16) & 1u);
+	return (u16)(b >> 16);
+}
+DEVICE f32 f16_to_f32(u16 h) {
+	u32 sign = ((u32)(h >> 15)) << 31, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+	if (exp == 0 && mant == 0) return __uint_as_float(sign);
+	if (exp == 0) {
+		while ((mant & 0x400u) == 0) { mant <<= 1; exp--; }
+		exp++;
+		mant &= 0x3ffu;
+	} else if (exp == 0x1f) {
+		return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+	}
+	return __uint_as_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+DEVICE vec4u load_vec4u(u64 addr) { return *PTR(const vec4u, addr); }
+DEVICE vec4f load_vec4f(u64 addr) { return *PTR(const vec4f, addr); }
+// Out-parameters of helpers: a reference to a thread-local f32, a pointer to thread-local
+// f32s (Metal: thread f32&, thread f32*).
+#define thread_f32_ref f32&
+#define thread_f32_ptr f32*

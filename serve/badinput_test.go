@@ -82,6 +82,9 @@ func TestBadInput(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			status, hdr, data := ts.post(t, "/v1/chat/completions", c.body)
 			e := wantError(t, status, hdr, data, c.status, c.param)
+			if hdr.Get("X-Request-Id") == "" {
+				t.Fatal("no X-Request-Id on the error")
+			}
 			// S6: no paths, stack traces or Go internals in messages.
 			for _, bad := range []string{tiny.dir, "goroutine", ".go:", "runtime."} {
 				if strings.Contains(e.Error.Message, bad) {

@@ -1,7 +1,11 @@
 package serve
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -45,4 +49,35 @@ func checkClientError(t *testing.T, e *apiError, body []byte) {
 	if e.Status < 400 || e.Status >= 500 || e.Message == "" {
 		t.Fatalf("body %q: error %d %q", body, e.Status, e.Message)
 	}
+}
+
+// FuzzHandler sends each body through the whole HTTP handler (both completion routes,
+// streamed or not as the body says): never a panic, never a 5xx, always an OpenAI error
+// object or a complete answer. The context is small so that valid bodies generate little.
+func FuzzHandler(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	ts := startServer(f, func(c *Config) { c.Context = 48 })
+	h := ts.Handler()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+			req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+			req.Host = "127.0.0.1"
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code >= 500 {
+				t.Fatalf("%s %q: status %d: %s", path, body, rec.Code, rec.Body.String())
+			}
+			if rec.Code != 200 {
+				var e apiErr
+				if json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error.Message == "" {
+					t.Fatalf("%s %q: %d without an error object: %s", path, body, rec.Code, rec.Body.String())
+				}
+			} else if ct := rec.Header().Get("Content-Type"); ct == "text/event-stream" && !strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+				t.Fatalf("%s %q: stream does not end with [DONE]", path, body)
+			}
+		}
+	})
 }

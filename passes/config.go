@@ -123,12 +123,16 @@ var ErrHelp = fmt.Errorf("pass help requested")
 func HelpText() string {
 	var sb strings.Builder
 	sb.WriteString("passes, in order (* = required, cannot be switched off):\n")
+	width := 0
+	for _, p := range Passes {
+		width = max(width, len(p.Name))
+	}
 	for _, p := range Passes {
 		mark := " "
 		if p.Required {
 			mark = "*"
 		}
-		fmt.Fprintf(&sb, "  %s %-17s %s\n", mark, p.Name, p.Doc)
+		fmt.Fprintf(&sb, "  %s %-*s %s\n", mark, width, p.Name, p.Doc)
 	}
 	sb.WriteString("\n-pass=NAME/ACTION[,NAME/ACTION...], ACTION one of on, off, time, dump;\n")
 	sb.WriteString("NAME may be all (all/time, all/dump, all/off = -O0) or check (check/on runs graph.Check after every pass).\n")

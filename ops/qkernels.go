@@ -29,9 +29,10 @@ type quantKernels struct {
 	// unit is how many elements the kernels consume per step: a group size that is not a
 	// multiple of it goes to the portable kernels.
 	unit int
-	// interleaveQ4 stores each 16 activations of a q4 row as the 8 even then the 8 odd
-	// ones, the order in which the kernel unpacks the low and high nibbles of 8 bytes.
-	interleaveQ4 bool
+	// interleaveQ4, when not zero, stores each run of that many activations of a q4 row
+	// as its even elements, then its odd ones: the order in which the kernel unpacks the
+	// low and the high nibbles of interleaveQ4/2 bytes.
+	interleaveQ4 int
 	// dot1 returns x · row for one activation row; xsum is x's group sums.
 	dot1 [2]func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32
 	// dot4 writes x_p · row for four activation rows stored xStride apart; xsum4 holds
@@ -47,19 +48,26 @@ func bitsIndex(dt graph.DType) int {
 	return 0
 }
 
-// fastKernels is the best implementation for this machine (set by the amd64 init when the
-// CPU has AVX2 and FMA). Tests swap it to check every implementation.
+// fastKernels is the best implementation for this machine (set by the amd64 init from the
+// CPU's features). Tests swap it to check every implementation.
 var fastKernels = goQuantKernels
 
-// quantKernelSets lists every implementation this machine can run, for the tests.
+// quantKernelSets lists every implementation this machine can run, slowest first.
 var quantKernelSets = []*quantKernels{goQuantKernels}
 
-// kernelsFor returns the kernels for a quantized weight's group size.
+// kernelsFor returns the fastest kernels, up to fastKernels, that take a quantized
+// weight's group size.
 func kernelsFor(group int) *quantKernels {
-	if group%fastKernels.unit == 0 {
-		return fastKernels
+	best := goQuantKernels
+	for _, k := range quantKernelSets {
+		if group%k.unit == 0 {
+			best = k
+		}
+		if k == fastKernels {
+			break
+		}
 	}
-	return goQuantKernels
+	return best
 }
 
 // quantActs are activation rows prepared for the kernels: reordered as the kernels
@@ -85,11 +93,14 @@ func prepareActs(w weightRows, x []float32, P int) *quantActs {
 	}
 	a.x = make([]float32, rows*K)
 	a.xsum = make([]float32, rows*G)
-	interleave := k.interleaveQ4 && w.t.DType == graph.Q4
+	interleave := 0
+	if w.t.DType == graph.Q4 {
+		interleave = k.interleaveQ4
+	}
 	for p := 0; p < P; p++ {
 		src, dst := x[p*K:(p+1)*K], a.x[p*K:(p+1)*K]
-		if interleave {
-			interleave16(src, dst)
+		if interleave > 0 {
+			interleaveEvenOdd(src, dst, interleave)
 		} else {
 			copy(dst, src)
 		}
@@ -106,21 +117,22 @@ func prepareActs(w weightRows, x []float32, P int) *quantActs {
 	return a
 }
 
-// interleave16 writes each 16 elements of src as its 8 even ones, then its 8 odd ones.
-func interleave16(src, dst []float32) {
+// interleaveEvenOdd writes each run of n elements of src as its even elements, then its
+// odd ones (len(src) is a multiple of n).
+func interleaveEvenOdd(src, dst []float32, n int) {
 	dst = dst[:len(src)]
-	for i := 0; i+16 <= len(src); i += 16 {
-		s, d := src[i:i+16:i+16], dst[i:i+16:i+16]
-		for j := 0; j < 8; j++ {
+	half := n / 2
+	for i := 0; i+n <= len(src); i += n {
+		s, d := src[i:i+n:i+n], dst[i:i+n:i+n]
+		for j := 0; j < half; j++ {
 			d[j] = s[2*j]
-			d[8+j] = s[2*j+1]
+			d[half+j] = s[2*j+1]
 		}
 	}
 }
 
 // mulQuant computes x_p · w.row(rowBase + r) for r in [lo, hi) and p < a.P and hands
-// each result to store. Weight rows are taken in tiles so that a tile stays in the L1
-// cache while every block of four activation rows sweeps it.
+// each result to store.
 func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
 	K, G, group := a.K, a.K/w.t.Group, w.t.Group
 	dot1, dot4 := a.k.dot1[a.bits], a.k.dot4[a.bits]
@@ -131,20 +143,19 @@ func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r i
 		}
 		return
 	}
-	const tile = 8
+	// Each block of four activation rows (32 KiB at K = 2048) stays in the L1 cache while
+	// the weight rows stream past it: the kernels load eight times more activation bytes
+	// than weight bytes, so those are the ones to keep close.
 	var out [4]float32
-	for r0 := lo; r0 < hi; r0 += tile {
-		r1 := min(r0+tile, hi)
-		for p0 := 0; p0 < a.P; p0 += 4 {
-			x := a.x[p0*K : (p0+4)*K]
-			xsum := a.xsum[p0*G : (p0+4)*G]
-			n := min(4, a.P-p0)
-			for r := r0; r < r1; r++ {
-				data, scales, biases := w.locate(rowBase + r)
-				dot4(data, scales, biases, group, x, K, xsum, &out)
-				for i := 0; i < n; i++ {
-					store(p0+i, r, out[i])
-				}
+	for p0 := 0; p0 < a.P; p0 += 4 {
+		x := a.x[p0*K : (p0+4)*K]
+		xsum := a.xsum[p0*G : (p0+4)*G]
+		n := min(4, a.P-p0)
+		for r := lo; r < hi; r++ {
+			data, scales, biases := w.locate(rowBase + r)
+			dot4(data, scales, biases, group, x, K, xsum, &out)
+			for i := 0; i < n; i++ {
+				store(p0+i, r, out[i])
 			}
 		}
 	}

@@ -25,37 +25,80 @@ func q8Dot4AVX2(codes *byte, scales, biases *uint16, groups, units int, x *float
 var avx2Kernels = &quantKernels{
 	name:         "avx2",
 	unit:         16,
-	interleaveQ4: true,
+	interleaveQ4: 16,
 	dot1: [2]func([]byte, []uint16, []uint16, int, []float32, []float32) float32{
 		func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
 			G := len(scales)
-			checkRow(codes, biases, G, group, 4, x, xsum, 1)
+			checkRow(codes, biases, G, group, 16, 4, x, xsum, 1)
 			return q4Dot1AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], &xsum[0])
 		},
 		func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
 			G := len(scales)
-			checkRow(codes, biases, G, group, 8, x, xsum, 1)
+			checkRow(codes, biases, G, group, 16, 8, x, xsum, 1)
 			return q8Dot1AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], &xsum[0])
 		},
 	},
 	dot4: [2]func([]byte, []uint16, []uint16, int, []float32, int, []float32, *[4]float32){
 		func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
 			G := len(scales)
-			checkRow(codes, biases, G, group, 4, x[3*xStride:], xsum4, 4)
+			checkRow(codes, biases, G, group, 16, 4, x[3*xStride:], xsum4, 4)
 			q4Dot4AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], 4*xStride, &xsum4[0], out)
 		},
 		func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
 			G := len(scales)
-			checkRow(codes, biases, G, group, 8, x[3*xStride:], xsum4, 4)
+			checkRow(codes, biases, G, group, 16, 8, x[3*xStride:], xsum4, 4)
 			q8Dot4AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], 4*xStride, &xsum4[0], out)
+		},
+	},
+}
+
+//go:noescape
+func q4Dot1AVX512(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+
+//go:noescape
+func q8Dot1AVX512(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+
+//go:noescape
+func q4Dot4AVX512(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
+
+//go:noescape
+func q8Dot4AVX512(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
+
+// avx512Kernels dequantize in registers (qkernels_avx512_amd64.s) 64 codes at a time.
+var avx512Kernels = &quantKernels{
+	name:         "avx512",
+	unit:         64,
+	interleaveQ4: 32,
+	dot1: [2]func([]byte, []uint16, []uint16, int, []float32, []float32) float32{
+		func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
+			G := len(scales)
+			checkRow(codes, biases, G, group, 64, 4, x, xsum, 1)
+			return q4Dot1AVX512(&codes[0], &scales[0], &biases[0], G, group/64, &x[0], &xsum[0])
+		},
+		func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
+			G := len(scales)
+			checkRow(codes, biases, G, group, 64, 8, x, xsum, 1)
+			return q8Dot1AVX512(&codes[0], &scales[0], &biases[0], G, group/64, &x[0], &xsum[0])
+		},
+	},
+	dot4: [2]func([]byte, []uint16, []uint16, int, []float32, int, []float32, *[4]float32){
+		func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
+			G := len(scales)
+			checkRow(codes, biases, G, group, 64, 4, x[3*xStride:], xsum4, 4)
+			q4Dot4AVX512(&codes[0], &scales[0], &biases[0], G, group/64, &x[0], 4*xStride, &xsum4[0], out)
+		},
+		func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
+			G := len(scales)
+			checkRow(codes, biases, G, group, 64, 8, x[3*xStride:], xsum4, 4)
+			q8Dot4AVX512(&codes[0], &scales[0], &biases[0], G, group/64, &x[0], 4*xStride, &xsum4[0], out)
 		},
 	},
 }
 
 // checkRow panics unless a row of G groups and the activations it meets are all there
 // (the last activation row, for dot4) and the group size suits the kernels.
-func checkRow(codes []byte, biases []uint16, G, group, bits int, lastX, xsum []float32, rows int) {
-	if G == 0 || group%16 != 0 || len(codes) < G*group*bits/8 || len(biases) < G ||
+func checkRow(codes []byte, biases []uint16, G, group, unit, bits int, lastX, xsum []float32, rows int) {
+	if G == 0 || group%unit != 0 || len(codes) < G*group*bits/8 || len(biases) < G ||
 		len(lastX) < G*group || len(xsum) < G*rows {
 		panic("ops: quantized kernel called with a short row")
 	}
@@ -65,5 +108,9 @@ func init() {
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		fastKernels = avx2Kernels
 		quantKernelSets = append(quantKernelSets, avx2Kernels)
+		if cpu.X86.HasAVX512F {
+			fastKernels = avx512Kernels
+			quantKernelSets = append(quantKernelSets, avx512Kernels)
+		}
 	}
 }

@@ -95,3 +95,72 @@ func randQuantized(rng *rand.Rand, bits, group int, shape ...int) *Tensor {
 	}
 	return t
 }
+
+// BenchmarkQuantKernels times the kernels alone on one core: 256 rows of 2048 (in the L2
+// cache), one activation row (dot1) or four (dot4). MB/s is weight bytes per second.
+func BenchmarkQuantKernels(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	const M, K = 256, 2048
+	for _, bits := range []int{4, 8} {
+		wt := randQuantized(rng, bits, 64, M, K)
+		w, err := newWeightRows(wt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		x := randF32(rng, 4*K, 1)
+		for _, ks := range quantKernelSets {
+			saved := fastKernels
+			fastKernels = ks
+			one, four := prepareActs(w, x, 1), prepareActs(w, x, 4)
+			fastKernels = saved
+			bi := bitsIndex(wt.DType)
+			b.Run(fmt.Sprintf("%s/q%d/dot1", ks.name, bits), func(b *testing.B) {
+				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+				for b.Loop() {
+					for r := 0; r < M; r++ {
+						data, scales, biases := w.locate(r)
+						ks.dot1[bi](data, scales, biases, 64, one.x, one.xsum)
+					}
+				}
+			})
+			b.Run(fmt.Sprintf("%s/q%d/dot4", ks.name, bits), func(b *testing.B) {
+				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+				var out [4]float32
+				for b.Loop() {
+					for r := 0; r < M; r++ {
+						data, scales, biases := w.locate(r)
+						ks.dot4[bi](data, scales, biases, 64, four.x, K, four.xsum, &out)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkQMatmulStream cycles a decode-shaped q4 qmatmul through 40 different
+// [8192, 2048] matrices (377 MB, more than the caches) so the weights come from memory,
+// as the 1.67 GB of a real decode step do.
+func BenchmarkQMatmulStream(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	ws := make([]*Tensor, 40)
+	for i := range ws {
+		ws[i] = randQuantized(rng, 4, 64, 8192, 2048)
+	}
+	x := randTensor(rng, 1, 1, 2048)
+	g, _ := opGraph("qmatmul", nil, x, ws[0])
+	info, _ := Default.Info("qmatmul")
+	out := []*Tensor{NewTensor(graph.F32, 1, 8192)}
+	for _, kernels := range benchKernels {
+		b.Run(kernels, func(b *testing.B) {
+			env := &Env{Workers: 2, Kernels: kernels}
+			b.SetBytes(int64(len(ws[0].Data) + len(ws[0].Scales) + len(ws[0].Biases)))
+			i := 0
+			for b.Loop() {
+				if err := info.Ref(env, g.Values[2], []*Tensor{x, ws[i%len(ws)]}, out); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}

@@ -1,0 +1,273 @@
+// AVX-512 kernels of the quantized row dots (see qkernels.go and qkernels_amd64.go).
+// They dequantize in registers instead of using the group sums: for q4 each group's 16
+// possible values s·q + b are a 16-entry float table, and VPERMPS, which reads only the
+// low 4 bits of each index, maps a code to its value with one instruction (the low
+// nibble needs no mask, the high one a shift). A unit is 64 codes; q4 takes them as 4
+// runs of 16 lanes: the low then the high nibbles of bytes 0-15, then of bytes 16-31,
+// which is why q4 activations arrive interleaved by 32 (the 16 even, then the 16 odd
+// elements of each 32). q8 converts the codes and applies s·q + b with one FMA.
+// Z0-Z15 hold accumulators and codes; Z16-Z18 constants and the table. X15 and R14 are
+// left alone (ABIInternal's zero and g registers).
+
+#include "textflag.h"
+
+DATA iota16<>+0(SB)/4, $0x00000000
+DATA iota16<>+4(SB)/4, $0x3f800000
+DATA iota16<>+8(SB)/4, $0x40000000
+DATA iota16<>+12(SB)/4, $0x40400000
+DATA iota16<>+16(SB)/4, $0x40800000
+DATA iota16<>+20(SB)/4, $0x40a00000
+DATA iota16<>+24(SB)/4, $0x40c00000
+DATA iota16<>+28(SB)/4, $0x40e00000
+DATA iota16<>+32(SB)/4, $0x41000000
+DATA iota16<>+36(SB)/4, $0x41100000
+DATA iota16<>+40(SB)/4, $0x41200000
+DATA iota16<>+44(SB)/4, $0x41300000
+DATA iota16<>+48(SB)/4, $0x41400000
+DATA iota16<>+52(SB)/4, $0x41500000
+DATA iota16<>+56(SB)/4, $0x41600000
+DATA iota16<>+60(SB)/4, $0x41700000
+GLOBL iota16<>(SB), RODATA|NOPTR, $64
+
+// SCALEBIAS broadcasts the group's scale into Z17 and bias into Z18 (bf16 -> f32).
+#define SCALEBIAS \
+	MOVWLZX      (R8), AX; \
+	SHLL         $16, AX; \
+	VPBROADCASTD AX, Z17; \
+	MOVWLZX      (R9), AX; \
+	SHLL         $16, AX; \
+	VPBROADCASTD AX, Z18
+
+// HSUM16 reduces Z(a) to its lane sum in the low lane of X(a), using Y(t)/X(t).
+#define HSUM16(za, ya, xa, yt, xt) \
+	VEXTRACTF64X4 $1, za, yt; \
+	VADDPS        yt, ya, ya; \
+	VEXTRACTF128  $1, ya, xt; \
+	VADDPS        xt, xa, xa; \
+	VHADDPS       xa, xa, xa; \
+	VHADDPS       xa, xa, xa
+
+// DOT4ROWS multiplies the four decoded runs Z8..Z11 (elements at x offsets 0, 64, 128,
+// 192 bytes) with the four activation rows; row p accumulates into Z(2p) and Z(2p+1).
+#define DOT4ROWS \
+	VFMADD231PS (DI), Z8, Z0; \
+	VFMADD231PS 64(DI), Z9, Z1; \
+	VFMADD231PS 128(DI), Z10, Z0; \
+	VFMADD231PS 192(DI), Z11, Z1; \
+	VFMADD231PS (DI)(BX*1), Z8, Z2; \
+	VFMADD231PS 64(DI)(BX*1), Z9, Z3; \
+	VFMADD231PS 128(DI)(BX*1), Z10, Z2; \
+	VFMADD231PS 192(DI)(BX*1), Z11, Z3; \
+	VFMADD231PS (DI)(BX*2), Z8, Z4; \
+	VFMADD231PS 64(DI)(BX*2), Z9, Z5; \
+	VFMADD231PS 128(DI)(BX*2), Z10, Z4; \
+	VFMADD231PS 192(DI)(BX*2), Z11, Z5; \
+	VFMADD231PS (R12), Z8, Z6; \
+	VFMADD231PS 64(R12), Z9, Z7; \
+	VFMADD231PS 128(R12), Z10, Z6; \
+	VFMADD231PS 192(R12), Z11, Z7; \
+	ADDQ        $256, DI; \
+	ADDQ        $256, R12
+
+// DOT4STORE reduces the row accumulators to [r0 r1 r2 r3] and stores them at R13.
+#define DOT4STORE \
+	VADDPS        Z1, Z0, Z0; \
+	VADDPS        Z3, Z2, Z2; \
+	VADDPS        Z5, Z4, Z4; \
+	VADDPS        Z7, Z6, Z6; \
+	VEXTRACTF64X4 $1, Z0, Y1; \
+	VADDPS        Y1, Y0, Y0; \
+	VEXTRACTF64X4 $1, Z2, Y3; \
+	VADDPS        Y3, Y2, Y2; \
+	VEXTRACTF64X4 $1, Z4, Y5; \
+	VADDPS        Y5, Y4, Y4; \
+	VEXTRACTF64X4 $1, Z6, Y7; \
+	VADDPS        Y7, Y6, Y6; \
+	VHADDPS       Y2, Y0, Y0; \
+	VHADDPS       Y6, Y4, Y4; \
+	VHADDPS       Y4, Y0, Y0; \
+	VEXTRACTF128  $1, Y0, X1; \
+	VADDPS        X1, X0, X0; \
+	VMOVUPS       X0, (R13); \
+	VZEROUPPER; \
+	RET
+
+#define DOT4PROLOGUE \
+	MOVQ   codes+0(FP), SI; \
+	MOVQ   scales+8(FP), R8; \
+	MOVQ   biases+16(FP), R9; \
+	MOVQ   groups+24(FP), CX; \
+	MOVQ   units+32(FP), R10; \
+	MOVQ   x+40(FP), DI; \
+	MOVQ   xStride+48(FP), BX; \
+	MOVQ   out+64(FP), R13; \
+	LEAQ   (DI)(BX*2), R12; \
+	ADDQ   BX, R12; \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+	VPXORD Z2, Z2, Z2; \
+	VPXORD Z3, Z3, Z3; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7
+
+// func q4Dot1AVX512(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+TEXT ·q4Dot1AVX512(SB), NOSPLIT, $0-60
+	MOVQ    codes+0(FP), SI
+	MOVQ    scales+8(FP), R8
+	MOVQ    biases+16(FP), R9
+	MOVQ    groups+24(FP), CX
+	MOVQ    units+32(FP), R10
+	MOVQ    x+40(FP), DI
+	VMOVUPS iota16<>(SB), Z16
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+	VPXORD  Z2, Z2, Z2
+	VPXORD  Z3, Z3, Z3
+
+q4d1g:
+	SCALEBIAS
+	VFMADD231PS Z16, Z17, Z18 // table: s·q + b for q = 0..15
+	MOVQ        R10, DX
+
+q4d1u:
+	VPMOVZXBD   (SI), Z4
+	VPMOVZXBD   16(SI), Z6
+	VPSRLD      $4, Z4, Z5
+	VPSRLD      $4, Z6, Z7
+	VPERMPS     Z18, Z4, Z4
+	VPERMPS     Z18, Z5, Z5
+	VPERMPS     Z18, Z6, Z6
+	VPERMPS     Z18, Z7, Z7
+	VFMADD231PS (DI), Z4, Z0
+	VFMADD231PS 64(DI), Z5, Z1
+	VFMADD231PS 128(DI), Z6, Z2
+	VFMADD231PS 192(DI), Z7, Z3
+	ADDQ        $32, SI
+	ADDQ        $256, DI
+	DECQ        DX
+	JNZ         q4d1u
+	ADDQ        $2, R8
+	ADDQ        $2, R9
+	DECQ        CX
+	JNZ         q4d1g
+
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z2, Z0, Z0
+	HSUM16(Z0, Y0, X0, Y1, X1)
+	VZEROUPPER
+	MOVSS  X0, ret+56(FP)
+	RET
+
+// func q8Dot1AVX512(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+TEXT ·q8Dot1AVX512(SB), NOSPLIT, $0-60
+	MOVQ   codes+0(FP), SI
+	MOVQ   scales+8(FP), R8
+	MOVQ   biases+16(FP), R9
+	MOVQ   groups+24(FP), CX
+	MOVQ   units+32(FP), R10
+	MOVQ   x+40(FP), DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+q8d1g:
+	SCALEBIAS
+	MOVQ R10, DX
+
+q8d1u:
+	VPMOVZXBD   (SI), Z4
+	VPMOVZXBD   16(SI), Z5
+	VPMOVZXBD   32(SI), Z6
+	VPMOVZXBD   48(SI), Z7
+	VCVTDQ2PS   Z4, Z4
+	VCVTDQ2PS   Z5, Z5
+	VCVTDQ2PS   Z6, Z6
+	VCVTDQ2PS   Z7, Z7
+	VFMADD213PS Z18, Z17, Z4 // s·q + b
+	VFMADD213PS Z18, Z17, Z5
+	VFMADD213PS Z18, Z17, Z6
+	VFMADD213PS Z18, Z17, Z7
+	VFMADD231PS (DI), Z4, Z0
+	VFMADD231PS 64(DI), Z5, Z1
+	VFMADD231PS 128(DI), Z6, Z2
+	VFMADD231PS 192(DI), Z7, Z3
+	ADDQ        $64, SI
+	ADDQ        $256, DI
+	DECQ        DX
+	JNZ         q8d1u
+	ADDQ        $2, R8
+	ADDQ        $2, R9
+	DECQ        CX
+	JNZ         q8d1g
+
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z2, Z0, Z0
+	HSUM16(Z0, Y0, X0, Y1, X1)
+	VZEROUPPER
+	MOVSS  X0, ret+56(FP)
+	RET
+
+// func q4Dot4AVX512(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
+TEXT ·q4Dot4AVX512(SB), NOSPLIT, $0-72
+	DOT4PROLOGUE
+	VMOVUPS iota16<>(SB), Z16
+
+q4d4g:
+	SCALEBIAS
+	VFMADD231PS Z16, Z17, Z18
+	MOVQ        R10, DX
+
+q4d4u:
+	VPMOVZXBD (SI), Z8
+	VPMOVZXBD 16(SI), Z10
+	VPSRLD    $4, Z8, Z9
+	VPSRLD    $4, Z10, Z11
+	VPERMPS   Z18, Z8, Z8
+	VPERMPS   Z18, Z9, Z9
+	VPERMPS   Z18, Z10, Z10
+	VPERMPS   Z18, Z11, Z11
+	DOT4ROWS
+	ADDQ      $32, SI
+	DECQ      DX
+	JNZ       q4d4u
+	ADDQ      $2, R8
+	ADDQ      $2, R9
+	DECQ      CX
+	JNZ       q4d4g
+	DOT4STORE
+
+// func q8Dot4AVX512(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
+TEXT ·q8Dot4AVX512(SB), NOSPLIT, $0-72
+	DOT4PROLOGUE
+
+q8d4g:
+	SCALEBIAS
+	MOVQ R10, DX
+
+q8d4u:
+	VPMOVZXBD   (SI), Z8
+	VPMOVZXBD   16(SI), Z9
+	VPMOVZXBD   32(SI), Z10
+	VPMOVZXBD   48(SI), Z11
+	VCVTDQ2PS   Z8, Z8
+	VCVTDQ2PS   Z9, Z9
+	VCVTDQ2PS   Z10, Z10
+	VCVTDQ2PS   Z11, Z11
+	VFMADD213PS Z18, Z17, Z8
+	VFMADD213PS Z18, Z17, Z9
+	VFMADD213PS Z18, Z17, Z10
+	VFMADD213PS Z18, Z17, Z11
+	DOT4ROWS
+	ADDQ        $64, SI
+	DECQ        DX
+	JNZ         q8d4u
+	ADDQ        $2, R8
+	ADDQ        $2, R9
+	DECQ        CX
+	JNZ         q8d4g
+	DOT4STORE

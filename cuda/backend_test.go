@@ -60,7 +60,7 @@ func TestLoadRefusesOpsWithoutKernels(t *testing.T) {
 
 // Without a GPU, asking for the backend is a clean error that says CUDA is missing.
 func TestOpenWithoutGPUFailsCleanly(t *testing.T) {
-	if _, err := openDevice(); err == nil {
+	if _, err := loadDriver(); err == nil {
 		t.Skip("a CUDA device is present; this test is for machines without one")
 	}
 	_, err := exec.Open("../../shared/golden/tiny-s1/mlx-q4", exec.Options{Backend: "cuda"})

@@ -18,9 +18,12 @@ import (
 // gpu returns the device, or skips the test with the reason CUDA is not loadable.
 func gpu(t *testing.T) *device {
 	t.Helper()
+	if _, err := loadDriver(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
 	g, err := openDevice()
 	if err != nil {
-		t.Skipf("no GPU: %v", err)
+		t.Fatal(err)
 	}
 	return g
 }
@@ -157,7 +160,7 @@ func TestKernelsMatchReferences(t *testing.T) {
 		{name: "conv1d", op: "conv1d", in: []*ops.Tensor{randF32(r, 5, 96), randF32(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
 		{name: "conv1d decode bf16 state", op: "conv1d", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
 		{name: "gated_delta", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
-			in: []*ops.Tensor{randF32(r, 3, 2, 32), randF32(r, 3, 2, 32), randF32(r, 3, 4, 64), randF32(r, 3, 4), randF32(r, 3, 4), randF32(r, 4, 32, 64)},
+			in:    []*ops.Tensor{randF32(r, 3, 2, 32), randF32(r, 3, 2, 32), randF32(r, 3, 4, 64), randF32(r, 3, 4), randF32(r, 3, 4), randF32(r, 4, 32, 64)},
 			alias: map[int]int{1: 5}},
 		{name: "exp of a weight", op: "exp", in: []*ops.Tensor{randF32(r, 7)}},
 		{name: "softplus", op: "softplus", in: []*ops.Tensor{randF32(r, 2, 33)}},

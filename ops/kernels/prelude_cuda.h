@@ -11,7 +11,7 @@ typedef uint4 vec4u;
 typedef float4 vec4f;
 
 #ifndef offsetof
-#define offsetof(T, f) __builtin_offsetof(T, f)
+#define offsetof(T, f) ((u64)(&(((T*)0)->f)))
 #endif
 
 // A kernel takes one args struct by value; buffers are u64 device addresses in it.

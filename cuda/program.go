@@ -40,6 +40,7 @@ type program struct {
 	graph    uintptr
 	exec     uintptr
 	stepHost []int32
+	events   []uintptr // for profiled runs: one before each launch, one after the last
 }
 
 func (p *program) Tokens() int { return p.p.Tokens }
@@ -146,7 +147,11 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 		if err := g.d.check("cuMemcpyHtoDAsync (step scalars)", g.d.cuMemcpyHtoDAsync(p.steps, unsafe.Pointer(&step[0]), uint64(4*len(step)), g.stream)); err != nil {
 			return err
 		}
-		if p.b.graphs {
+		if prof := currentProfile(); prof != nil {
+			if err := p.runProfiled(prof); err != nil {
+				return err
+			}
+		} else if p.b.graphs {
 			if err := g.d.check("cuGraphLaunch", g.d.cuGraphLaunch(p.exec, g.stream)); err != nil {
 				return err
 			}

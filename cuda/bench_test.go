@@ -1,0 +1,156 @@
+//go:build linux
+
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"pistil/exec"
+)
+
+// Speed on a real checkpoint: PISTIL_BENCH_MODEL names its folder (for example the
+// full-size synthetic model of `pistil synth --preset full --layout mlx-q4`); without it,
+// or without a GPU, the benchmarks skip. Run them with a fixed count, e.g.
+//   cuda.test -test.run '^$' -test.bench . -test.benchtime 64x
+// The plans are compiled with the fusion passes whose ops have no CUDA kernel off.
+
+// NoFusion are the pass switches that keep the plans to ops with CUDA kernels.
+var NoFusion = []string{"fuse-gdn-gates/off", "fuse-conv-silu/off", "fuse-slice-l2/off", "fuse-norm-out-proj/off",
+	"fuse-qk-norm-rope/off", "fuse-attn-gate/off", "fuse-swiglu/off", "fuse-router/off", "fuse-moe-combine/off",
+	"fuse-shared-gate/off", "fuse-projections/off", "fuse-add-norm/off"}
+
+var benchModels sync.Map // "graphs=on|off" -> *exec.Model
+
+func benchModel(b *testing.B, graphs bool) *exec.Model {
+	dir := os.Getenv("PISTIL_BENCH_MODEL")
+	if dir == "" {
+		b.Skip("set PISTIL_BENCH_MODEL to a checkpoint folder")
+	}
+	if _, err := loadDriver(); err != nil {
+		b.Skipf("no GPU: %v", err)
+	}
+	key := fmt.Sprintf("graphs=%v", graphs)
+	if m, ok := benchModels.Load(key); ok {
+		return m.(*exec.Model)
+	}
+	toml, err := os.ReadFile("../pipeline.toml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := strings.Replace(string(toml), "graphs = true", fmt.Sprintf("graphs = %v", graphs), 1)
+	file := filepath.Join(b.TempDir(), "pipeline.toml")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	m, err := exec.Open(dir, exec.Options{Backend: "cuda", Passes: NoFusion, PipelineFile: file})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchModels.Store(key, m)
+	return m
+}
+
+// promptIDs is a deterministic prompt of n ordinary token ids.
+func promptIDs(n int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(100 + (i*7919)%20000)
+	}
+	return ids
+}
+
+func onOff(v bool) string {
+	if v {
+		return "on"
+	}
+	return "off"
+}
+
+func BenchmarkDecode(b *testing.B) {
+	for _, graphs := range []bool{true, false} {
+		for _, ctxLen := range []int{1, 4096} {
+			b.Run(fmt.Sprintf("graphs=%s/context=%d", onOff(graphs), ctxLen), func(b *testing.B) {
+				m := benchModel(b, graphs)
+				s, err := m.NewSession(ctxLen + b.N + 8)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				if err := s.Prefill(ctx, promptIDs(ctxLen), exec.PrefillOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Decode(ctx, 101); err != nil { // binds the decode program to this state
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := s.Decode(ctx, int32(100+i%1000)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+	}
+}
+
+func BenchmarkPrefill(b *testing.B) {
+	for _, graphs := range []bool{true, false} {
+		for _, n := range []int{512, 4096} {
+			b.Run(fmt.Sprintf("graphs=%s/tokens=%d", onOff(graphs), n), func(b *testing.B) {
+				m := benchModel(b, graphs)
+				s, err := m.NewSession(n + 8)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				ids := promptIDs(n)
+				if err := s.Prefill(ctx, ids, exec.PrefillOptions{}); err != nil { // warm-up: binds the programs
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					s.Reset()
+					if err := s.Prefill(ctx, ids, exec.PrefillOptions{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+	}
+}
+
+// BenchmarkProfile prints where the time of a 512-token prefill chunk and of a decode
+// step at a 4K context goes, per op and kernel (launched one by one, timed by events).
+func BenchmarkProfile(b *testing.B) {
+	m := benchModel(b, false)
+	s, err := m.NewSession(4096 + 512 + b.N + 8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Prefill(ctx, promptIDs(4096), exec.PrefillOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	prof := StartProfile()
+	if err := s.Prefill(ctx, promptIDs(512), exec.PrefillOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	StopProfile()
+	fmt.Printf("prefill chunk of 512 at context 4096:\n%s\n", prof)
+	prof = StartProfile()
+	defer StopProfile()
+	for i := 0; i < b.N; i++ {
+		if err := s.Decode(ctx, int32(100+i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fmt.Printf("decode at context ~4600:\n%s\n", prof)
+}

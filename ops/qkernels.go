@@ -1,8 +1,6 @@
 package ops
 
 import (
-	"encoding/binary"
-
 	"pistil/graph"
 )
 
@@ -169,7 +167,8 @@ var goQuantKernels = &quantKernels{
 	dot4: [2]func([]byte, []uint16, []uint16, int, []float32, int, []float32, *[4]float32){q4Dot4Go, q8Dot4Go},
 }
 
-// q4Dot1Go is x · row for a q4 row: each little-endian uint32 holds 8 codes, low first.
+// q4Dot1Go is x · row for a q4 row. nibblePairs turns each byte into its two codes as
+// floats with one load, cheaper than two integer-to-float conversions.
 func q4Dot1Go(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
 	var acc, bacc float32
 	gb := group / 2
@@ -182,12 +181,13 @@ func q4Dot1Go(codes []byte, scales, biases []uint16, group int, x, xsum []float3
 		xs := x[g*group : (g+1)*group]
 		var s0, s1, s2, s3 float32
 		for j := 0; j+4 <= len(c); j += 4 {
-			q := binary.LittleEndian.Uint32(c[j:])
+			cc := c[j : j+4 : j+4]
 			xx := xs[2*j : 2*j+8 : 2*j+8]
-			s0 += float32(q&15)*xx[0] + float32(q>>16&15)*xx[4]
-			s1 += float32(q>>4&15)*xx[1] + float32(q>>20&15)*xx[5]
-			s2 += float32(q>>8&15)*xx[2] + float32(q>>24&15)*xx[6]
-			s3 += float32(q>>12&15)*xx[3] + float32(q>>28)*xx[7]
+			p0, p1, p2, p3 := &nibblePairs[cc[0]], &nibblePairs[cc[1]], &nibblePairs[cc[2]], &nibblePairs[cc[3]]
+			s0 += p0[0]*xx[0] + p2[0]*xx[4]
+			s1 += p0[1]*xx[1] + p2[1]*xx[5]
+			s2 += p1[0]*xx[2] + p3[0]*xx[6]
+			s3 += p1[1]*xx[3] + p3[1]*xx[7]
 		}
 		acc += BF16ToF32(s) * ((s0 + s1) + (s2 + s3))
 		bacc += BF16ToF32(biases[g]) * xsum[g]
@@ -220,71 +220,75 @@ func q8Dot1Go(codes []byte, scales, biases []uint16, group int, x, xsum []float3
 	return acc + bacc
 }
 
-// q4Dot4Go is four activation rows against one q4 row: each code is unpacked once.
+// maxGoGroup bounds the group the portable dot4 decodes on the stack; larger groups
+// (none in practice) take four dot1s.
+const maxGoGroup = 256
+
+// q4Dot4Go is four activation rows against one q4 row: each group's codes are unpacked
+// once, then met by all four rows.
 func q4Dot4Go(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
-	var acc [4]float32
-	gb := group / 2
-	K := len(scales) * group
-	codes = codes[:len(scales)*gb]
-	x0, x1, x2, x3 := x[:K], x[xStride:xStride+K], x[2*xStride:2*xStride+K], x[3*xStride:3*xStride+K]
-	xsum4 = xsum4[:4*len(scales)]
-	biases = biases[:len(scales)]
-	var q [8]float32
-	for g, s := range scales {
-		c := codes[g*gb : (g+1)*gb]
-		var s0, s1, s2, s3 float32
-		for j := 0; j+4 <= len(c); j += 4 {
-			w := binary.LittleEndian.Uint32(c[j:])
-			q = [8]float32{float32(w & 15), float32(w >> 4 & 15), float32(w >> 8 & 15), float32(w >> 12 & 15),
-				float32(w >> 16 & 15), float32(w >> 20 & 15), float32(w >> 24 & 15), float32(w >> 28)}
-			i := g*group + 2*j
-			s0 += dot8(&q, x0[i:i+8:i+8])
-			s1 += dot8(&q, x1[i:i+8:i+8])
-			s2 += dot8(&q, x2[i:i+8:i+8])
-			s3 += dot8(&q, x3[i:i+8:i+8])
-		}
-		sc, b := BF16ToF32(s), BF16ToF32(biases[g])
-		xs := xsum4[4*g : 4*g+4 : 4*g+4]
-		acc[0] += sc*s0 + b*xs[0]
-		acc[1] += sc*s1 + b*xs[1]
-		acc[2] += sc*s2 + b*xs[2]
-		acc[3] += sc*s3 + b*xs[3]
+	if group > maxGoGroup {
+		dot4ByRows(q4Dot1Go, codes, scales, biases, group, x, xStride, xsum4, out)
+		return
 	}
-	*out = acc
+	var q [maxGoGroup]float32
+	gb := group / 2
+	codes = codes[:len(scales)*gb]
+	dot4Groups(scales, biases, group, x, xStride, xsum4, out, func(g int, q []float32) {
+		for j, c := range codes[g*gb : (g+1)*gb] {
+			p := &nibblePairs[c]
+			q[2*j], q[2*j+1] = p[0], p[1]
+		}
+	}, q[:group])
 }
 
 // q8Dot4Go is four activation rows against one q8 row.
 func q8Dot4Go(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
-	var acc [4]float32
+	if group > maxGoGroup {
+		dot4ByRows(q8Dot1Go, codes, scales, biases, group, x, xStride, xsum4, out)
+		return
+	}
+	var q [maxGoGroup]float32
+	codes = codes[:len(scales)*group]
+	dot4Groups(scales, biases, group, x, xStride, xsum4, out, func(g int, q []float32) {
+		for j, c := range codes[g*group : (g+1)*group] {
+			q[j] = float32(c)
+		}
+	}, q[:group])
+}
+
+// dot4Groups runs the group-sum dot of four activation rows against a row whose codes
+// unpack(g, q) writes, group by group, as floats into q.
+func dot4Groups(scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32,
+	unpack func(g int, q []float32), q []float32) {
 	K := len(scales) * group
-	codes = codes[:K]
 	x0, x1, x2, x3 := x[:K], x[xStride:xStride+K], x[2*xStride:2*xStride+K], x[3*xStride:3*xStride+K]
 	xsum4 = xsum4[:4*len(scales)]
 	biases = biases[:len(scales)]
-	var q [8]float32
+	var acc [4]float32
 	for g, s := range scales {
-		var s0, s1, s2, s3 float32
-		for i := g * group; i+8 <= (g+1)*group; i += 8 {
-			c := codes[i : i+8 : i+8]
-			q = [8]float32{float32(c[0]), float32(c[1]), float32(c[2]), float32(c[3]),
-				float32(c[4]), float32(c[5]), float32(c[6]), float32(c[7])}
-			s0 += dot8(&q, x0[i:i+8:i+8])
-			s1 += dot8(&q, x1[i:i+8:i+8])
-			s2 += dot8(&q, x2[i:i+8:i+8])
-			s3 += dot8(&q, x3[i:i+8:i+8])
-		}
+		unpack(g, q)
+		lo := g * group
+		n := len(q)
 		sc, b := BF16ToF32(s), BF16ToF32(biases[g])
 		xs := xsum4[4*g : 4*g+4 : 4*g+4]
-		acc[0] += sc*s0 + b*xs[0]
-		acc[1] += sc*s1 + b*xs[1]
-		acc[2] += sc*s2 + b*xs[2]
-		acc[3] += sc*s3 + b*xs[3]
+		acc[0] += sc*dot(q, x0[lo:lo+n]) + b*xs[0]
+		acc[1] += sc*dot(q, x1[lo:lo+n]) + b*xs[1]
+		acc[2] += sc*dot(q, x2[lo:lo+n]) + b*xs[2]
+		acc[3] += sc*dot(q, x3[lo:lo+n]) + b*xs[3]
 	}
 	*out = acc
 }
 
-// dot8 is q · x for 8 elements, in two independent chains.
-func dot8(q *[8]float32, x []float32) float32 {
-	x = x[:8]
-	return (q[0]*x[0] + q[2]*x[2] + q[4]*x[4] + q[6]*x[6]) + (q[1]*x[1] + q[3]*x[3] + q[5]*x[5] + q[7]*x[7])
+// dot4ByRows is dot4 as four dot1s (xsum4 transposed back per row).
+func dot4ByRows(dot1 func([]byte, []uint16, []uint16, int, []float32, []float32) float32,
+	codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32) {
+	G := len(scales)
+	xsum := make([]float32, G)
+	for p := 0; p < 4; p++ {
+		for g := range xsum {
+			xsum[g] = xsum4[4*g+p]
+		}
+		out[p] = dot1(codes, scales, biases, group, x[p*xStride:p*xStride+G*group], xsum)
+	}
 }

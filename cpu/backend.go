@@ -98,20 +98,7 @@ func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) 
 		if !ok || info.Ref == nil {
 			return nil, fmt.Errorf("plan %s: dispatch %d: op %q has no CPU reference", p.Phase, d.Index, d.Op)
 		}
-		v := &graph.Value{ID: d.Value, Op: d.Op, Attrs: d.Attrs, Name: d.Label}
-		for _, a := range d.Args {
-			v.Args = append(v.Args, &graph.Value{ID: -1, Type: a.Type})
-		}
-		if len(d.Results) == 1 {
-			v.Type = d.Results[0].Type
-		} else {
-			elems := make([]graph.Type, len(d.Results))
-			for j, r := range d.Results {
-				elems[j] = r.Type
-			}
-			v.Type = graph.Tuple(elems...)
-		}
-		prog.steps = append(prog.steps, step{d: d, ref: info.Ref, value: v})
+		prog.steps = append(prog.steps, step{d: d, ref: info.Ref, value: d.Stub()})
 	}
 	return prog, nil
 }

@@ -325,22 +325,14 @@ func (e *executor) runInOrder(t *testing.T, tokens *ops.Tensor, states map[strin
 	for _, di := range order {
 		d := e.p.Dispatches[di]
 		info, _ := ops.Default.Info(d.Op)
-		v := &graph.Value{ID: d.Value, Op: d.Op, Attrs: d.Attrs, Name: d.Label}
 		var in, out []*ops.Tensor
 		for _, a := range d.Args {
-			v.Args = append(v.Args, &graph.Value{ID: -1, Type: a.Type})
 			in = append(in, operand(a))
 		}
-		var elems []graph.Type
 		for _, r := range d.Results {
-			elems = append(elems, r.Type)
 			out = append(out, operand(r))
 		}
-		v.Type = elems[0]
-		if len(elems) > 1 {
-			v.Type = graph.Tuple(elems...)
-		}
-		if err := info.Ref(env, v, in, out); err != nil {
+		if err := info.Ref(env, d.Stub(), in, out); err != nil {
 			t.Fatalf("dispatch %d %s: %v", d.Index, d.Op, err)
 		}
 	}

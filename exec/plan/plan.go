@@ -135,3 +135,23 @@ type Totals struct {
 	BytesWritten    int64 `json:"bytes_written"`
 	Flops           int64 `json:"flops"`
 }
+
+// Stub rebuilds the graph value a dispatch computes, as far as an op's reference or
+// kernel selection needs it: op, attrs, label, the args' types and the result type (a
+// tuple when the dispatch has several results). The args carry no data and no ID.
+func (d *Dispatch) Stub() *graph.Value {
+	v := &graph.Value{ID: d.Value, Op: d.Op, Attrs: d.Attrs, Name: d.Label}
+	for _, a := range d.Args {
+		v.Args = append(v.Args, &graph.Value{ID: -1, Type: a.Type})
+	}
+	elems := make([]graph.Type, len(d.Results))
+	for i, r := range d.Results {
+		elems[i] = r.Type
+	}
+	if len(elems) == 1 {
+		v.Type = elems[0]
+	} else {
+		v.Type = graph.Tuple(elems...)
+	}
+	return v
+}

@@ -36,6 +36,7 @@ TEXT ·q4Dot1AVX2(SB), NOSPLIT, $0-60
 	VXORPS X1, X1, X1 // Σ_g b_g·xsum_g
 
 q4d1group:
+	PREFETCHT0 8192(SI) // the weights stream from memory: ask ahead
 	VXORPS Y2, Y2, Y2 // even elements of the group
 	VXORPS Y3, Y3, Y3 // odd elements
 	MOVQ   R10, DX
@@ -87,6 +88,7 @@ TEXT ·q8Dot1AVX2(SB), NOSPLIT, $0-60
 	VXORPS X1, X1, X1
 
 q8d1group:
+	PREFETCHT0 8192(SI)
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	MOVQ   R10, DX

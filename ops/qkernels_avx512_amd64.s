@@ -127,6 +127,7 @@ TEXT ·q4Dot1AVX512(SB), NOSPLIT, $0-60
 	VPXORD  Z3, Z3, Z3
 
 q4d1g:
+	PREFETCHT0  8192(SI) // the weights stream from memory: ask ahead
 	SCALEBIAS
 	VFMADD231PS Z16, Z17, Z18 // table: s·q + b for q = 0..15
 	MOVQ        R10, DX
@@ -175,6 +176,7 @@ TEXT ·q8Dot1AVX512(SB), NOSPLIT, $0-60
 	VPXORD Z3, Z3, Z3
 
 q8d1g:
+	PREFETCHT0 8192(SI)
 	SCALEBIAS
 	MOVQ R10, DX
 

@@ -30,7 +30,7 @@ func BenchmarkQMatmul(b *testing.B) {
 			out := []*Tensor{NewTensor(graph.F32, T, 8192)}
 			for _, kernels := range benchKernels {
 				b.Run(fmt.Sprintf("q%d/T=%d/%s", bits, T, kernels), func(b *testing.B) {
-					env := &Env{Workers: 2}
+					env := &Env{Workers: 2, Kernels: kernels}
 					b.SetBytes(int64(len(w.Data) + len(w.Scales) + len(w.Biases)))
 					for b.Loop() {
 						if err := info.Ref(env, g.Values[2], []*Tensor{x, w}, out); err != nil {
@@ -63,7 +63,7 @@ func BenchmarkExpertQMatmul(b *testing.B) {
 			out := []*Tensor{NewTensor(graph.F32, T, k, M)}
 			for _, kernels := range benchKernels {
 				b.Run(fmt.Sprintf("q%d/T=%d/%s", bits, T, kernels), func(b *testing.B) {
-					env := &Env{Workers: 2}
+					env := &Env{Workers: 2, Kernels: kernels}
 					b.SetBytes(int64(len(used)) * int64(len(w.Data)+len(w.Scales)+len(w.Biases)) / int64(E))
 					for b.Loop() {
 						if err := info.Ref(env, g.Values[3], []*Tensor{x, w, ids}, out); err != nil {

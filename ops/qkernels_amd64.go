@@ -24,18 +24,18 @@ func q8Dot4AVX2(codes *byte, scales, biases *uint16, groups, units int, x *float
 // the end.
 var avx2Kernels = &quantKernels{
 	name:         "avx2",
-	unit:         16,
+	unit:         32,
 	interleaveQ4: 16,
 	dot1: [2]func([]byte, []uint16, []uint16, int, []float32, []float32) float32{
 		func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
 			G := len(scales)
-			checkRow(codes, biases, G, group, 16, 4, x, xsum, 1)
-			return q4Dot1AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], &xsum[0])
+			checkRow(codes, biases, G, group, 32, 4, x, xsum, 1)
+			return q4Dot1AVX2(&codes[0], &scales[0], &biases[0], G, group/32, &x[0], &xsum[0])
 		},
 		func(codes []byte, scales, biases []uint16, group int, x, xsum []float32) float32 {
 			G := len(scales)
-			checkRow(codes, biases, G, group, 16, 8, x, xsum, 1)
-			return q8Dot1AVX2(&codes[0], &scales[0], &biases[0], G, group/16, &x[0], &xsum[0])
+			checkRow(codes, biases, G, group, 32, 8, x, xsum, 1)
+			return q8Dot1AVX2(&codes[0], &scales[0], &biases[0], G, group/32, &x[0], &xsum[0])
 		},
 	},
 	dot4: [2]func([]byte, []uint16, []uint16, int, []float32, int, []float32, *[4]float32){

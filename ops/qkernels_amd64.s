@@ -1,7 +1,8 @@
 // AVX2/FMA kernels of the quantized row dots (see qkernels.go and qkernels_amd64.go).
-// A unit is 16 codes: q4 unpacks 8 bytes into the 8 low nibbles (even elements) and the
-// 8 high nibbles (odd elements), which is why q4 activations arrive interleaved (the 8
-// even then the 8 odd elements of each 16); q8 reads 16 bytes in order. Per group the
+// q4 unpacks 8 bytes at a time into the 8 low nibbles (even elements) and the 8 high
+// nibbles (odd elements), which is why q4 activations arrive interleaved (the 8 even then
+// the 8 odd elements of each 16); q8 reads its bytes in order. The decode kernels (dot1)
+// step 32 codes at a time, the four-row ones (dot4) 16. Per group the
 // codes are multiplied with x in float32 and the group total is scaled once; the bias
 // term Σ_g b_g·Σx_g uses the precomputed group sums of x.
 
@@ -22,60 +23,102 @@ GLOBL nibbleMask8<>(SB), RODATA|NOPTR, $32
 // bf16 loads the bf16 at ptr as a float32 into the low lane of xmm (through AX).
 #define BF16(ptr, xmm) MOVWLZX ptr, AX; SHLL $16, AX; VMOVD AX, xmm
 
+// BIASDOT adds Σ_g b_g·xsum_g over CX groups (biases at R9, xsum at R11) to X0, eight
+// groups at a time, then one at a time. Uses Y1, Y7, X9.
+#define BIASDOT(vec, tail, done) \
+	VXORPS       Y1, Y1, Y1; \
+	VXORPS       X9, X9, X9; \
+	CMPQ         CX, $8; \
+	JLT          tail; \
+vec: \
+	VPMOVZXWD    (R9), Y7; \
+	VPSLLD       $16, Y7, Y7; \
+	VFMADD231PS  (R11), Y7, Y1; \
+	ADDQ         $16, R9; \
+	ADDQ         $32, R11; \
+	SUBQ         $8, CX; \
+	CMPQ         CX, $8; \
+	JGE          vec; \
+tail: \
+	TESTQ        CX, CX; \
+	JZ           done; \
+	BF16((R9), X7); \
+	VFMADD231SS  (R11), X7, X9; \
+	ADDQ         $2, R9; \
+	ADDQ         $4, R11; \
+	DECQ         CX; \
+	JMP          tail; \
+done: \
+	VEXTRACTF128 $1, Y1, X7; \
+	VADDPS       X7, X1, X1; \
+	VHADDPS      X1, X1, X1; \
+	VHADDPS      X1, X1, X1; \
+	VADDSS       X1, X0, X0; \
+	VADDSS       X9, X0, X0
+
+// SCALEGROUP broadcasts the group's scale (bf16 at R8) into Y6 as float32.
+#define SCALEGROUP \
+	VPBROADCASTW (R8), Y6; \
+	VPSLLD       $16, Y6, Y6
+
 // func q4Dot1AVX2(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+// units is group/32: each step takes 16 bytes (32 codes).
 TEXT ·q4Dot1AVX2(SB), NOSPLIT, $0-60
-	MOVQ codes+0(FP), SI
-	MOVQ scales+8(FP), R8
-	MOVQ biases+16(FP), R9
-	MOVQ groups+24(FP), CX
-	MOVQ units+32(FP), R10
-	MOVQ x+40(FP), DI
-	MOVQ xsum+48(FP), R11
+	MOVQ         codes+0(FP), SI
+	MOVQ         scales+8(FP), R8
+	MOVQ         biases+16(FP), R9
+	MOVQ         groups+24(FP), CX
+	MOVQ         units+32(FP), R10
+	MOVQ         x+40(FP), DI
+	MOVQ         xsum+48(FP), R11
 	VPBROADCASTD nibbleMask<>(SB), Y8
-	VXORPS Y0, Y0, Y0 // Σ_g s_g·(Σ q·x)_g, 8 lanes
-	VXORPS X1, X1, X1 // Σ_g b_g·xsum_g
+	VXORPS       Y0, Y0, Y0 // Σ_g s_g·(Σ q·x)_g, 8 lanes
+	MOVQ         CX, BX
 
 q4d1group:
 	PREFETCHT0 8192(SI) // the weights stream from memory: ask ahead
-	VXORPS Y2, Y2, Y2 // even elements of the group
-	VXORPS Y3, Y3, Y3 // odd elements
-	MOVQ   R10, DX
+	VXORPS     Y2, Y2, Y2 // even elements of the group
+	VXORPS     Y3, Y3, Y3 // odd elements
+	MOVQ       R10, DX
 
 q4d1unit:
 	VPMOVZXBD   (SI), Y4
+	VPMOVZXBD   8(SI), Y10
 	VPSRLD      $4, Y4, Y5
+	VPSRLD      $4, Y10, Y11
 	VPAND       Y8, Y4, Y4
+	VPAND       Y8, Y10, Y10
 	VCVTDQ2PS   Y4, Y4
 	VCVTDQ2PS   Y5, Y5
+	VCVTDQ2PS   Y10, Y10
+	VCVTDQ2PS   Y11, Y11
 	VFMADD231PS (DI), Y4, Y2
 	VFMADD231PS 32(DI), Y5, Y3
-	ADDQ        $8, SI
-	ADDQ        $64, DI
+	VFMADD231PS 64(DI), Y10, Y2
+	VFMADD231PS 96(DI), Y11, Y3
+	ADDQ        $16, SI
+	ADDQ        $128, DI
 	DECQ        DX
 	JNZ         q4d1unit
 
-	VADDPS       Y3, Y2, Y2
-	BF16((R8), X6)
-	VBROADCASTSS X6, Y6
-	VFMADD231PS  Y6, Y2, Y0
-	BF16((R9), X7)
-	VFMADD231SS  (R11), X7, X1
-	ADDQ         $2, R8
-	ADDQ         $2, R9
-	ADDQ         $4, R11
-	DECQ         CX
-	JNZ          q4d1group
+	VADDPS      Y3, Y2, Y2
+	SCALEGROUP
+	VFMADD231PS Y6, Y2, Y0
+	ADDQ        $2, R8
+	DECQ        BX
+	JNZ         q4d1group
 
 	VEXTRACTF128 $1, Y0, X2
 	VADDPS       X2, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
-	VADDSS       X1, X0, X0
+	BIASDOT(q4d1bvec, q4d1btail, q4d1bdone)
 	VZEROUPPER
 	MOVSS        X0, ret+56(FP)
 	RET
 
 // func q8Dot1AVX2(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
+// units is group/32: each step takes 32 bytes.
 TEXT ·q8Dot1AVX2(SB), NOSPLIT, $0-60
 	MOVQ   codes+0(FP), SI
 	MOVQ   scales+8(FP), R8
@@ -85,43 +128,44 @@ TEXT ·q8Dot1AVX2(SB), NOSPLIT, $0-60
 	MOVQ   x+40(FP), DI
 	MOVQ   xsum+48(FP), R11
 	VXORPS Y0, Y0, Y0
-	VXORPS X1, X1, X1
+	MOVQ   CX, BX
 
 q8d1group:
 	PREFETCHT0 8192(SI)
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	MOVQ   R10, DX
+	VXORPS     Y2, Y2, Y2
+	VXORPS     Y3, Y3, Y3
+	MOVQ       R10, DX
 
 q8d1unit:
 	VPMOVZXBD   (SI), Y4
 	VPMOVZXBD   8(SI), Y5
+	VPMOVZXBD   16(SI), Y10
+	VPMOVZXBD   24(SI), Y11
 	VCVTDQ2PS   Y4, Y4
 	VCVTDQ2PS   Y5, Y5
+	VCVTDQ2PS   Y10, Y10
+	VCVTDQ2PS   Y11, Y11
 	VFMADD231PS (DI), Y4, Y2
 	VFMADD231PS 32(DI), Y5, Y3
-	ADDQ        $16, SI
-	ADDQ        $64, DI
+	VFMADD231PS 64(DI), Y10, Y2
+	VFMADD231PS 96(DI), Y11, Y3
+	ADDQ        $32, SI
+	ADDQ        $128, DI
 	DECQ        DX
 	JNZ         q8d1unit
 
-	VADDPS       Y3, Y2, Y2
-	BF16((R8), X6)
-	VBROADCASTSS X6, Y6
-	VFMADD231PS  Y6, Y2, Y0
-	BF16((R9), X7)
-	VFMADD231SS  (R11), X7, X1
-	ADDQ         $2, R8
-	ADDQ         $2, R9
-	ADDQ         $4, R11
-	DECQ         CX
-	JNZ          q8d1group
+	VADDPS      Y3, Y2, Y2
+	SCALEGROUP
+	VFMADD231PS Y6, Y2, Y0
+	ADDQ        $2, R8
+	DECQ        BX
+	JNZ         q8d1group
 
 	VEXTRACTF128 $1, Y0, X2
 	VADDPS       X2, X0, X0
 	VHADDPS      X0, X0, X0
 	VHADDPS      X0, X0, X0
-	VADDSS       X1, X0, X0
+	BIASDOT(q8d1bvec, q8d1btail, q8d1bdone)
 	VZEROUPPER
 	MOVSS        X0, ret+56(FP)
 	RET

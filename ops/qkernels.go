@@ -141,19 +141,25 @@ func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r i
 		}
 		return
 	}
-	// Each block of four activation rows (32 KiB at K = 2048) stays in the L1 cache while
-	// the weight rows stream past it: the kernels load eight times more activation bytes
-	// than weight bytes, so those are the ones to keep close.
+	// The weight rows go in tiles of about 256 KiB, which stay in the L2 cache while every
+	// block of four activation rows sweeps them: a block (32 KiB at K = 2048) stays in the
+	// L1 cache meanwhile (the kernels load eight times more activation bytes than weight
+	// bytes), and each weight byte comes from memory once per call, not once per block.
+	data0, _, _ := w.locate(rowBase + lo)
+	tile := max(16, (256<<10)/(len(data0)+4*G))
 	var out [4]float32
-	for p0 := 0; p0 < a.P; p0 += 4 {
-		x := a.x[p0*K : (p0+4)*K]
-		xsum := a.xsum[p0*G : (p0+4)*G]
-		n := min(4, a.P-p0)
-		for r := lo; r < hi; r++ {
-			data, scales, biases := w.locate(rowBase + r)
-			dot4(data, scales, biases, group, x, K, xsum, &out)
-			for i := 0; i < n; i++ {
-				store(p0+i, r, out[i])
+	for r0 := lo; r0 < hi; r0 += tile {
+		r1 := min(r0+tile, hi)
+		for p0 := 0; p0 < a.P; p0 += 4 {
+			x := a.x[p0*K : (p0+4)*K]
+			xsum := a.xsum[p0*G : (p0+4)*G]
+			n := min(4, a.P-p0)
+			for r := r0; r < r1; r++ {
+				data, scales, biases := w.locate(rowBase + r)
+				dot4(data, scales, biases, group, x, K, xsum, &out)
+				for i := 0; i < n; i++ {
+					store(p0+i, r, out[i])
+				}
 			}
 		}
 	}

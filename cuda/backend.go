@@ -122,7 +122,7 @@ func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) 
 	prog.vocab = embedVocab(p)
 	// Lower once without a state to catch shape errors at Load rather than at the first
 	// step; the launches are rebuilt when a session's state is bound.
-	if _, err := prog.lower(nil); err != nil {
+	if err := b.dev.do(func() error { _, err := prog.lower(nil); return err }); err != nil {
 		prog.release()
 		return nil, err
 	}
@@ -251,14 +251,15 @@ func embedVocab(p *plan.Plan) int {
 }
 
 // checkOps refuses a plan with ops that have no CUDA kernel, before touching the
-// device: one error naming every such op and the pass switches that avoid them.
+// device: one error naming every such op and how to avoid it.
 func checkOps(p *plan.Plan) error {
 	var missing []string
-	var flags []string
 	seen := map[string]bool{}
 	for i := range p.Dispatches {
 		op := p.Dispatches[i].Op
-		if _, ok := lowerings[op]; ok || seen[op] {
+		_, single := lowerings[op]
+		_, composite := composites[op]
+		if single || composite || seen[op] {
 			continue
 		}
 		seen[op] = true
@@ -267,17 +268,10 @@ func checkOps(p *plan.Plan) error {
 			reason = "not in the CUDA backend's op table"
 		}
 		missing = append(missing, fmt.Sprintf("%s (%s)", op, reason))
-		if pass := passOff[op]; pass != "" && !seen["pass "+pass] {
-			seen["pass "+pass] = true
-			flags = append(flags, "-pass="+pass+"/off")
-		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	hint := "use --backend cpu"
-	if len(flags) > 0 {
-		hint = "compile without the passes that make them: " + strings.Join(flags, " ") + ", or " + hint
-	}
-	return fmt.Errorf("plan %s: the CUDA backend has no kernel for %s; %s", p.Phase, strings.Join(missing, ", "), hint)
+	return fmt.Errorf("plan %s: the CUDA backend has no kernel for %s; compile without the pass that makes it (-pass=NAME/off; `pistil compile -pass=help` says which pass makes which fused op) or use --backend cpu",
+		p.Phase, strings.Join(missing, ", "))
 }

@@ -18,16 +18,25 @@ import (
 // full-size synthetic model of `pistil synth --preset full --layout mlx-q4`); without it,
 // or without a GPU, the benchmarks skip. Run them with a fixed count, e.g.
 //   cuda.test -test.run '^$' -test.bench . -test.benchtime 64x
-// The plans are compiled with the fusion passes whose ops have no CUDA kernel off.
+// Configurations: the default pipeline ("fused") with CUDA graphs on and off, and every
+// fusion pass off ("unfused") with graphs on.
 
-// NoFusion are the pass switches that keep the plans to ops with CUDA kernels.
+// NoFusion are the pass switches that leave the plans with primitive ops only.
 var NoFusion = []string{"fuse-gdn-gates/off", "fuse-conv-silu/off", "fuse-slice-l2/off", "fuse-norm-out-proj/off",
 	"fuse-qk-norm-rope/off", "fuse-attn-gate/off", "fuse-swiglu/off", "fuse-router/off", "fuse-moe-combine/off",
 	"fuse-shared-gate/off", "fuse-projections/off", "fuse-add-norm/off"}
 
 var benchModels sync.Map // "graphs=on|off" -> *exec.Model
 
-func benchModel(b *testing.B, graphs bool) *exec.Model {
+// benchConfig is one way of compiling and running the model.
+type benchConfig struct {
+	name          string
+	fused, graphs bool
+}
+
+var benchConfigs = []benchConfig{{"fused/graphs=on", true, true}, {"fused/graphs=off", true, false}, {"unfused/graphs=on", false, true}}
+
+func benchModel(b *testing.B, cfg benchConfig) *exec.Model {
 	dir := os.Getenv("PISTIL_BENCH_MODEL")
 	if dir == "" {
 		b.Skip("set PISTIL_BENCH_MODEL to a checkpoint folder")
@@ -35,7 +44,7 @@ func benchModel(b *testing.B, graphs bool) *exec.Model {
 	if _, err := loadDriver(); err != nil {
 		b.Skipf("no GPU: %v", err)
 	}
-	key := fmt.Sprintf("graphs=%v", graphs)
+	key := cfg.name
 	if m, ok := benchModels.Load(key); ok {
 		return m.(*exec.Model)
 	}
@@ -43,12 +52,16 @@ func benchModel(b *testing.B, graphs bool) *exec.Model {
 	if err != nil {
 		b.Fatal(err)
 	}
-	text := strings.Replace(string(toml), "graphs = true", fmt.Sprintf("graphs = %v", graphs), 1)
+	text := strings.Replace(string(toml), "graphs = true", fmt.Sprintf("graphs = %v", cfg.graphs), 1)
 	file := filepath.Join(b.TempDir(), "pipeline.toml")
 	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	m, err := exec.Open(dir, exec.Options{Backend: "cuda", Passes: NoFusion, PipelineFile: file})
+	var passes []string
+	if !cfg.fused {
+		passes = NoFusion
+	}
+	m, err := exec.Open(dir, exec.Options{Backend: "cuda", Passes: passes, PipelineFile: file})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -65,18 +78,11 @@ func promptIDs(n int) []int32 {
 	return ids
 }
 
-func onOff(v bool) string {
-	if v {
-		return "on"
-	}
-	return "off"
-}
-
 func BenchmarkDecode(b *testing.B) {
-	for _, graphs := range []bool{true, false} {
+	for _, cfg := range benchConfigs {
 		for _, ctxLen := range []int{1, 4096} {
-			b.Run(fmt.Sprintf("graphs=%s/context=%d", onOff(graphs), ctxLen), func(b *testing.B) {
-				m := benchModel(b, graphs)
+			b.Run(fmt.Sprintf("%s/context=%d", cfg.name, ctxLen), func(b *testing.B) {
+				m := benchModel(b, cfg)
 				s, err := m.NewSession(ctxLen + b.N + 8)
 				if err != nil {
 					b.Fatal(err)
@@ -101,10 +107,10 @@ func BenchmarkDecode(b *testing.B) {
 }
 
 func BenchmarkPrefill(b *testing.B) {
-	for _, graphs := range []bool{true, false} {
+	for _, cfg := range benchConfigs {
 		for _, n := range []int{512, 4096} {
-			b.Run(fmt.Sprintf("graphs=%s/tokens=%d", onOff(graphs), n), func(b *testing.B) {
-				m := benchModel(b, graphs)
+			b.Run(fmt.Sprintf("%s/tokens=%d", cfg.name, n), func(b *testing.B) {
+				m := benchModel(b, cfg)
 				s, err := m.NewSession(n + 8)
 				if err != nil {
 					b.Fatal(err)
@@ -130,7 +136,7 @@ func BenchmarkPrefill(b *testing.B) {
 // BenchmarkProfile prints where the time of a 512-token prefill chunk and of a decode
 // step at a 4K context goes, per op and kernel (launched one by one, timed by events).
 func BenchmarkProfile(b *testing.B) {
-	m := benchModel(b, false)
+	m := benchModel(b, benchConfigs[1])
 	s, err := m.NewSession(4096 + 512 + b.N + 8)
 	if err != nil {
 		b.Fatal(err)

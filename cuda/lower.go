@@ -24,6 +24,9 @@ type operand struct {
 type lowerCtx struct {
 	g     *device
 	steps uint64
+	// work returns zeroed device scratch private to the dispatch being lowered (the same
+	// memory each time the dispatch is lowered again).
+	work func(bytes int64) (uint64, error)
 }
 
 // lowering turns one dispatch into one kernel launch. Every dispatch is exactly one
@@ -61,7 +64,7 @@ var lowerings = map[string]lowering{
 }
 
 // unsupported names the ops of ops.Default that never become a CUDA launch, and why.
-// For a fused op, passOff names the pass switch that avoids it.
+// An op added to the table later without a lowering is refused at Load by checkOps.
 var unsupported = map[string]string{
 	"input":    "a source: bound to the step buffer",
 	"weight":   "a source: bound to the uploaded weight",
@@ -69,30 +72,6 @@ var unsupported = map[string]string{
 	"reshape":  "a view: aliases its argument, no dispatch",
 	"select":   "a view: aliases a tuple element, no dispatch",
 	"last_row": "a view: aliases the last row, no dispatch",
-	// Fused ops of the fusion passes (ops/fused*.go) have no CUDA kernel yet; plans
-	// compiled with the named pass off run the ops they expand to.
-	"matmuls":               "fused op without a CUDA kernel yet; pass fuse-projections makes it",
-	"matmul_swiglu":         "fused op without a CUDA kernel yet; pass fuse-swiglu makes it",
-	"expert_matmul_swiglu":  "fused op without a CUDA kernel yet; pass fuse-swiglu makes it",
-	"matmul_gated_add":      "fused op without a CUDA kernel yet; pass fuse-shared-gate makes it",
-	"matmul_router":         "fused op without a CUDA kernel yet; pass fuse-router makes it",
-	"expert_matmul_combine": "fused op without a CUDA kernel yet; pass fuse-moe-combine makes it",
-	"add_rms_norm":          "fused op without a CUDA kernel yet; pass fuse-add-norm makes it",
-	"gdn_gates":             "fused op without a CUDA kernel yet; pass fuse-gdn-gates makes it",
-	"conv1d_silu":           "fused op without a CUDA kernel yet; pass fuse-conv-silu makes it",
-	"slice_l2_norm":         "fused op without a CUDA kernel yet; pass fuse-slice-l2 makes it",
-	"rms_norm_rope":         "fused op without a CUDA kernel yet; pass fuse-qk-norm-rope makes it",
-	"sigmoid_gate_matmul":   "fused op without a CUDA kernel yet; pass fuse-attn-gate makes it",
-	"gated_rms_norm_matmul": "fused op without a CUDA kernel yet; pass fuse-norm-out-proj makes it",
-}
-
-// passOff maps each fused op without a kernel to the pass that makes it.
-var passOff = map[string]string{
-	"matmuls": "fuse-projections", "matmul_swiglu": "fuse-swiglu", "expert_matmul_swiglu": "fuse-swiglu",
-	"matmul_gated_add": "fuse-shared-gate", "matmul_router": "fuse-router", "expert_matmul_combine": "fuse-moe-combine",
-	"add_rms_norm": "fuse-add-norm", "gdn_gates": "fuse-gdn-gates", "conv1d_silu": "fuse-conv-silu",
-	"slice_l2_norm": "fuse-slice-l2", "rms_norm_rope": "fuse-qk-norm-rope", "sigmoid_gate_matmul": "fuse-attn-gate",
-	"gated_rms_norm_matmul": "fuse-norm-out-proj",
 }
 
 // newKernel records a launch of kernel name with args (copied; the launch owns it).
@@ -175,6 +154,9 @@ func lowerMatmul(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, err
 		return nil, err
 	}
 	args := kernels.MatmulArgs{W: w.w, X: x.addr, Y: out[0].addr, Rows: int32(rows), M: int32(M), K: int32(K)}
+	if rows == 1 && q4Matvec(w, K) {
+		return newKernel(c.g, kernels.KernelMatvecQ4, [3]int{ceilDiv(M, kernels.MatvecRows*4), 1, 1}, 128, args)
+	}
 	if rows <= kernels.MatmulMaxRows || K%kernels.TileK != 0 {
 		if rows > kernels.MatmulMaxRows {
 			return nil, fmt.Errorf("%s: %d rows need the tiled kernel, which needs K %% %d == 0 (K = %d)", d.Op, rows, kernels.TileK, K)
@@ -182,6 +164,12 @@ func lowerMatmul(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, err
 		return newKernel(c.g, kernels.KernelMatmulRows, [3]int{ceilDiv(M, 8), 1, 1}, 256, args)
 	}
 	return newKernel(c.g, kernels.KernelMatmulTiled, [3]int{ceilDiv(M, kernels.TileM), ceilDiv(rows, kernels.TileN), 1}, 256, args)
+}
+
+// q4Matvec says whether the 16-byte q4 matrix-vector kernels apply: 32-code chunks
+// never straddle a quantization group.
+func q4Matvec(w operand, K int) bool {
+	return w.dtype == graph.Q4 && K%32 == 0 && w.w.Group%32 == 0
 }
 
 // expertTiledMinSlots is the routed-slot count from which experts are multiplied in
@@ -207,6 +195,9 @@ func lowerExpert(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, err
 		args.XPerSlot = 1
 	}
 	slots := T * topK
+	if slots < expertTiledMinSlots && q4Matvec(w, K) {
+		return newKernel(c.g, kernels.KernelExpertMVQ4, [3]int{ceilDiv(M, kernels.MatvecRows*4), slots, 1}, 128, args)
+	}
 	if slots < expertTiledMinSlots || K%kernels.TileK != 0 {
 		if slots > 65535 {
 			return nil, fmt.Errorf("%s: %d routed slots exceed the grid", d.Op, slots)
@@ -231,7 +222,7 @@ func lowerL2Norm(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, err
 	D := x.shape[len(x.shape)-1]
 	return newKernel(c.g, kernels.KernelL2Norm, [3]int{prod(x.shape) / D, 1, 1}, rowBlock(D), kernels.L2NormArgs{
 		X: x.addr, Y: out[0].addr, Rows: int32(prod(x.shape) / D), D: int32(D),
-		Eps: float32(d.Attrs.Float("eps")), Scale: float32(d.Attrs.Float("scale"))})
+		Eps: float32(d.Attrs.Float("eps")), Scale: float32(d.Attrs.Float("scale")), RowsPerOuter: 1, OuterStride: int32(D)})
 }
 
 func lowerGatedRMSNorm(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, error) {
@@ -303,9 +294,25 @@ func lowerAttention(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, 
 	if T > 65535 {
 		return nil, fmt.Errorf("attention: %d tokens exceed the grid", T)
 	}
-	return newKernel(c.g, kernels.KernelAttention, [3]int{NH, T, 1}, 256, kernels.AttentionArgs{
-		Q: q.addr, K: k.addr, V: v.addr, O: out[0].addr, Steps: c.steps, T: int32(T), NH: int32(NH),
-		KVH: int32(k.shape[1]), D: int32(D), CacheDType: dt, Scale: float32(d.Attrs.Float("scale"))})
+	KVH := k.shape[1]
+	args := kernels.AttentionArgs{Q: q.addr, K: k.addr, V: v.addr, O: out[0].addr, Steps: c.steps, T: int32(T), NH: int32(NH),
+		KVH: int32(KVH), D: int32(D), CacheDType: dt, Scale: float32(d.Attrs.Float("scale")), Splits: 1}
+	if KVH == 0 || NH%KVH != 0 || NH/KVH > kernels.AttnSIMDs {
+		return newKernel(c.g, kernels.KernelAttention, [3]int{NH, T, 1}, 256, args)
+	}
+	// Enough groups to fill the GPU twice over: split the keys when tokens × kv heads
+	// are few (decode), at most 64 ways.
+	if groups := T * KVH; groups < 2*c.g.sms {
+		args.Splits = int32(min(kernels.AttnMaxSplits, ceilDiv(2*c.g.sms, groups)))
+	}
+	if args.Splits > 1 {
+		work, err := c.work(4 * (int64(T*NH)*int64(args.Splits)*int64(D+2) + int64(T*KVH)))
+		if err != nil {
+			return nil, fmt.Errorf("attention workspace: %w", err)
+		}
+		args.Work = work
+	}
+	return newKernel(c.g, kernels.KernelAttentionGQA, [3]int{KVH, T, int(args.Splits)}, 256, args)
 }
 
 func lowerConv1D(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, error) {
@@ -332,13 +339,13 @@ func lowerGatedDelta(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch,
 	q, v := in[0], in[2]
 	T, Hk, Dk := q.shape[0], q.shape[1], q.shape[2]
 	Hv, Dv := v.shape[1], v.shape[2]
-	if Dk%4 != 0 || Dk > kernels.DeltaMaxDk {
-		return nil, fmt.Errorf("gated_delta: key dim %d must be a multiple of 4 and at most %d", Dk, kernels.DeltaMaxDk)
+	if Dk%kernels.DeltaLanes != 0 || Dk > kernels.DeltaMaxDk {
+		return nil, fmt.Errorf("gated_delta: key dim %d must be a multiple of %d and at most %d", Dk, kernels.DeltaLanes, kernels.DeltaMaxDk)
 	}
 	if Hv > 65535 {
 		return nil, fmt.Errorf("gated_delta: %d value heads exceed the grid", Hv)
 	}
-	return newKernel(c.g, kernels.KernelGatedDelta, [3]int{ceilDiv(Dv, 32), Hv, 1}, 128, kernels.GatedDeltaArgs{
+	return newKernel(c.g, kernels.KernelGatedDelta, [3]int{ceilDiv(Dv, 32/kernels.DeltaLanes), Hv, 1}, 32, kernels.GatedDeltaArgs{
 		Q: q.addr, K: in[1].addr, V: v.addr, G: in[3].addr, Beta: in[4].addr, S: out[1].addr, O: out[0].addr,
 		T: int32(T), Hk: int32(Hk), Hv: int32(Hv), Dk: int32(Dk), Dv: int32(Dv)})
 }

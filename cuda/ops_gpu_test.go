@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -83,6 +84,13 @@ func randF32(r *rand.Rand, shape ...int) *ops.Tensor {
 	return t
 }
 
+func scaled(t *ops.Tensor, f float32) *ops.Tensor {
+	for i := range t.F32() {
+		t.F32()[i] *= f
+	}
+	return t
+}
+
 func randBF16(r *rand.Rand, shape ...int) *ops.Tensor {
 	t := ops.NewTensor(graph.BF16, shape...)
 	for i := 0; i < t.Elements(); i++ {
@@ -119,6 +127,21 @@ func typeOf(t *ops.Tensor) graph.Type {
 
 func TestKernelsMatchReferences(t *testing.T) {
 	g := gpu(t)
+	for _, c := range opCases() {
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+}
+
+// The cases are valid ops (types infer, references run) on any machine.
+func TestOpCasesAreValid(t *testing.T) {
+	for _, c := range opCases() {
+		if _, _, err := referenceOf(c); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
+func opCases() []opCase {
 	r := rand.New(rand.NewPCG(1, 2))
 	routed := func(T, k, E int) *ops.Tensor {
 		v := make([]int32, T*k)
@@ -157,6 +180,14 @@ func TestKernelsMatchReferences(t *testing.T) {
 		{name: "kv_append bf16", op: "kv_append", in: []*ops.Tensor{kcache(graph.BF16), randF32(r, 2, 2, 64)}, alias: map[int]int{0: 0}, C: 9},
 		{name: "attention f32", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randF32(r, 3, 8, 64), kcache(graph.F32), kcache(graph.F32)}, C: 7},
 		{name: "attention bf16 decode", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randF32(r, 1, 8, 64), kcache(graph.BF16), kcache(graph.BF16)}, C: 15},
+		{name: "attention no split", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randF32(r, 140, 4, 64), randF32(r, 150, 2, 64), randF32(r, 150, 2, 64)}, C: 5},
+		{name: "attention 16 heads per kv head", op: "attention", attrs: graph.Attrs{"scale": 0.1}, in: []*ops.Tensor{randF32(r, 2, 16, 32), randF32(r, 16, 1, 32), randF32(r, 16, 1, 32)}, C: 3},
+		{name: "attention D 256 decode", op: "attention", attrs: graph.Attrs{"scale": 0.0625}, in: []*ops.Tensor{randF32(r, 1, 16, 256), randBF16(r, 300, 2, 256), randBF16(r, 300, 2, 256)}, C: 290},
+		{name: "qmatmul q4 matvec odd M", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 64), randQuant(r, graph.Q4, 37, 64)}},
+		{name: "qmatmul q8 decode", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q8, 9, 128)}},
+		{name: "gated_delta 128", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
+			in:    []*ops.Tensor{scaled(randF32(r, 5, 2, 128), 0.09), scaled(randF32(r, 5, 2, 128), 0.09), randF32(r, 5, 4, 128), scaled(randF32(r, 5, 4), 0.1), randF32(r, 5, 4), randF32(r, 4, 128, 128)},
+			alias: map[int]int{1: 5}},
 		{name: "conv1d", op: "conv1d", in: []*ops.Tensor{randF32(r, 5, 96), randF32(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
 		{name: "conv1d decode bf16 state", op: "conv1d", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
 		{name: "gated_delta", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
@@ -174,26 +205,45 @@ func TestKernelsMatchReferences(t *testing.T) {
 		{name: "router", op: "router", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{randF32(r, 5, 256)}},
 		{name: "moe_combine", op: "moe_combine", in: []*ops.Tensor{randF32(r, 3, 4, 40), randF32(r, 3, 4)}},
 		{name: "argmax", op: "argmax", in: []*ops.Tensor{randF32(r, 3, 1000)}},
+		// Fused ops (one kernel or a composite of stages).
+		{name: "add_rms_norm", op: "add_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 3, 300), randF32(r, 3, 300), randBF16(r, 300)}},
+		{name: "gdn_gates", op: "gdn_gates", in: []*ops.Tensor{randF32(r, 3, 4), randF32(r, 3, 4), randF32(r, 4), randBF16(r, 4)}},
+		{name: "conv1d_silu", op: "conv1d_silu", in: []*ops.Tensor{randF32(r, 5, 96), randF32(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
+		{name: "slice_l2_norm in place", op: "slice_l2_norm", attrs: graph.Attrs{"axis": 1, "start": 64, "end": 128, "shape": "[3,2,32]", "eps": 1e-6, "scale": 0.5},
+			in: []*ops.Tensor{randF32(r, 3, 192)}},
+		{name: "slice_l2_norm copied", op: "slice_l2_norm", attrs: graph.Attrs{"axis": 1, "start": 1, "end": 3, "shape": "[3,2,32]", "eps": 1e-6, "scale": 0.5},
+			in: []*ops.Tensor{randF32(r, 3, 4, 32)}},
+		{name: "rms_norm_rope", op: "rms_norm_rope", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7}, in: []*ops.Tensor{randF32(r, 3, 4, 64), randBF16(r, 64)}, C: 4},
+		{name: "matmuls", op: "matmuls", in: []*ops.Tensor{randF32(r, 2, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q8, 8, 128)}},
+		{name: "matmul_swiglu", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 40, 128)}},
+		{name: "expert_matmul_swiglu", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 20, 128), randQuant(r, graph.Q4, 8, 40, 128), randQuant(r, graph.Q4, 8, 40, 128), routed(20, 4, 8)}},
+		{name: "matmul_gated_add", op: "matmul_gated_add", in: []*ops.Tensor{randF32(r, 2, 128), randQuant(r, graph.Q4, 40, 128), randF32(r, 2, 1), randF32(r, 2, 40)}},
+		{name: "matmul_router", op: "matmul_router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randF32(r, 3, 128), randQuant(r, graph.Q8, 16, 128)}},
+		{name: "expert_matmul_combine", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 2, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(2, 4, 8), randF32(r, 2, 4)}},
+		{name: "sigmoid_gate_matmul", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 1, 128), randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128)}},
+		{name: "gated_rms_norm_matmul", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[2,256]"},
+			in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
-	}
+	return cases
 }
 
-func runOpCase(t *testing.T, g *device, c opCase) {
+// referenceOf runs a case's CPU reference on copies of its inputs: the result types
+// and tensors.
+func referenceOf(c opCase) ([]graph.Type, []*ops.Tensor, error) {
 	info, ok := ops.Default.Info(c.op)
 	if !ok {
-		t.Fatalf("op %s is not in the table", c.op)
+		return nil, nil, fmt.Errorf("op %s is not in the table", c.op)
 	}
-	v := &graph.Value{ID: 1, Op: c.op, Attrs: c.attrs}
-	for _, in := range c.in {
-		v.Args = append(v.Args, &graph.Value{ID: -1, Type: typeOf(in)})
+	b := graph.NewBuilder(graph.New(c.op), ops.Default)
+	srcs := make([]*graph.Value, len(c.in))
+	for i, in := range c.in {
+		srcs[i] = b.Source("input", fmt.Sprintf("a%d", i), typeOf(in), nil)
 	}
-	typ, err := info.Infer(v)
-	if err != nil {
-		t.Fatal(err)
+	v := b.Op(c.op, c.attrs, srcs...)
+	if err := b.Err(); err != nil {
+		return nil, nil, err
 	}
-	v.Type = typ
+	typ := v.Type
 	outTypes := []graph.Type{typ}
 	if typ.IsTuple() {
 		outTypes = typ.Elems
@@ -211,6 +261,14 @@ func runOpCase(t *testing.T, g *device, c opCase) {
 	}
 	env := &ops.Env{Bind: graph.Bindings{T: c.in[0].Shape[0], C: c.C, N: 16}, Workers: 1}
 	if err := info.Ref(env, v, cpuIn, cpuOut); err != nil {
+		return nil, nil, err
+	}
+	return outTypes, cpuOut, nil
+}
+
+func runOpCase(t *testing.T, g *device, c opCase) {
+	outTypes, cpuOut, err := referenceOf(c)
+	if err != nil {
 		t.Fatal(err)
 	}
 	b := &Backend{dev: g, weights: map[string]*deviceWeight{}}
@@ -272,12 +330,23 @@ func runOpCase(t *testing.T, g *device, c opCase) {
 			return err
 		}
 		d := &plan.Dispatch{Op: c.op, Attrs: c.attrs}
-		l, err := lowerings[c.op](&lowerCtx{g: g, steps: stepAddr}, d, in, out)
-		if err != nil {
+		lc := &lowerCtx{g: g, steps: stepAddr, work: func(n int64) (uint64, error) { return put(make([]byte, n)) }}
+		var stages [][]*launch
+		if lw, ok := lowerings[c.op]; ok {
+			l, err := lw(lc, d, in, out)
+			if err != nil {
+				return err
+			}
+			stages = [][]*launch{{l}}
+		} else if stages, err = composites[c.op](lc, d, in, out); err != nil {
 			return err
 		}
-		if err := g.run(l); err != nil {
-			return err
+		for _, stage := range stages {
+			for _, l := range stage {
+				if err := g.run(l); err != nil {
+					return err
+				}
+			}
 		}
 		if err := g.sync(); err != nil {
 			return err

@@ -120,7 +120,7 @@ func (p *program) runProfiled(prof *Profile) error {
 		if err := g.d.check("cuEventElapsedTime", g.d.cuEventElapsedTime(&ms, p.events[i], p.events[i+1])); err != nil {
 			return err
 		}
-		prof.add(p.p.Dispatches[i].Op+" ("+l.name+")", float64(ms))
+		prof.add(p.ops[i]+" ("+l.name+")", float64(ms))
 	}
 	prof.steps++
 	return nil

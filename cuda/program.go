@@ -36,18 +36,23 @@ type program struct {
 	vocab      int
 
 	bound    *state
-	launches []*launch
+	launches []*launch // every launch in plan order
+	ops      []string  // the dispatch op of each launch (for profiles)
+	// stages lists, per dispatch, its launches as consecutive stages of launch indexes:
+	// one stage of one launch for most ops; composite ops have more.
+	stages   [][][]int
 	graph    uintptr
 	exec     uintptr
 	stepHost []int32
-	events   []uintptr // for profiled runs: one before each launch, one after the last
+	work     map[workKey]workspace // private device scratch of dispatches
+	events   []uintptr             // for profiled runs: one before each launch, one after the last
 }
 
 func (p *program) Tokens() int { return p.p.Tokens }
 
 // lower resolves every dispatch's operands against st (nil: state addresses are zero,
 // for the shape checks at Load) and records one launch per dispatch.
-func (p *program) lower(st *state) ([]*launch, error) {
+func (p *program) lower(st *state) (*lowered, error) {
 	capacity := 1
 	if st != nil {
 		capacity = st.capacity
@@ -80,11 +85,11 @@ func (p *program) lower(st *state) ([]*launch, error) {
 		r.w = weightOf(r.addr, code)
 		return r, nil
 	}
-	launches := make([]*launch, 0, len(p.p.Dispatches))
+	out := &lowered{}
 	for i := range p.p.Dispatches {
 		d := &p.p.Dispatches[i]
 		in := make([]operand, len(d.Args))
-		out := make([]operand, len(d.Results))
+		res := make([]operand, len(d.Results))
 		for j, a := range d.Args {
 			o, err := resolve(a)
 			if err != nil {
@@ -97,15 +102,47 @@ func (p *program) lower(st *state) ([]*launch, error) {
 			if err != nil {
 				return nil, fmt.Errorf("plan %s: dispatch %d (%s) result %d: %w", p.p.Phase, d.Index, d.Op, j, err)
 			}
-			out[j] = o
+			res[j] = o
 		}
-		l, err := lowerings[d.Op](c, d, in, out)
-		if err != nil {
-			return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
+		slot := 0
+		c.work = func(n int64) (uint64, error) {
+			slot++
+			return p.workspace(workKey{i, slot}, n)
 		}
-		launches = append(launches, l)
+		var stages [][]*launch
+		if lw, ok := lowerings[d.Op]; ok {
+			l, err := lw(c, d, in, res)
+			if err != nil {
+				return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
+			}
+			stages = [][]*launch{{l}}
+		} else {
+			st, err := composites[d.Op](c, d, in, res)
+			if err != nil {
+				return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
+			}
+			stages = st
+		}
+		var idx [][]int
+		for _, stage := range stages {
+			var ids []int
+			for _, l := range stage {
+				ids = append(ids, len(out.launches))
+				out.launches = append(out.launches, l)
+				out.ops = append(out.ops, d.Op)
+			}
+			idx = append(idx, ids)
+		}
+		out.stages = append(out.stages, idx)
 	}
-	return launches, nil
+	return out, nil
+}
+
+// lowered is a plan turned into launches.
+type lowered struct {
+	launches []*launch
+	ops      []string
+	stages   [][][]int
 }
 
 // Run implements exec.Program.
@@ -181,12 +218,12 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 // graph: one kernel node per dispatch, with the plan's dependency edges (the transitive
 // reduction), so independent dispatches may run concurrently.
 func (p *program) bind(s *state) error {
-	launches, err := p.lower(s)
+	low, err := p.lower(s)
 	if err != nil {
 		return err
 	}
 	p.dropGraph()
-	p.launches, p.bound = launches, s
+	p.launches, p.ops, p.stages, p.bound = low.launches, low.ops, low.stages, s
 	if !p.b.graphs {
 		return nil
 	}
@@ -198,29 +235,48 @@ func (p *program) bind(s *state) error {
 	for i, d := range p.p.Dispatches {
 		pos[d.Index] = i
 	}
-	deps := make([][]int, len(p.p.Dispatches))
+	preds := make([][]int, len(p.p.Dispatches))
 	for _, e := range p.p.Edges {
 		from, ok1 := pos[e.From]
 		to, ok2 := pos[e.To]
 		if !ok1 || !ok2 || from >= to {
 			return fmt.Errorf("plan %s: edge %d -> %d does not join two dispatches in order", p.p.Phase, e.From, e.To)
 		}
-		deps[to] = append(deps[to], from)
+		preds[to] = append(preds[to], from)
 	}
-	nodes := make([]uintptr, len(launches))
-	for i, l := range launches {
-		var dn []uintptr
-		for _, f := range deps[i] {
-			dn = append(dn, nodes[f])
-		}
+	// A dispatch's first stage waits for the last stage of each dispatch it depends on;
+	// each later stage waits for the stage before it.
+	nodes := make([]uintptr, len(p.launches))
+	add := func(li int, deps []uintptr) error {
+		l := p.launches[li]
 		var depPtr unsafe.Pointer
-		if len(dn) > 0 {
-			depPtr = unsafe.Pointer(&dn[0])
+		if len(deps) > 0 {
+			depPtr = unsafe.Pointer(&deps[0])
 		}
 		params := kernelNodeParams{fn: l.fn, gridX: l.grid[0], gridY: l.grid[1], gridZ: l.grid[2], blockX: l.block, blockY: 1, blockZ: 1,
 			kernelParams: l.params}
-		if err := g.d.check("cuGraphAddKernelNode "+l.name, g.d.cuGraphAddKernelNode(&nodes[i], p.graph, depPtr, uintptr(len(dn)), &params)); err != nil {
-			return err
+		return g.d.check("cuGraphAddKernelNode "+l.name, g.d.cuGraphAddKernelNode(&nodes[li], p.graph, depPtr, uintptr(len(deps)), &params))
+	}
+	for i, stages := range p.stages {
+		var deps []uintptr
+		for _, f := range preds[i] {
+			last := p.stages[f][len(p.stages[f])-1]
+			for _, li := range last {
+				deps = append(deps, nodes[li])
+			}
+		}
+		for si, stage := range stages {
+			if si > 0 {
+				deps = deps[:0:0]
+				for _, li := range stages[si-1] {
+					deps = append(deps, nodes[li])
+				}
+			}
+			for _, li := range stage {
+				if err := add(li, deps); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return g.d.check("cuGraphInstantiateWithFlags", g.d.cuGraphInstantiateWithFlags(&p.exec, p.graph, 0))
@@ -256,4 +312,31 @@ func (p *program) Output(name string) ([]float32, bool) {
 		return nil, false
 	}
 	return (&ops.Tensor{DType: graph.F32, Data: p.logitsHost}).F32(), true
+}
+
+// workspace is device scratch owned by one dispatch.
+type workspace struct {
+	addr  uint64
+	bytes int64
+}
+
+// workKey names a dispatch's k-th scratch request (in lowering order).
+type workKey struct{ dispatch, slot int }
+
+// workspace returns the scratch of key, n bytes, allocating it (zeroed) the first time;
+// the caller holds the device.
+func (p *program) workspace(key workKey, n int64) (uint64, error) {
+	if w, ok := p.work[key]; ok && w.bytes >= n {
+		return w.addr, nil
+	}
+	addr, err := p.b.dev.alloc(n)
+	if err != nil {
+		return 0, err
+	}
+	if p.work == nil {
+		p.work = map[workKey]workspace{}
+	}
+	p.work[key] = workspace{addr, n}
+	p.owned = append(p.owned, addr)
+	return addr, nil
 }

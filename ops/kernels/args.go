@@ -76,19 +76,26 @@ type ExpertArgs struct {
 	XPerSlot   int32
 }
 
-// RMSNormArgs: Y = X / sqrt(mean(X²) + Eps) · W over rows of D.
+// RMSNormArgs: Y = X / sqrt(mean(X²) + Eps) · W over rows of D. With B non-zero the
+// row is first X + B, which is also written to S (add_rms_norm: a residual add and the
+// norm of its sum).
 type RMSNormArgs struct {
 	X, Y    uint64
+	B, S    uint64
 	W       Weight
 	Rows, D int32
 	Eps     float32
 }
 
-// L2NormArgs: Y = Scale · X / sqrt(ΣX² + Eps) over rows of D.
+// L2NormArgs: Y = Scale · X / sqrt(ΣX² + Eps) over rows of D. Output row r reads input
+// elements from (r / RowsPerOuter)·OuterStride + Start + (r % RowsPerOuter)·D, so a slice
+// of the last axis reshaped into heads (slice_l2_norm) needs no copy; a plain l2_norm has
+// RowsPerOuter 1, OuterStride D, Start 0.
 type L2NormArgs struct {
-	X, Y       uint64
-	Rows, D    int32
-	Eps, Scale float32
+	X, Y                             uint64
+	Rows, D                          int32
+	Eps, Scale                       float32
+	RowsPerOuter, OuterStride, Start int32
 }
 
 // GatedRMSNormArgs: Y = W · rmsnorm(X) · silu(Z) over rows of D.
@@ -106,11 +113,14 @@ type StepArgs struct {
 }
 
 // RoPEArgs: rotate-half RoPE of X [T, Heads, D] on the first Dims dims, positions
-// C+t with C read from Steps.
+// C+t with C read from Steps. With Norm non-zero each head row is first RMS-normed with
+// W and Eps (rms_norm_rope).
 type RoPEArgs struct {
 	X, Y, Steps       uint64
+	W                 Weight
 	T, Heads, D, Dims int32
-	Theta             float32
+	Theta, Eps        float32
+	Norm              int32
 }
 
 // KVAppendArgs: Cache rows C..C+T-1 (Row elements each) ← X.
@@ -120,12 +130,15 @@ type KVAppendArgs struct {
 	CacheDType      int32
 }
 
-// AttentionArgs: causal GQA of Q [T, NH, D] over cache rows 0..C+t.
+// AttentionArgs: causal GQA of Q [T, NH, D] over cache rows 0..C+t. Work (attention_gqa
+// with Splits > 1) holds T*NH*Splits partial states of D+2 floats, then T*KVH counters.
 type AttentionArgs struct {
 	Q, K, V, O, Steps uint64
+	Work              uint64
 	T, NH, KVH, D     int32
 	CacheDType        int32
 	Scale             float32
+	Splits            int32
 }
 
 // Conv1DArgs: causal depthwise conv of X [T, Ch] over [State; X] with W [Ch, K]; the
@@ -135,6 +148,15 @@ type Conv1DArgs struct {
 	W           Weight
 	T, Ch, K    int32
 	StateDType  int32
+	SiLU        int32 // apply silu to the output (conv1d_silu)
+}
+
+// GDNGatesArgs: the Gated DeltaNet gates per (t, head): G = -exp(ALog)·softplus(A +
+// DtBias), Beta = sigmoid(B), A and B f32 [T, Hv].
+type GDNGatesArgs struct {
+	A, B, G, Beta uint64
+	ALog, DtBias  Weight
+	T, Hv         int32
 }
 
 // GatedDeltaArgs: the recurrent gated delta rule over S [Hv, Dk, Dv] (float32).
@@ -188,5 +210,5 @@ type ArgmaxArgs struct {
 var argTypes = []any{
 	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
 	GatedRMSNormArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, Conv1DArgs{},
-	GatedDeltaArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
+	GatedDeltaArgs{}, GDNGatesArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
 }

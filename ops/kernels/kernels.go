@@ -28,6 +28,8 @@ const (
 	KernelEmbed        = "embed"
 	KernelDequant      = "dequant"
 	KernelMatmulRows   = "matmul_rows"
+	KernelMatvecQ4     = "matvec_q4"
+	KernelExpertMVQ4   = "expert_matvec_q4"
 	KernelMatmulTiled  = "matmul_tiled"
 	KernelExpertRows   = "expert_rows"
 	KernelExpertTiled  = "expert_tiled"
@@ -37,8 +39,10 @@ const (
 	KernelRoPE         = "rope"
 	KernelKVAppend     = "kv_append"
 	KernelAttention    = "attention"
+	KernelAttentionGQA = "attention_gqa"
 	KernelConv1D       = "conv1d"
 	KernelGatedDelta   = "gated_delta"
+	KernelGDNGates     = "gdn_gates"
 	KernelUnary        = "unary"
 	KernelBinary       = "binary"
 	KernelSlice        = "slice"
@@ -50,9 +54,9 @@ const (
 
 // Names lists every kernel of the .k files.
 var Names = []string{
-	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
-	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention,
-	KernelConv1D, KernelGatedDelta, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
+	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelExpertMVQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
+	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA,
+	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax,
 }
 
@@ -63,8 +67,12 @@ const (
 	TileN         = 64  // TILE_N
 	TileK         = 32  // TILE_K: matmul_tiled needs K % TileK == 0
 	AttnMaxD      = 256 // ATT_MAX_D
+	AttnSIMDs     = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
+	AttnMaxSplits = 64  // ATT_MAX_SPLITS: attention_gqa's most key ranges
 	ConvMaxK      = 8   // CONV_MAX_K
 	DeltaMaxDk    = 128 // DELTA_LANES * DELTA_MAX_ROWS
+	DeltaLanes    = 8   // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
+	MatvecRows    = 2   // MV_ROWS: matvec_q4 rows per SIMD group
 	RouterMaxE    = 512 // ROUTER_MAX_E
 	RouterMaxK    = 32  // ROUTER_MAX_K
 )

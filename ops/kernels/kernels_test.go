@@ -42,7 +42,7 @@ func TestCUDAPreludeDefinesTheDialect(t *testing.T) {
 	}
 	for _, name := range []string{"KERNEL", "KERNEL_BOUNDED", "DEVICE", "GLOBAL", "TG_MEM", "TG_PTR", "PTR", "BARRIER",
 		"THREAD_ID", "GROUP_SIZE", "GROUP_ID_X", "GROUP_ID_Y", "NUM_GROUPS_X", "LANE", "SIMD_ID", "NUM_SIMDS",
-		"SIMD_WIDTH", "SIMD_SUM", "SIMD_MAX", "SIMD_XOR", "UNROLL", "ATOMIC_ADD_TG", "EXPF", "SQRTF", "POWF",
+		"SIMD_WIDTH", "SIMD_BARRIER", "SIMD_SUM", "SIMD_MAX", "SIMD_XOR", "UNROLL", "ATOMIC_ADD_TG", "EXPF", "SQRTF", "POWF",
 		"COSF", "SINF", "LOG1PF", "FMAXF", "NEG_INF"} {
 		if !defined[name] {
 			t.Errorf("the CUDA prelude does not define %s", name)

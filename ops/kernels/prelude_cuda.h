@@ -37,7 +37,14 @@ typedef float4 vec4f;
 #define NUM_SIMDS (GROUP_SIZE >> 5)
 #define UNROLL _Pragma("unroll")
 #define ATOMIC_ADD_TG(p, v) atomicAdd((p), (v))
+#define ATOMIC_ADD_GLOBAL(p, v) atomicAdd((p), (v))
+// FENCE_DEVICE orders this thread's global writes before its later ones for every group.
+#define FENCE_DEVICE() __threadfence()
+// LOAD_COHERENT reads global memory another group wrote in this launch (skips L1).
+#define LOAD_COHERENT(p) __ldcg(p)
+#define UNROLL4 _Pragma("unroll 4")
 
+#define SIMD_BARRIER() __syncwarp()
 #define SIMD_XOR(x, m) __shfl_xor_sync(0xffffffffu, (x), (m))
 #define SIMD_BROADCAST(x, lane) __shfl_sync(0xffffffffu, (x), (lane))
 

@@ -4,12 +4,14 @@ import (
 	"pistil/graph"
 )
 
-// Fast quantized matmul: the group-sum dot (y = Σ_g s·Σq·x + b·Σx) for any number of
-// activation rows, one weight row at a time, with activation rows taken four at a time so
-// that each decoded code feeds four multiply-adds. The inner loops are kernels chosen at
-// start-up: AVX2/FMA assembly on amd64 (qkernels_amd64.s), portable Go elsewhere
-// (goQuantKernels). Env.Kernels = "reference" switches all of it off in favour of the
-// plain paths of rows.go, which are checked against Tensor.Row.
+// Fast quantized matmul: x·Wᵀ for q4/q8 W and any number of activation rows, one weight
+// row at a time, never dequantized to memory, with activation rows taken four at a time
+// so that each decoded code feeds four multiply-adds. The inner loops are kernels chosen
+// at start-up: AVX-512 assembly (qkernels_avx512_amd64.s, dequantizing in registers),
+// AVX2/FMA assembly (qkernels_amd64.s) and portable Go (goQuantKernels, arm64 and the
+// rest), the last two with the group-sum dot y = Σ_g s·Σq·x + b·Σx. Accumulation is
+// float32; activations are never quantized. Env.Kernels = "reference" switches all of it
+// off in favour of the plain paths of rows.go, which are checked against Tensor.Row.
 
 // Kernel choices for Env.Kernels (and pipeline.toml [cpu] kernels).
 const (
@@ -25,7 +27,7 @@ func (e *Env) referenceKernels() bool { return e != nil && e.Kernels == KernelsR
 type quantKernels struct {
 	name string
 	// unit is how many elements the kernels consume per step: a group size that is not a
-	// multiple of it goes to the portable kernels.
+	// multiple of it goes to slower kernels that take it (kernelsFor).
 	unit int
 	// interleaveQ4, when not zero, stores each run of that many activations of a q4 row
 	// as its even elements, then its odd ones: the order in which the kernel unpacks the
@@ -132,6 +134,9 @@ func interleaveEvenOdd(src, dst []float32, n int) {
 // mulQuant computes x_p · w.row(rowBase + r) for r in [lo, hi) and p < a.P and hands
 // each result to store.
 func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
+	if lo >= hi {
+		return
+	}
 	K, G, group := a.K, a.K/w.t.Group, w.t.Group
 	dot1, dot4 := a.k.dot1[a.bits], a.k.dot4[a.bits]
 	if a.P == 1 {
@@ -165,7 +170,8 @@ func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r i
 	}
 }
 
-// goQuantKernels are the portable kernels: plain Go, word at a time, four accumulators.
+// goQuantKernels are the portable kernels: plain Go, bounds checks hoisted, several
+// independent accumulators.
 var goQuantKernels = &quantKernels{
 	name: "go",
 	unit: 8,

@@ -201,9 +201,11 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		xsums [][]float32
 		acts  *quantActs // the rows prepared for the fast kernels
 	}
+	// Gathering and preparing the rows is a pass over all routed activations: split it
+	// over the experts too (it is most of a prefill chunk's non-kernel time).
 	work := make([]expertWork, len(used))
-	for i, e := range used {
-		rows := rowsOf[e]
+	parallelItems(env, len(used), func(_, i int) {
+		rows := rowsOf[used[i]]
 		gx := make([]float32, len(rows)*K)
 		for p, r := range rows {
 			src := r
@@ -213,11 +215,11 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 			copy(gx[p*K:(p+1)*K], xs[src*K:(src+1)*K])
 		}
 		if fast {
-			work[i] = expertWork{acts: prepareActs(w, gx, len(rows))}
+			work[i] = expertWork{acts: prepareActs(nil, w, gx, len(rows))}
 		} else {
 			work[i] = expertWork{x: gx, xsums: quantGroupSums(w, gx, len(rows))}
 		}
-	}
+	})
 	blocks := (M + expertRowBlock - 1) / expertRowBlock
 	scratch := make([][]float32, env.workers())
 	parallelItems(env, len(used)*blocks, func(worker, item int) {

@@ -81,8 +81,9 @@ type quantActs struct {
 	xsum []float32 // P==1: [G]; else per block of four rows [G][4]
 }
 
-// prepareActs reorders and sums the P rows of x (each w.cols long) for w's kernels.
-func prepareActs(w weightRows, x []float32, P int) *quantActs {
+// prepareActs reorders and sums the P rows of x (each w.cols long) for w's kernels,
+// splitting the rows over env's workers (env may be nil: one worker).
+func prepareActs(env *Env, w weightRows, x []float32, P int) *quantActs {
 	K, group := w.cols, w.t.Group
 	G := K / group
 	k := kernelsFor(group)
@@ -97,22 +98,32 @@ func prepareActs(w weightRows, x []float32, P int) *quantActs {
 	if w.t.DType == graph.Q4 {
 		interleave = k.interleaveQ4
 	}
-	for p := 0; p < P; p++ {
-		src, dst := x[p*K:(p+1)*K], a.x[p*K:(p+1)*K]
-		if interleave > 0 {
-			interleaveEvenOdd(src, dst, interleave)
-		} else {
-			copy(dst, src)
+	prepare := func(lo, hi int) {
+		sums := make([]float32, 0, G)
+		for p := lo; p < hi; p++ {
+			src, dst := x[p*K:(p+1)*K], a.x[p*K:(p+1)*K]
+			if interleave > 0 {
+				interleaveEvenOdd(src, dst, interleave)
+			} else {
+				copy(dst, src)
+			}
+			sums = groupSums(src, group, sums)
+			if P == 1 {
+				copy(a.xsum, sums)
+				continue
+			}
+			blk, lane := p/4, p%4
+			for g, s := range sums {
+				a.xsum[(blk*G+g)*4+lane] = s
+			}
 		}
-		sums := groupSums(src, group, nil)
-		if P == 1 {
-			copy(a.xsum, sums)
-			continue
-		}
-		blk, lane := p/4, p%4
-		for g, s := range sums {
-			a.xsum[(blk*G+g)*4+lane] = s
-		}
+	}
+	// Splitting pays only when there is real work (a prefill chunk): a decode row is done
+	// before the goroutines would start.
+	if P*K >= 1<<16 {
+		parallelRange(env, P, prepare)
+	} else {
+		prepare(0, P)
 	}
 	return a
 }

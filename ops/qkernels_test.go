@@ -104,8 +104,8 @@ func TestQuantKernelsDirect(t *testing.T) {
 		for _, ks := range quantKernelSets {
 			saved := fastKernels
 			fastKernels = ks
-			acts := prepareActs(w, x, 4)
-			one := prepareActs(w, x, 1)
+			acts := prepareActs(nil, w, x, 4)
+			one := prepareActs(nil, w, x, 1)
 			fastKernels = saved
 			for r := 0; r < M; r++ {
 				data, scales, biases := w.locate(r)

@@ -248,7 +248,7 @@ const quantDotMaxRows = 3
 func mulRows(env *Env, x []float32, P int, w weightRows, rowBase, M int, y []float32, yStride int) {
 	w = w.forEnv(env)
 	if w.t.DType.Quantized() && !w.reference {
-		acts := prepareActs(w, x, P)
+		acts := prepareActs(env, w, x, P)
 		parallelRange(env, M, func(lo, hi int) {
 			mulQuant(acts, w, rowBase, lo, hi, func(p, r int, val float32) {
 				y[p*yStride+r] = val
@@ -302,7 +302,7 @@ func mulBlock(x []float32, P int, xsums [][]float32, w weightRows, rowBase, lo, 
 	store func(p, r int, val float32)) {
 	K := w.cols
 	if w.t.DType.Quantized() && !w.reference {
-		mulQuant(prepareActs(w, x, P), w, rowBase, lo, hi, store)
+		mulQuant(prepareActs(nil, w, x, P), w, rowBase, lo, hi, store)
 		return
 	}
 	if xsums != nil {

@@ -38,6 +38,9 @@ type quantKernels struct {
 	// dot4 writes x_p · row for four activation rows stored xStride apart; xsum4 holds
 	// the group sums as [group][4].
 	dot4 [2]func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, xsum4 []float32, out *[4]float32)
+	// q4Dot8, where a set has it, is dot4 for eight activation rows of a q4 weight (no
+	// group sums: only kernels that dequantize in registers have it).
+	q4Dot8 func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, out *[8]float32)
 }
 
 // bitsIndex maps a quantized dtype to the index of its kernels.
@@ -161,25 +164,78 @@ func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r i
 	// block of four activation rows sweeps them: a block (32 KiB at K = 2048) stays in the
 	// L1 cache meanwhile (the kernels load eight times more activation bytes than weight
 	// bytes), and each weight byte comes from memory once per call, not once per block.
+	// Eight rows at a time where the kernels can (twice the multiply-adds per decoded
+	// code), four otherwise and for the last rows.
 	data0, _, _ := w.locate(rowBase + lo)
 	tile := max(16, (256<<10)/(len(data0)+4*G))
-	var out [4]float32
+	padded := len(a.x) / K
+	dot8 := a.k.q4Dot8
+	if w.t.DType != graph.Q4 {
+		dot8 = nil
+	}
+	var out4 [4]float32
+	var acc8 [][8]float32
+	if dot8 != nil {
+		acc8 = make([][8]float32, tile)
+	}
 	for r0 := lo; r0 < hi; r0 += tile {
 		r1 := min(r0+tile, hi)
-		for p0 := 0; p0 < a.P; p0 += 4 {
+		for p0 := 0; p0 < a.P; {
+			if dot8 != nil && p0+8 <= padded {
+				mulQuant8(a, w, rowBase, r0, r1, p0, dot8, acc8, store)
+				p0 += 8
+				continue
+			}
 			x := a.x[p0*K : (p0+4)*K]
 			xsum := a.xsum[p0*G : (p0+4)*G]
 			n := min(4, a.P-p0)
 			for r := r0; r < r1; r++ {
 				data, scales, biases := w.locate(rowBase + r)
-				dot4(data, scales, biases, group, x, K, xsum, &out)
+				dot4(data, scales, biases, group, x, K, xsum, &out4)
 				for i := 0; i < n; i++ {
-					store(p0+i, r, out[i])
+					store(p0+i, r, out4[i])
 				}
 			}
+			p0 += 4
 		}
 	}
 }
+
+// mulQuant8 is mulQuant's block of eight activation rows from p0 against weight rows
+// [r0, r1). Eight rows of K = 2048 (64 KiB) would not stay in the L1 cache, so the rows
+// are cut into chunks of dot8Chunk elements whose eight-row block (32 KiB) does, and the
+// partial dots are summed in acc.
+func mulQuant8(a *quantActs, w weightRows, rowBase, r0, r1, p0 int,
+	dot8 func([]byte, []uint16, []uint16, int, []float32, int, *[8]float32), acc [][8]float32,
+	store func(p, r int, val float32)) {
+	K, group := a.K, w.t.Group
+	chunk := max(group, dot8Chunk/group*group)
+	acc = acc[:r1-r0]
+	clear(acc)
+	var out [8]float32
+	for k0 := 0; k0 < K; k0 += chunk {
+		k1 := min(k0+chunk, K)
+		x := a.x[p0*K+k0 : (p0+7)*K+k1]
+		g0, g1 := k0/group, k1/group
+		for r := r0; r < r1; r++ {
+			data, scales, biases := w.locate(rowBase + r)
+			dot8(data[k0/2:k1/2], scales[g0:g1], biases[g0:g1], group, x, K, &out)
+			sum := &acc[r-r0]
+			for i := range sum {
+				sum[i] += out[i]
+			}
+		}
+	}
+	n := min(8, a.P-p0)
+	for r := r0; r < r1; r++ {
+		for i := 0; i < n; i++ {
+			store(p0+i, r, acc[r-r0][i])
+		}
+	}
+}
+
+// dot8Chunk is the row length mulQuant8 hands the eight-row kernel at a time.
+const dot8Chunk = 1024
 
 // goQuantKernels are the portable kernels: plain Go, bounds checks hoisted, several
 // independent accumulators.

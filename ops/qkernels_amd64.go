@@ -64,6 +64,9 @@ func q4Dot4AVX512(codes *byte, scales, biases *uint16, groups, units int, x *flo
 //go:noescape
 func q8Dot4AVX512(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, xsum4 *float32, out *[4]float32)
 
+//go:noescape
+func q4Dot8AVX512(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, out *[8]float32)
+
 // avx512Kernels dequantize in registers (qkernels_avx512_amd64.s) 64 codes at a time.
 var avx512Kernels = &quantKernels{
 	name:         "avx512",
@@ -92,6 +95,11 @@ var avx512Kernels = &quantKernels{
 			checkRow(codes, biases, G, group, 64, 8, x[3*xStride:], xsum4, 4)
 			q8Dot4AVX512(&codes[0], &scales[0], &biases[0], G, group/64, &x[0], 4*xStride, &xsum4[0], out)
 		},
+	},
+	q4Dot8: func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, out *[8]float32) {
+		G := len(scales)
+		checkRow(codes, biases, G, group, 64, 4, x[7*xStride:], nil, 0)
+		q4Dot8AVX512(&codes[0], &scales[0], &biases[0], G, group/64, &x[0], 4*xStride, out)
 	},
 }
 

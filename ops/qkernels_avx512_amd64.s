@@ -112,6 +112,14 @@ GLOBL iota16<>(SB), RODATA|NOPTR, $64
 	VPXORD Z6, Z6, Z6; \
 	VPXORD Z7, Z7, Z7
 
+// Q4DOT8ROW multiplies the four decoded runs Z8..Z11 with one activation row at addr
+// (elements at byte offsets 0, 64, 128, 192) into acc.
+#define Q4DOT8ROW(addr0, addr1, addr2, addr3, acc) \
+	VFMADD231PS addr0, Z8, acc; \
+	VFMADD231PS addr1, Z9, acc; \
+	VFMADD231PS addr2, Z10, acc; \
+	VFMADD231PS addr3, Z11, acc
+
 // func q4Dot1AVX512(codes *byte, scales, biases *uint16, groups, units int, x, xsum *float32) float32
 TEXT ·q4Dot1AVX512(SB), NOSPLIT, $0-60
 	MOVQ    codes+0(FP), SI
@@ -275,3 +283,93 @@ q8d4u:
 	DECQ        CX
 	JNZ         q8d4g
 	DOT4STORE
+
+// func q4Dot8AVX512(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, out *[8]float32)
+// Eight activation rows (xStride bytes apart) against one q4 row: each decoded code feeds
+// eight multiply-adds, twice as many as in q4Dot4AVX512.
+TEXT ·q4Dot8AVX512(SB), NOSPLIT, $0-64
+	MOVQ    codes+0(FP), SI
+	MOVQ    scales+8(FP), R8
+	MOVQ    biases+16(FP), R9
+	MOVQ    groups+24(FP), CX
+	MOVQ    units+32(FP), R10
+	MOVQ    x+40(FP), DI
+	MOVQ    xStride+48(FP), BX
+	MOVQ    out+56(FP), R11
+	LEAQ    (DI)(BX*2), R12
+	ADDQ    BX, R12            // row 3
+	LEAQ    (R12)(BX*2), R13
+	ADDQ    BX, R13            // row 6
+	VMOVUPS iota16<>(SB), Z16
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+	VPXORD  Z2, Z2, Z2
+	VPXORD  Z3, Z3, Z3
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
+
+q4d8g:
+	PREFETCHT0  4096(SI)
+	SCALEBIAS
+	VFMADD231PS Z16, Z17, Z18
+	MOVQ        R10, DX
+
+q4d8u:
+	VPMOVZXBD (SI), Z8
+	VPMOVZXBD 16(SI), Z10
+	VPSRLD    $4, Z8, Z9
+	VPSRLD    $4, Z10, Z11
+	VPERMPS   Z18, Z8, Z8
+	VPERMPS   Z18, Z9, Z9
+	VPERMPS   Z18, Z10, Z10
+	VPERMPS   Z18, Z11, Z11
+	Q4DOT8ROW((DI), 64(DI), 128(DI), 192(DI), Z0)
+	Q4DOT8ROW((DI)(BX*1), 64(DI)(BX*1), 128(DI)(BX*1), 192(DI)(BX*1), Z1)
+	Q4DOT8ROW((DI)(BX*2), 64(DI)(BX*2), 128(DI)(BX*2), 192(DI)(BX*2), Z2)
+	Q4DOT8ROW((R12), 64(R12), 128(R12), 192(R12), Z3)
+	Q4DOT8ROW((DI)(BX*4), 64(DI)(BX*4), 128(DI)(BX*4), 192(DI)(BX*4), Z4)
+	Q4DOT8ROW((R12)(BX*2), 64(R12)(BX*2), 128(R12)(BX*2), 192(R12)(BX*2), Z5)
+	Q4DOT8ROW((R13), 64(R13), 128(R13), 192(R13), Z6)
+	Q4DOT8ROW((R12)(BX*4), 64(R12)(BX*4), 128(R12)(BX*4), 192(R12)(BX*4), Z7)
+	ADDQ      $32, SI
+	ADDQ      $256, DI
+	ADDQ      $256, R12
+	ADDQ      $256, R13
+	DECQ      DX
+	JNZ       q4d8u
+	ADDQ      $2, R8
+	ADDQ      $2, R9
+	DECQ      CX
+	JNZ       q4d8g
+
+	// Eight rows of 16 lanes to [r0 .. r7].
+	VEXTRACTF64X4 $1, Z0, Y8
+	VADDPS        Y8, Y0, Y0
+	VEXTRACTF64X4 $1, Z1, Y8
+	VADDPS        Y8, Y1, Y1
+	VEXTRACTF64X4 $1, Z2, Y8
+	VADDPS        Y8, Y2, Y2
+	VEXTRACTF64X4 $1, Z3, Y8
+	VADDPS        Y8, Y3, Y3
+	VEXTRACTF64X4 $1, Z4, Y8
+	VADDPS        Y8, Y4, Y4
+	VEXTRACTF64X4 $1, Z5, Y8
+	VADDPS        Y8, Y5, Y5
+	VEXTRACTF64X4 $1, Z6, Y8
+	VADDPS        Y8, Y6, Y6
+	VEXTRACTF64X4 $1, Z7, Y8
+	VADDPS        Y8, Y7, Y7
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y2, Y0, Y0     // rows 0-3: [lo lane | hi lane] halves
+	VHADDPS       Y6, Y4, Y4     // rows 4-7
+	VPERM2F128    $0x20, Y4, Y0, Y1
+	VPERM2F128    $0x31, Y4, Y0, Y2
+	VADDPS        Y2, Y1, Y1
+	VMOVUPS       Y1, (R11)
+	VZEROUPPER
+	RET

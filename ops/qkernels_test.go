@@ -39,6 +39,33 @@ func TestQMatmulKernelsMatchTensorRow(t *testing.T) {
 	}
 }
 
+// Rows longer than the eight-row kernel's chunk (25 groups of 64: a 1024 and a 576
+// chunk) with 8 to 13 activation rows: the partial dots of every chunk are summed.
+func TestQMatmulLongRows(t *testing.T) {
+	rng := rand.New(rand.NewSource(14))
+	const M, K = 5, 25 * 64
+	for _, bits := range []int{4, 8} {
+		w := quantize(randTensor(rng, 0.1, M, K), bits, 64)
+		ref := rowsOf(w)
+		for _, P := range []int{8, 9, 13} {
+			x := randTensor(rng, 1, P, K)
+			want := naiveMatmul(x.F32(), ref, K)
+			forEachKernels(t, func(env *Env, name string) {
+				g, err := opGraph("qmatmul", nil, x, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				info, _ := Default.Info("qmatmul")
+				got := NewTensor(graph.F32, P, M)
+				if err := info.Ref(env, g.Values[2], []*Tensor{x, w}, []*Tensor{got}); err != nil {
+					t.Fatal(err)
+				}
+				near(t, fmt.Sprintf("q%d K=%d P=%d %s", bits, K, P, name), got.F32(), want, 1e-5)
+			})
+		}
+	}
+}
+
 // expert_qmatmul over a strided stack (the upper half of a fused [E, 2I, K] gate_up
 // through Stride0), with per-token and per-(token, expert) activations, matches the
 // Tensor.Row decode for every kernel set.

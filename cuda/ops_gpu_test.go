@@ -132,6 +132,33 @@ func TestKernelsMatchReferences(t *testing.T) {
 	}
 }
 
+// attention_gqa over the shapes that matter: head dims, kv heads, cache dtypes, query
+// heads per kv head, and contexts that fill many key ranges (the merge).
+func TestAttentionVariants(t *testing.T) {
+	g := gpu(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, D := range []int{64, 256} {
+		for _, kvh := range []int{1, 2} {
+			for _, dt := range []graph.DType{graph.F32, graph.BF16} {
+				for _, ctx := range []int{0, 40, 290} {
+					for _, T := range []int{1, 3} {
+						cache := func() *ops.Tensor {
+							if dt == graph.BF16 {
+								return randBF16(r, 300, kvh, D)
+							}
+							return randF32(r, 300, kvh, D)
+						}
+						c := opCase{name: fmt.Sprintf("D%d/kvh%d/%s/C%d/T%d", D, kvh, dt, ctx, T), op: "attention",
+							attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(D))},
+							in:    []*ops.Tensor{randF32(r, T, 8*kvh, D), cache(), cache()}, C: ctx}
+						t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+					}
+				}
+			}
+		}
+	}
+}
+
 // The cases are valid ops (types infer, references run) on any machine.
 func TestOpCasesAreValid(t *testing.T) {
 	for _, c := range opCases() {

@@ -161,81 +161,82 @@ func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r i
 		return
 	}
 	// The weight rows go in tiles of about 256 KiB, which stay in the L2 cache while every
-	// block of four activation rows sweeps them: a block (32 KiB at K = 2048) stays in the
-	// L1 cache meanwhile (the kernels load eight times more activation bytes than weight
-	// bytes), and each weight byte comes from memory once per call, not once per block.
-	// Eight rows at a time where the kernels can (twice the multiply-adds per decoded
-	// code), four otherwise and for the last rows.
+	// block of activation rows sweeps them (mulQuantBlock keeps the block in L1), so each
+	// weight byte comes from memory once per call, not once per block. Blocks are eight
+	// rows where the kernels can (twice the multiply-adds per decoded code), else four.
 	data0, _, _ := w.locate(rowBase + lo)
 	tile := max(16, (256<<10)/(len(data0)+4*G))
 	padded := len(a.x) / K
-	dot8 := a.k.q4Dot8
+	blk := blockKernels{dot4: dot4, dot8: a.k.q4Dot8, acc: make([][8]float32, tile)}
 	if w.t.DType != graph.Q4 {
-		dot8 = nil
-	}
-	var out4 [4]float32
-	var acc8 [][8]float32
-	if dot8 != nil {
-		acc8 = make([][8]float32, tile)
+		blk.dot8 = nil
 	}
 	for r0 := lo; r0 < hi; r0 += tile {
 		r1 := min(r0+tile, hi)
 		for p0 := 0; p0 < a.P; {
-			if dot8 != nil && p0+8 <= padded {
-				mulQuant8(a, w, rowBase, r0, r1, p0, dot8, acc8, store)
-				p0 += 8
-				continue
+			rows := 4
+			if blk.dot8 != nil && p0+8 <= padded {
+				rows = 8
 			}
-			x := a.x[p0*K : (p0+4)*K]
-			xsum := a.xsum[p0*G : (p0+4)*G]
-			n := min(4, a.P-p0)
-			for r := r0; r < r1; r++ {
-				data, scales, biases := w.locate(rowBase + r)
-				dot4(data, scales, biases, group, x, K, xsum, &out4)
-				for i := 0; i < n; i++ {
-					store(p0+i, r, out4[i])
-				}
-			}
-			p0 += 4
+			mulQuantBlock(a, w, rowBase, r0, r1, p0, rows, &blk, store)
+			p0 += rows
 		}
 	}
 }
 
-// mulQuant8 is mulQuant's block of eight activation rows from p0 against weight rows
-// [r0, r1). Eight rows of K = 2048 (64 KiB) would not stay in the L1 cache, so the rows
-// are cut into chunks of dot8Chunk elements whose eight-row block (32 KiB) does, and the
-// partial dots are summed in acc.
-func mulQuant8(a *quantActs, w weightRows, rowBase, r0, r1, p0 int,
-	dot8 func([]byte, []uint16, []uint16, int, []float32, int, *[8]float32), acc [][8]float32,
+// blockKernels are the block kernels mulQuantBlock calls and its partial sums.
+type blockKernels struct {
+	dot4 func([]byte, []uint16, []uint16, int, []float32, int, []float32, *[4]float32)
+	dot8 func([]byte, []uint16, []uint16, int, []float32, int, *[8]float32)
+	acc  [][8]float32 // one per weight row of a tile
+}
+
+// blockBytes is the activation bytes one block kernel call may read: the block of rows
+// must stay in the L1 cache while the weight rows of a tile sweep it (the kernels load
+// eight times more activation bytes than weight bytes).
+const blockBytes = 32 << 10
+
+// mulQuantBlock is mulQuant's block of n (4 or 8) activation rows from p0 against weight
+// rows [r0, r1). Long rows are cut into chunks whose n-row block fits in blockBytes, and
+// the partial dots of the chunks are summed.
+func mulQuantBlock(a *quantActs, w weightRows, rowBase, r0, r1, p0, n int, blk *blockKernels,
 	store func(p, r int, val float32)) {
-	K, group := a.K, w.t.Group
-	chunk := max(group, dot8Chunk/group*group)
-	acc = acc[:r1-r0]
+	K, G, group := a.K, a.K/w.t.Group, w.t.Group
+	bits := w.t.DType.Bits()
+	chunk := max(group, blockBytes/(4*n)/group*group)
+	acc := blk.acc[:r1-r0]
 	clear(acc)
-	var out [8]float32
+	var out4 [4]float32
+	var out8 [8]float32
 	for k0 := 0; k0 < K; k0 += chunk {
 		k1 := min(k0+chunk, K)
-		x := a.x[p0*K+k0 : (p0+7)*K+k1]
 		g0, g1 := k0/group, k1/group
+		x := a.x[p0*K+k0 : (p0+n-1)*K+k1]
+		xsum := a.xsum[p0*G+4*g0 : p0*G+4*g1]
 		for r := r0; r < r1; r++ {
 			data, scales, biases := w.locate(rowBase + r)
-			dot8(data[k0/2:k1/2], scales[g0:g1], biases[g0:g1], group, x, K, &out)
+			codes := data[k0*bits/8 : k1*bits/8]
 			sum := &acc[r-r0]
-			for i := range sum {
-				sum[i] += out[i]
+			if n == 8 {
+				blk.dot8(codes, scales[g0:g1], biases[g0:g1], group, x, K, &out8)
+				for i, v := range out8 {
+					sum[i] += v
+				}
+			} else {
+				blk.dot4(codes, scales[g0:g1], biases[g0:g1], group, x, K, xsum, &out4)
+				for i, v := range out4 {
+					sum[i] += v
+				}
 			}
 		}
 	}
-	n := min(8, a.P-p0)
+	valid := min(n, a.P-p0)
 	for r := r0; r < r1; r++ {
-		for i := 0; i < n; i++ {
+		for i := 0; i < valid; i++ {
 			store(p0+i, r, acc[r-r0][i])
 		}
 	}
 }
-
-// dot8Chunk is the row length mulQuant8 hands the eight-row kernel at a time.
-const dot8Chunk = 1024
 
 // goQuantKernels are the portable kernels: plain Go, bounds checks hoisted, several
 // independent accumulators.

@@ -160,8 +160,39 @@ func lowerRMSNormRoPE(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch
 	return l, nil
 }
 
-// lowerMatmuls runs the projections of one x side by side (one stage).
+// decodeQ4 says whether x is one activation row that the fused q4 matrix-vector
+// kernels can multiply by every weight in ws.
+func decodeQ4(x operand, ws ...operand) bool {
+	for _, w := range ws {
+		if len(w.shape) != 2 || !q4Matvec(w, w.shape[1]) || prod(x.shape) != w.shape[1] || x.addr%16 != 0 {
+			return false
+		}
+	}
+	return len(ws) > 0
+}
+
+// matvecGrid covers M rows at MatvecRows per SIMD group and 4 groups per block.
+func matvecGrid(M, y int) [3]int { return [3]int{ceilDiv(M, kernels.MatvecRows*4), y, 1} }
+
+func launchStage(l *launch, err error) ([][]*launch, error) {
+	if err != nil {
+		return nil, err
+	}
+	return [][]*launch{{l}}, nil
+}
+
+// lowerMatmuls runs the projections of one x side by side: one launch for a decode row
+// against q4 weights, else one matmul each in one stage.
 func lowerMatmuls(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*launch, error) {
+	if ws := in[1:]; len(ws) <= kernels.MaxFused && decodeQ4(in[0], ws...) {
+		args := kernels.MatvecArgs{X: in[0].addr, K: int32(ws[0].shape[1]), Mode: kernels.MatvecSeparate}
+		maxM := 0
+		for i, w := range ws {
+			args.W[i], args.Y[i], args.M[i] = w.w, out[i].addr, int32(w.shape[0])
+			maxM = max(maxM, w.shape[0])
+		}
+		return launchStage(newKernel(c.g, kernels.KernelMatvecFusedQ4, matvecGrid(maxM, len(ws)), 128, args))
+	}
 	var stage []*launch
 	for i, w := range in[1:] {
 		l, err := matmulFor(c, d, in[0], w, out[i], nil)
@@ -179,6 +210,23 @@ func lowerMatmulSwiGLU(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*l
 	var ids *operand
 	if len(in) == 4 {
 		ids = &in[3]
+	}
+	x, wg, wu := in[0], in[1], in[2]
+	if ids == nil && decodeQ4(x, wg, wu) && sameShape(wg.shape, wu.shape) {
+		M := wg.shape[0]
+		return launchStage(newKernel(c.g, kernels.KernelMatvecFusedQ4, matvecGrid(M, 1), 128, kernels.MatvecArgs{
+			W: [kernels.MaxFused]kernels.Weight{wg.w, wu.w}, Y: [kernels.MaxFused]uint64{out[0].addr}, M: [kernels.MaxFused]int32{int32(M), int32(M)},
+			X: x.addr, K: int32(wg.shape[1]), Mode: kernels.MatvecSwiGLU}))
+	}
+	if ids != nil && len(wg.shape) == 3 && sameShape(wg.shape, wu.shape) && q4Matvec(wg, wg.shape[2]) && q4Matvec(wu, wu.shape[2]) &&
+		ids.shape[0]*ids.shape[1] < expertTiledMinSlots && x.addr%16 == 0 {
+		E, M, K := wg.shape[0], wg.shape[1], wg.shape[2]
+		args := kernels.ExpertArgs{W: wg.w, W2: wu.w, X: x.addr, Ids: ids.addr, Y: out[0].addr, T: int32(ids.shape[0]),
+			TopK: int32(ids.shape[1]), E: int32(E), M: int32(M), K: int32(K)}
+		if len(x.shape) == 3 {
+			args.XPerSlot = 1
+		}
+		return launchStage(newKernel(c.g, kernels.KernelExpertMVSwiGLUQ4, matvecGrid(M, ids.shape[0]*ids.shape[1]), 128, args))
 	}
 	gate, err := c.temp(out[0].shape...)
 	if err != nil {
@@ -206,6 +254,12 @@ func lowerMatmulSwiGLU(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*l
 // lowerMatmulGatedAdd: other + (x·Wᵀ)·sigmoid(gate).
 func lowerMatmulGatedAdd(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*launch, error) {
 	x, w, gate, other := in[0], in[1], in[2], in[3]
+	if decodeQ4(x, w) && prod(gate.shape) == 1 && sameShape(other.shape, out[0].shape) && other.dtype == graph.F32 {
+		M := w.shape[0]
+		return launchStage(newKernel(c.g, kernels.KernelMatvecFusedQ4, matvecGrid(M, 1), 128, kernels.MatvecArgs{
+			W: [kernels.MaxFused]kernels.Weight{w.w}, Y: [kernels.MaxFused]uint64{out[0].addr}, M: [kernels.MaxFused]int32{int32(M)},
+			X: x.addr, K: int32(w.shape[1]), RowGate: gate.addr, Other: other.addr, Mode: kernels.MatvecSeparate}))
+	}
 	y, err := c.temp(out[0].shape...)
 	if err != nil {
 		return nil, err
@@ -254,6 +308,14 @@ func lowerMatmulRouter(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*l
 func lowerExpertCombine(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*launch, error) {
 	x, w, ids, weights := in[0], in[1], in[2], in[3]
 	T, k, M := ids.shape[0], ids.shape[1], w.shape[1]
+	if len(w.shape) == 3 && q4Matvec(w, w.shape[2]) && T*k < expertTiledMinSlots && x.addr%16 == 0 {
+		args := kernels.ExpertArgs{W: w.w, X: x.addr, Ids: ids.addr, Y: out[0].addr, Weights: weights.addr, T: int32(T),
+			TopK: int32(k), E: int32(w.shape[0]), M: int32(M), K: int32(w.shape[2])}
+		if len(x.shape) == 3 {
+			args.XPerSlot = 1
+		}
+		return launchStage(newKernel(c.g, kernels.KernelExpertMVCombineQ4, matvecGrid(M, T), 128, args))
+	}
 	y, err := c.temp(T, k, M)
 	if err != nil {
 		return nil, err
@@ -272,6 +334,12 @@ func lowerExpertCombine(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*
 // lowerSigmoidGateMatmul: (a·sigmoid(g))·Wᵀ.
 func lowerSigmoidGateMatmul(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*launch, error) {
 	a, g, w := in[0], in[1], in[2]
+	if decodeQ4(a, w) && sameShape(a.shape, g.shape) && g.dtype == graph.F32 && g.addr%16 == 0 {
+		M := w.shape[0]
+		return launchStage(newKernel(c.g, kernels.KernelMatvecFusedQ4, matvecGrid(M, 1), 128, kernels.MatvecArgs{
+			W: [kernels.MaxFused]kernels.Weight{w.w}, Y: [kernels.MaxFused]uint64{out[0].addr}, M: [kernels.MaxFused]int32{int32(M)},
+			X: a.addr, XGate: g.addr, K: int32(w.shape[1]), Mode: kernels.MatvecSeparate}))
+	}
 	sg, err := c.temp(g.shape...)
 	if err != nil {
 		return nil, err

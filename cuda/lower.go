@@ -155,7 +155,7 @@ func lowerMatmul(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, err
 	}
 	args := kernels.MatmulArgs{W: w.w, X: x.addr, Y: out[0].addr, Rows: int32(rows), M: int32(M), K: int32(K)}
 	if rows == 1 && q4Matvec(w, K) {
-		return newKernel(c.g, kernels.KernelMatvecQ4, [3]int{ceilDiv(M, kernels.MatvecRows*4), 1, 1}, 128, args)
+		return newKernel(c.g, kernels.KernelMatvecQ4, matvecGrid(M, 1), 128, args)
 	}
 	if rows <= kernels.MatmulMaxRows || K%kernels.TileK != 0 {
 		if rows > kernels.MatmulMaxRows {
@@ -196,7 +196,7 @@ func lowerExpert(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, err
 	}
 	slots := T * topK
 	if slots < expertTiledMinSlots && q4Matvec(w, K) {
-		return newKernel(c.g, kernels.KernelExpertMVQ4, [3]int{ceilDiv(M, kernels.MatvecRows*4), slots, 1}, 128, args)
+		return newKernel(c.g, kernels.KernelExpertMVQ4, matvecGrid(M, slots), 128, args)
 	}
 	if slots < expertTiledMinSlots || K%kernels.TileK != 0 {
 		if slots > 65535 {
@@ -204,7 +204,7 @@ func lowerExpert(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, err
 		}
 		return newKernel(c.g, kernels.KernelExpertRows, [3]int{ceilDiv(M, 8), slots, 1}, 256, args)
 	}
-	return newKernel(c.g, kernels.KernelExpertTiled, [3]int{ceilDiv(M, kernels.TileM), E, 1}, 256, args)
+	return newKernel(c.g, kernels.KernelExpertTiled, [3]int{ceilDiv(M, kernels.ExpertTileM), E, 1}, 256, args)
 }
 
 func lowerRMSNorm(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, error) {

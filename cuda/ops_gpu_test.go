@@ -248,6 +248,12 @@ func opCases() []opCase {
 		{name: "matmul_router", op: "matmul_router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randF32(r, 3, 128), randQuant(r, graph.Q8, 16, 128)}},
 		{name: "expert_matmul_combine", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 2, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(2, 4, 8), randF32(r, 2, 4)}},
 		{name: "sigmoid_gate_matmul", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 1, 128), randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128)}},
+		{name: "matmuls decode q4", op: "matmuls", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q4, 72, 128)}},
+		{name: "matmul_swiglu rows", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 3, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 40, 128)}},
+		{name: "expert_matmul_swiglu decode", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 8, 40, 128), randQuant(r, graph.Q4, 8, 40, 128), routed(1, 4, 8)}},
+		{name: "matmul_gated_add decode", op: "matmul_gated_add", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randF32(r, 1, 1), randF32(r, 1, 40)}},
+		{name: "expert_matmul_combine tiled", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 20, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8), randF32(r, 20, 4)}},
+		{name: "sigmoid_gate_matmul rows", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 3, 128), randF32(r, 3, 128), randQuant(r, graph.Q4, 40, 128)}},
 		{name: "gated_rms_norm_matmul", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[2,256]"},
 			in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
 	}

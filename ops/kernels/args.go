@@ -68,12 +68,39 @@ type MatmulArgs struct {
 
 // ExpertArgs: Y [T, TopK, M], row (t, j) = X(t[, j]) · W[Ids[t, j]]ᵀ, W [E, M, K].
 // XPerSlot is 1 when X is [T, TopK, K] (one row per slot), 0 when [T, K].
+// W2 is the up projection of expert_matvec_swiglu_q4; Weights [T, TopK] the routing
+// weights of expert_matvec_combine_q4 (Y is then [T, M]).
 type ExpertArgs struct {
-	W          Weight
+	W, W2      Weight
 	X, Ids, Y  uint64
+	Weights    uint64
 	T, TopK, E int32
 	M, K       int32
 	XPerSlot   int32
+}
+
+// Matvec modes (MV_* in the header).
+const (
+	MatvecSeparate int32 = 0
+	MatvecSwiGLU   int32 = 1
+)
+
+// MaxFused is the most weights one matvec_fused_q4 launch multiplies.
+const MaxFused = 4
+
+// MatvecArgs: decode (one activation row) q4 products with fused prologue/epilogue:
+// Y[i] = X·W[i]ᵀ (MatvecSeparate, grid y = i) or Y[0] = silu(X·W[0]ᵀ)·(X·W[1]ᵀ)
+// (MatvecSwiGLU); XGate non-zero: X·sigmoid(XGate) instead of X; RowGate non-zero:
+// Other + y·sigmoid(RowGate[0]).
+type MatvecArgs struct {
+	W       [MaxFused]Weight
+	Y       [MaxFused]uint64
+	M       [MaxFused]int32
+	X       uint64
+	XGate   uint64
+	RowGate uint64
+	Other   uint64
+	K, Mode int32
 }
 
 // RMSNormArgs: Y = X / sqrt(mean(X²) + Eps) · W over rows of D. With B non-zero the
@@ -210,5 +237,5 @@ type ArgmaxArgs struct {
 var argTypes = []any{
 	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
 	GatedRMSNormArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, Conv1DArgs{},
-	GatedDeltaArgs{}, GDNGatesArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
+	GatedDeltaArgs{}, GDNGatesArgs{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
 }

@@ -16,6 +16,7 @@ var headerConstants = []struct {
 	{"UNARY_SOFTPLUS", UnarySoftplus},
 	{"BINARY_ADD", BinaryAdd}, {"BINARY_MUL", BinaryMul}, {"BINARY_SWIGLU", BinarySwiGLU},
 	{"MAX_RANK", MaxRank},
+	{"MV_SEPARATE", MatvecSeparate}, {"MV_SWIGLU", MatvecSwiGLU},
 }
 
 // CDecls is the generated header: the constants and one C struct per args type, in the

@@ -25,36 +25,39 @@ var Families = []string{"common", "norm", "matmul", "attention", "conv", "deltan
 
 // Kernel names (the KERNEL declarations of the .k files).
 const (
-	KernelEmbed        = "embed"
-	KernelDequant      = "dequant"
-	KernelMatmulRows   = "matmul_rows"
-	KernelMatvecQ4     = "matvec_q4"
-	KernelExpertMVQ4   = "expert_matvec_q4"
-	KernelMatmulTiled  = "matmul_tiled"
-	KernelExpertRows   = "expert_rows"
-	KernelExpertTiled  = "expert_tiled"
-	KernelRMSNorm      = "rms_norm"
-	KernelL2Norm       = "l2_norm"
-	KernelGatedRMSNorm = "gated_rms_norm"
-	KernelRoPE         = "rope"
-	KernelKVAppend     = "kv_append"
-	KernelAttention    = "attention"
-	KernelAttentionGQA = "attention_gqa"
-	KernelConv1D       = "conv1d"
-	KernelGatedDelta   = "gated_delta"
-	KernelGDNGates     = "gdn_gates"
-	KernelUnary        = "unary"
-	KernelBinary       = "binary"
-	KernelSlice        = "slice"
-	KernelRouter       = "router"
-	KernelMoECombine   = "moe_combine"
-	KernelArgmax       = "argmax"
-	KernelProbeLayout  = "probe_layout"
+	KernelEmbed             = "embed"
+	KernelDequant           = "dequant"
+	KernelMatmulRows        = "matmul_rows"
+	KernelMatvecQ4          = "matvec_q4"
+	KernelExpertMVQ4        = "expert_matvec_q4"
+	KernelExpertMVSwiGLUQ4  = "expert_matvec_swiglu_q4"
+	KernelExpertMVCombineQ4 = "expert_matvec_combine_q4"
+	KernelMatvecFusedQ4     = "matvec_fused_q4"
+	KernelMatmulTiled       = "matmul_tiled"
+	KernelExpertRows        = "expert_rows"
+	KernelExpertTiled       = "expert_tiled"
+	KernelRMSNorm           = "rms_norm"
+	KernelL2Norm            = "l2_norm"
+	KernelGatedRMSNorm      = "gated_rms_norm"
+	KernelRoPE              = "rope"
+	KernelKVAppend          = "kv_append"
+	KernelAttention         = "attention"
+	KernelAttentionGQA      = "attention_gqa"
+	KernelConv1D            = "conv1d"
+	KernelGatedDelta        = "gated_delta"
+	KernelGDNGates          = "gdn_gates"
+	KernelUnary             = "unary"
+	KernelBinary            = "binary"
+	KernelSlice             = "slice"
+	KernelRouter            = "router"
+	KernelMoECombine        = "moe_combine"
+	KernelArgmax            = "argmax"
+	KernelProbeLayout       = "probe_layout"
 )
 
 // Names lists every kernel of the .k files.
 var Names = []string{
-	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelExpertMVQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
+	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax,
@@ -66,6 +69,7 @@ const (
 	TileM         = 64  // TILE_M
 	TileN         = 64  // TILE_N
 	TileK         = 32  // TILE_K: matmul_tiled needs K % TileK == 0
+	ExpertTileM   = 128 // ETILE_M: expert_tiled's weight rows per group
 	AttnMaxD      = 256 // ATT_MAX_D
 	AttnSIMDs     = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
 	AttnMaxSplits = 64  // ATT_MAX_SPLITS: attention_gqa's most key ranges

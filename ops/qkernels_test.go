@@ -10,16 +10,16 @@ import (
 
 // Every quantized kernel set (portable Go, and AVX2/AVX-512 where the CPU has them) and the
 // reference paths give x·Wᵀ of the Tensor.Row decode to 1e-5, for odd shapes, several
-// activation rows (the four-row blocks and their padding), q4 and q8, and group sizes the
-// assembly takes (32, 64) or leaves to Go (8, 24).
+// activation rows (the four- and eight-row blocks and their padding), q4 and q8, and group
+// sizes the assembly takes (32, 64, 128: several steps per group) or leaves to Go (8, 24).
 func TestQMatmulKernelsMatchTensorRow(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
 	for _, bits := range []int{4, 8} {
-		for _, group := range []int{8, 24, 32, 64} {
+		for _, group := range []int{8, 24, 32, 64, 128} {
 			K := 11 * group // eleven groups: the kernels' eight-group steps and a tail
 			w := quantize(randTensor(rng, 0.1, 37, K), bits, group)
 			ref := rowsOf(w)
-			for _, P := range []int{1, 2, 3, 4, 5, 7, 9} {
+			for _, P := range []int{1, 2, 3, 4, 5, 7, 9, 17} {
 				x := randTensor(rng, 1, P, K)
 				want := naiveMatmul(x.F32(), ref, K)
 				forEachKernels(t, func(env *Env, name string) {

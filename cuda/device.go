@@ -123,7 +123,9 @@ func (g *device) do(f func() error) error {
 }
 
 // alloc returns n bytes of device memory (at least 1 byte, so every buffer has an
-// address), zeroed.
+// address), zeroed. Memory traffic goes through the device's own stream (non-blocking:
+// it does not wait for the legacy stream that the synchronous cuMemcpy/cuMemset calls
+// use, so those could land after a kernel that follows them).
 func (g *device) alloc(n int64) (uint64, error) {
 	if n < 1 {
 		n = 1
@@ -134,7 +136,7 @@ func (g *device) alloc(n int64) (uint64, error) {
 		g.d.cuMemGetInfo(&free, &total)
 		return 0, fmt.Errorf("cuMemAlloc of %d bytes (%d of %d bytes free): %s", n, free, total, g.d.errString(r))
 	}
-	if err := g.d.check("cuMemsetD8", g.d.cuMemsetD8(p, 0, uint64(n))); err != nil {
+	if err := g.d.check("cuMemsetD8Async", g.d.cuMemsetD8Async(p, 0, uint64(n), g.stream)); err != nil {
 		return 0, err
 	}
 	return p, nil
@@ -146,20 +148,27 @@ func (g *device) free(p uint64) {
 	}
 }
 
-// upload copies host bytes to device address p.
+// upload copies host bytes to device address p, ordered after the stream's earlier
+// work and complete when it returns.
 func (g *device) upload(p uint64, b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	return g.d.check("cuMemcpyHtoD", g.d.cuMemcpyHtoD(p, unsafe.Pointer(&b[0]), uint64(len(b))))
+	if err := g.d.check("cuMemcpyHtoDAsync", g.d.cuMemcpyHtoDAsync(p, unsafe.Pointer(&b[0]), uint64(len(b)), g.stream)); err != nil {
+		return err
+	}
+	return g.sync()
 }
 
-// download copies device bytes at p into b.
+// download copies device bytes at p into b after the stream's earlier work.
 func (g *device) download(b []byte, p uint64) error {
 	if len(b) == 0 {
 		return nil
 	}
-	return g.d.check("cuMemcpyDtoH", g.d.cuMemcpyDtoH(unsafe.Pointer(&b[0]), p, uint64(len(b))))
+	if err := g.d.check("cuMemcpyDtoHAsync", g.d.cuMemcpyDtoHAsync(unsafe.Pointer(&b[0]), p, uint64(len(b)), g.stream)); err != nil {
+		return err
+	}
+	return g.sync()
 }
 
 // launch is one recorded kernel launch: the function, its geometry and a pointer to

@@ -36,6 +36,7 @@ type driverAPI struct {
 	cuMemcpyHtoDAsync           func(dst uint64, src unsafe.Pointer, n uint64, stream uintptr) int32
 	cuMemcpyDtoHAsync           func(dst unsafe.Pointer, src uint64, n uint64, stream uintptr) int32
 	cuMemsetD8                  func(dst uint64, v uint8, n uint64) int32
+	cuMemsetD8Async             func(dst uint64, v uint8, n uint64, stream uintptr) int32
 	cuStreamCreate              func(s *uintptr, flags uint32) int32
 	cuStreamSynchronize         func(s uintptr) int32
 	cuModuleLoadData            func(m *uintptr, image unsafe.Pointer) int32
@@ -118,6 +119,7 @@ func loadDriver() (*driverAPI, error) {
 			{&d.cuMemcpyHtoDAsync, []string{"cuMemcpyHtoDAsync_v2"}},
 			{&d.cuMemcpyDtoHAsync, []string{"cuMemcpyDtoHAsync_v2"}},
 			{&d.cuMemsetD8, []string{"cuMemsetD8_v2"}},
+			{&d.cuMemsetD8Async, []string{"cuMemsetD8Async"}},
 			{&d.cuStreamCreate, []string{"cuStreamCreate"}},
 			{&d.cuStreamSynchronize, []string{"cuStreamSynchronize"}},
 			{&d.cuModuleLoadData, []string{"cuModuleLoadData"}},

@@ -136,11 +136,11 @@ func (s *state) Zero() {
 			return err
 		}
 		for name, a := range s.addrs {
-			if err := s.b.dev.d.check("cuMemsetD8 "+name, s.b.dev.d.cuMemsetD8(a, 0, uint64(s.sizes[name]))); err != nil {
+			if err := s.b.dev.d.check("cuMemsetD8Async "+name, s.b.dev.d.cuMemsetD8Async(a, 0, uint64(s.sizes[name]), s.b.dev.stream)); err != nil {
 				return err
 			}
 		}
-		return nil
+		return s.b.dev.sync()
 	})
 	if err != nil {
 		s.err = err

@@ -76,7 +76,7 @@ const (
 	ConvMaxK      = 8   // CONV_MAX_K
 	DeltaMaxDk    = 128 // DELTA_LANES * DELTA_MAX_ROWS
 	DeltaLanes    = 8   // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
-	MatvecRows    = 8   // MV_ROWS: matvec_q4 rows per SIMD group
+	MatvecRows    = 2   // MV_ROWS: matvec_q4 rows per SIMD group
 	RouterMaxE    = 512 // ROUTER_MAX_E
 	RouterMaxK    = 32  // ROUTER_MAX_K
 )

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 
 	"pistil/exec/plan"
 	"pistil/graph"
@@ -63,21 +64,9 @@ func matmulFor(c *lowerCtx, d *plan.Dispatch, x, w, y operand, ids *operand) (*l
 	return lowerMatmul(c, d, []operand{x, w}, []operand{y})
 }
 
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func lowerAddRMSNorm(c *lowerCtx, d *plan.Dispatch, in, out []operand) (*launch, error) {
 	a, b, w := in[0], in[1], in[2]
-	if !sameShape(a.shape, b.shape) || a.dtype != graph.F32 || b.dtype != graph.F32 {
+	if !slices.Equal(a.shape, b.shape) || a.dtype != graph.F32 || b.dtype != graph.F32 {
 		return nil, fmt.Errorf("add_rms_norm: a %s%v and b %s%v must be f32 of one shape", a.dtype, a.shape, b.dtype, b.shape)
 	}
 	if _, err := denseCode(d, w, "weight"); err != nil {
@@ -212,13 +201,13 @@ func lowerMatmulSwiGLU(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*l
 		ids = &in[3]
 	}
 	x, wg, wu := in[0], in[1], in[2]
-	if ids == nil && decodeQ4(x, wg, wu) && sameShape(wg.shape, wu.shape) {
+	if ids == nil && decodeQ4(x, wg, wu) && slices.Equal(wg.shape, wu.shape) {
 		M := wg.shape[0]
 		return launchStage(newKernel(c.g, kernels.KernelMatvecFusedQ4, matvecGrid(M, 1), 128, kernels.MatvecArgs{
 			W: [kernels.MaxFused]kernels.Weight{wg.w, wu.w}, Y: [kernels.MaxFused]uint64{out[0].addr}, M: [kernels.MaxFused]int32{int32(M), int32(M)},
 			X: x.addr, K: int32(wg.shape[1]), Mode: kernels.MatvecSwiGLU}))
 	}
-	if ids != nil && len(wg.shape) == 3 && sameShape(wg.shape, wu.shape) && q4Matvec(wg, wg.shape[2]) && q4Matvec(wu, wu.shape[2]) &&
+	if ids != nil && len(wg.shape) == 3 && slices.Equal(wg.shape, wu.shape) && q4Matvec(wg, wg.shape[2]) && q4Matvec(wu, wu.shape[2]) &&
 		ids.shape[0]*ids.shape[1] < expertTiledMinSlots && x.addr%16 == 0 {
 		E, M, K := wg.shape[0], wg.shape[1], wg.shape[2]
 		args := kernels.ExpertArgs{W: wg.w, W2: wu.w, X: x.addr, Ids: ids.addr, Y: out[0].addr, T: int32(ids.shape[0]),
@@ -254,7 +243,7 @@ func lowerMatmulSwiGLU(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*l
 // lowerMatmulGatedAdd: other + (x·Wᵀ)·sigmoid(gate).
 func lowerMatmulGatedAdd(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*launch, error) {
 	x, w, gate, other := in[0], in[1], in[2], in[3]
-	if decodeQ4(x, w) && prod(gate.shape) == 1 && sameShape(other.shape, out[0].shape) && other.dtype == graph.F32 {
+	if decodeQ4(x, w) && prod(gate.shape) == 1 && slices.Equal(other.shape, out[0].shape) && other.dtype == graph.F32 {
 		M := w.shape[0]
 		return launchStage(newKernel(c.g, kernels.KernelMatvecFusedQ4, matvecGrid(M, 1), 128, kernels.MatvecArgs{
 			W: [kernels.MaxFused]kernels.Weight{w.w}, Y: [kernels.MaxFused]uint64{out[0].addr}, M: [kernels.MaxFused]int32{int32(M)},
@@ -334,7 +323,7 @@ func lowerExpertCombine(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*
 // lowerSigmoidGateMatmul: (a·sigmoid(g))·Wᵀ.
 func lowerSigmoidGateMatmul(c *lowerCtx, d *plan.Dispatch, in, out []operand) ([][]*launch, error) {
 	a, g, w := in[0], in[1], in[2]
-	if decodeQ4(a, w) && sameShape(a.shape, g.shape) && g.dtype == graph.F32 && g.addr%16 == 0 {
+	if decodeQ4(a, w) && slices.Equal(a.shape, g.shape) && g.dtype == graph.F32 && g.addr%16 == 0 {
 		M := w.shape[0]
 		return launchStage(newKernel(c.g, kernels.KernelMatvecFusedQ4, matvecGrid(M, 1), 128, kernels.MatvecArgs{
 			W: [kernels.MaxFused]kernels.Weight{w.w}, Y: [kernels.MaxFused]uint64{out[0].addr}, M: [kernels.MaxFused]int32{int32(M)},

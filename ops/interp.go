@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"slices"
 
 	"pistil/graph"
 )
@@ -97,7 +98,7 @@ func (r *interp) source(v *graph.Value, source func(v *graph.Value) (*Tensor, er
 		return fmt.Errorf("source gave no tensor for %s", v.Name)
 	}
 	want := v.Type.Shape.Eval(r.env.Bind)
-	if t.DType != v.Type.DType || !equalInts(t.Shape, want) || (v.Type.DType.Quantized() && t.Group != v.Type.Group) {
+	if t.DType != v.Type.DType || !slices.Equal(t.Shape, want) || (v.Type.DType.Quantized() && t.Group != v.Type.Group) {
 		return fmt.Errorf("%s is bound to a %s%v (group %d) tensor, the graph declares %s = %v with %+v",
 			v.Name, t.DType, t.Shape, t.Group, v.Type, want, r.env.Bind)
 	}
@@ -168,16 +169,4 @@ func (r *interp) compute(v *graph.Value, info *Info, in []*Tensor) error {
 	}
 	r.vals[v.ID] = out
 	return nil
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -234,7 +235,7 @@ func TestC7ContentPartsAndDeveloper(t *testing.T) {
 			map[string]any{"role": "developer", "content": []any{map[string]any{"type": "text", "text": "Be brief."}}},
 			map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "a"}, map[string]any{"type": "text", "text": "b"}}}}})
 	p2 := ts.lastTrace(t).Prompt
-	if !equalTokens(p1, p2) {
+	if !slices.Equal(p1, p2) {
 		t.Fatalf("prompts differ:\n%v\n%v", p1, p2)
 	}
 	if asString.content() != asParts.content() || asString.reasoning() != asParts.reasoning() {

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -57,7 +58,7 @@ func TestC15MultiTurnPrefixCache(t *testing.T) {
 				if cr.Usage.PromptTokensDetails.CachedTokens != 0 {
 					t.Fatal("cold server reports cached tokens")
 				}
-				if !equalTokens(ctr.Result.Tokens, tr.Result.Tokens) {
+				if !slices.Equal(ctr.Result.Tokens, tr.Result.Tokens) {
 					t.Fatalf("preserve=%v turn %d (cached %d, splits %v): cached run %v != cold run %v", preserve, turn, cached, ts.messageSplits(tr.Prompt), tr.Result.Tokens, ctr.Result.Tokens)
 				}
 			}

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 )
 
@@ -47,7 +48,7 @@ func (c *prefixCache) add(tokens []int32, snap Snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for e := c.lru.Front(); e != nil; e = e.Next() {
-		if equalTokens(e.Value.(*cacheEntry).tokens, tokens) {
+		if slices.Equal(e.Value.(*cacheEntry).tokens, tokens) {
 			c.lru.MoveToFront(e)
 			return
 		}
@@ -77,7 +78,7 @@ func (c *prefixCache) lookup(prompt []int32, usable func(n int) bool) *cacheEntr
 	for e := c.lru.Front(); e != nil; e = e.Next() {
 		ent := e.Value.(*cacheEntry)
 		n := len(ent.tokens)
-		if n > bestLen && n <= len(prompt) && usable(n) && equalTokens(ent.tokens, prompt[:n]) {
+		if n > bestLen && n <= len(prompt) && usable(n) && slices.Equal(ent.tokens, prompt[:n]) {
 			best, bestLen = e, n
 		}
 	}
@@ -104,18 +105,6 @@ func (c *prefixCache) stats() cacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return cacheStats{Entries: c.lru.Len(), Bytes: c.used, Budget: c.budget, Hits: c.hits, Misses: c.misses}
-}
-
-func equalTokens(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // commonPrefix is the length of the longest common prefix of a and b.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -342,7 +343,7 @@ func TestHFTextPerExpertLayout(t *testing.T) {
 	official := bindAll(t, hf)
 	for _, name := range []string{"layers.6.mlp.experts.gate_proj", "layers.6.mlp.experts.up_proj", "layers.6.mlp.experts.down_proj", "layers.6.input_layernorm"} {
 		a, b := text[name], official[name]
-		if !sameInts(a.Shape, b.Shape) {
+		if !slices.Equal(a.Shape, b.Shape) {
 			t.Fatalf("%s: %v vs %v", name, a.Shape, b.Shape)
 		}
 		cols := a.Shape[len(a.Shape)-1]

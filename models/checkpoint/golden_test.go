@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"pistil/graph"
@@ -60,7 +61,7 @@ func TestGoldenBindsCompletely(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := ws[w.Name]
-			if got.DType != typ.DType || got.Group != typ.Group || !sameInts(got.Shape, w.Shape) {
+			if got.DType != typ.DType || got.Group != typ.Group || !slices.Equal(got.Shape, w.Shape) {
 				t.Errorf("%s: tensor %s g%d %v, WeightType %s", w.Name, got.DType, got.Group, got.Shape, typ)
 			}
 		}
@@ -102,7 +103,7 @@ func TestGoldenNormsAgreeAcrossLayouts(t *testing.T) {
 	mlx := bindAll(t, openGolden(t, goldenMLX, MLX))
 	for _, name := range []string{"layers.0.input_layernorm", "layers.5.post_attention_layernorm", "layers.7.self_attn.k_norm", "norm", "layers.1.linear_attn.norm", "layers.2.linear_attn.conv1d", "layers.2.linear_attn.dt_bias", "layers.6.linear_attn.A_log"} {
 		a, b := hf[name], mlx[name]
-		if !sameInts(a.Shape, b.Shape) {
+		if !slices.Equal(a.Shape, b.Shape) {
 			t.Fatalf("%s: HF %v, MLX %v", name, a.Shape, b.Shape)
 		}
 		for i := 0; i < a.Elements(); i++ {
@@ -200,7 +201,7 @@ func TestGoldenHFFusedViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gate.Stride0 != 2*I*H*2 || !sameInts(gate.Shape, []int{E, I, H}) {
+	if gate.Stride0 != 2*I*H*2 || !slices.Equal(gate.Shape, []int{E, I, H}) {
 		t.Fatalf("gate view: stride %d shape %v", gate.Stride0, gate.Shape)
 	}
 	for _, e := range []int{0, 5, E - 1} {

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"fmt"
+	"slices"
 
 	"pistil/graph"
 	"pistil/models/safetensors"
@@ -85,7 +86,7 @@ func (c *Checkpoint) quantize(m *storedModule) error {
 		}
 	}
 	nd := len(w.Shape)
-	if nd < 2 || len(s.Shape) != nd || !sameInts(s.Shape, b.Shape) || !sameInts(s.Shape[:nd-1], w.Shape[:nd-1]) {
+	if nd < 2 || len(s.Shape) != nd || !slices.Equal(s.Shape, b.Shape) || !slices.Equal(s.Shape[:nd-1], w.Shape[:nd-1]) {
 		return fmt.Errorf("%s: weight %v, scales %v and biases %v do not describe one quantized matrix", where, w.Shape, s.Shape, b.Shape)
 	}
 	words, groups := w.Shape[nd-1], s.Shape[nd-1]

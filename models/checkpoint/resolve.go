@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"pistil/graph"
@@ -281,7 +282,7 @@ func (c *Checkpoint) stackedExperts(name string, perExpert func(int) string) (*b
 	}
 	first := mods[0]
 	for _, m := range mods[1:] {
-		if m.dtype != first.dtype || !sameInts(m.logical, first.logical) {
+		if m.dtype != first.dtype || !slices.Equal(m.logical, first.logical) {
 			return b, fmt.Errorf("%s: %s is %s %v but %s is %s %v", name, m.weight.Name, m.dtype, m.logical, first.weight.Name, first.dtype, first.logical)
 		}
 	}

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"fmt"
+	"slices"
 
 	"pistil/graph"
 	"pistil/ops"
@@ -117,7 +118,7 @@ func stackExperts(parts []*ops.Tensor) (*ops.Tensor, error) {
 	size := len(first.Data)
 	data := make([]byte, 0, size*len(parts))
 	for e, p := range parts {
-		if p.DType != first.DType || !sameInts(p.Shape, first.Shape) {
+		if p.DType != first.DType || !slices.Equal(p.Shape, first.Shape) {
 			return nil, fmt.Errorf("expert %d is %s %v but expert 0 is %s %v", e, p.DType, p.Shape, first.DType, first.Shape)
 		}
 		data = append(data, p.Data...)
@@ -131,16 +132,4 @@ func needFloat(w *ops.Tensor) error {
 		return nil
 	}
 	return fmt.Errorf("%s tensor where a float (bf16, f16, f32) one is required", w.DType)
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

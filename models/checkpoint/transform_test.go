@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 
 	"pistil/graph"
@@ -22,7 +23,7 @@ func TestOnePlusW(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.DType != graph.F32 || !sameInts(got.Shape, []int{4}) {
+	if got.DType != graph.F32 || !slices.Equal(got.Shape, []int{4}) {
 		t.Fatalf("got %s %v, want f32 [4]", got.DType, got.Shape)
 	}
 	for i, want := range []float32{1, 1.5, 0.75, 0} {
@@ -58,11 +59,11 @@ func TestSqueezeConv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameInts(got.Shape, []int{2, 3}) || got.Float(4) != 5 {
+	if !slices.Equal(got.Shape, []int{2, 3}) || got.Float(4) != 5 {
 		t.Fatalf("HF squeeze: shape %v, [1][1] = %g", got.Shape, got.Float(4))
 	}
 	mlx := bf16Tensor(vals, 2, 3, 1)
-	if got, err = squeezeConv(mlx, true); err != nil || !sameInts(got.Shape, []int{2, 3}) {
+	if got, err = squeezeConv(mlx, true); err != nil || !slices.Equal(got.Shape, []int{2, 3}) {
 		t.Fatalf("MLX squeeze: %v %v", got, err)
 	}
 	if _, err := squeezeConv(mlx, false); err == nil {
@@ -102,7 +103,7 @@ func TestFusedHalves(t *testing.T) {
 			}
 		}
 	}
-	if !sameInts(gate.Shape, []int{E, I, H}) {
+	if !slices.Equal(gate.Shape, []int{E, I, H}) {
 		t.Errorf("gate shape %v", gate.Shape)
 	}
 }
@@ -114,7 +115,7 @@ func TestStackExperts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameInts(got.Shape, []int{2, 2, 2}) {
+	if !slices.Equal(got.Shape, []int{2, 2, 2}) {
 		t.Fatalf("shape %v", got.Shape)
 	}
 	for i := 0; i < 8; i++ {

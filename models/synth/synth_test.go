@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,7 +52,7 @@ func TestTinyMatchesGolden(t *testing.T) {
 		for _, n := range an {
 			x, _, _ := a.Info(n)
 			y, _, _ := b.Info(n)
-			if x.DType != y.DType || !sameInts(x.Shape, y.Shape) {
+			if x.DType != y.DType || !slices.Equal(x.Shape, y.Shape) {
 				t.Errorf("%s %s: %s %v, golden %s %v", layout, n, x.DType, x.Shape, y.DType, y.Shape)
 			}
 		}
@@ -75,18 +76,6 @@ func configDims(c *qwen35moe.Config) string {
 		c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernel,
 		c.NumExperts, c.NumExpertsPerTok, c.MoEIntermediate, c.SharedIntermediate, c.RMSNormEps, c.VocabSize,
 		c.TieWordEmbeddings, c.Layers)
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func openBound(t *testing.T, dir string) (*checkpoint.Checkpoint, map[string]*ops.Tensor) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -61,7 +62,7 @@ func TestGoldenEncode(t *testing.T) {
 	tok := loadQwen3(t)
 	for _, c := range loadGolden(t).Encode {
 		got := tok.Encode(c.Text)
-		if !equalIDs(got, c.IDs) {
+		if !slices.Equal(got, c.IDs) {
 			t.Errorf("Encode(%q)\n got %v\nwant %v", c.Text, got, c.IDs)
 			continue
 		}
@@ -75,22 +76,10 @@ func TestGoldenEncode(t *testing.T) {
 func TestGoldenChatIDs(t *testing.T) {
 	tok := loadQwen3(t)
 	for _, c := range loadGolden(t).Chat {
-		if got := tok.Encode(c.Text); !equalIDs(got, c.IDs) {
+		if got := tok.Encode(c.Text); !slices.Equal(got, c.IDs) {
 			t.Errorf("%s: Encode\n got %v\nwant %v", c.Name, got, c.IDs)
 		}
 	}
-}
-
-func equalIDs(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestConcurrentEncode: one Tokenizer serves many requests at once (the word cache is
@@ -106,7 +95,7 @@ func TestConcurrentEncode(t *testing.T) {
 			defer wg.Done()
 			for i := range cases {
 				c := cases[(i+w*7)%len(cases)]
-				if !equalIDs(tok.Encode(c.Text), c.IDs) {
+				if !slices.Equal(tok.Encode(c.Text), c.IDs) {
 					errs <- c.Text
 					return
 				}

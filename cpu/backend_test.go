@@ -38,7 +38,10 @@ func TestStateExportImport(t *testing.T) {
 		s.bufs["kv"].F32()[i] = float32(i + 1)
 	}
 	copy(s.bufs["rec"].F32(), []float32{7, 8, 9})
-	snap := st.Export(2)
+	snap, err := st.Export(2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(snap["kv"]) != 2*2*4 || len(snap["rec"]) != 3*4 {
 		t.Fatalf("export sizes kv %d rec %d: want only the first 2 KV rows and the whole recurrent state", len(snap["kv"]), len(snap["rec"]))
 	}

@@ -16,6 +16,7 @@ type state struct {
 	// rowBytes is, for buffers whose first dimension is the context capacity N (KV
 	// caches), the bytes of one context row; 0 for the others.
 	rowBytes map[string]int64
+	sizes    map[string]int64
 }
 
 // NewState implements exec.Backend.
@@ -23,7 +24,7 @@ func (b *Backend) NewState(specs []exec.StateSpec, capacity int) (exec.State, er
 	if capacity <= 0 {
 		return nil, fmt.Errorf("context capacity %d must be positive", capacity)
 	}
-	s := &state{capacity: capacity, bufs: map[string]*ops.Tensor{}, rowBytes: map[string]int64{}}
+	s := &state{capacity: capacity, bufs: map[string]*ops.Tensor{}, rowBytes: map[string]int64{}, sizes: map[string]int64{}}
 	bind := graph.Bindings{N: capacity}
 	for _, sp := range specs {
 		if sp.Type.DType.Quantized() || sp.Type.IsTuple() {
@@ -31,6 +32,7 @@ func (b *Backend) NewState(specs []exec.StateSpec, capacity int) (exec.State, er
 		}
 		shape := sp.Type.Shape.Eval(bind)
 		s.bufs[sp.Name] = ops.NewTensor(sp.Type.DType, shape...)
+		s.sizes[sp.Name] = int64(len(s.bufs[sp.Name].Data))
 		if len(sp.Type.Shape) > 0 && sp.Type.Shape[0].Sym == graph.SymN {
 			rest := graph.Type{DType: sp.Type.DType, Shape: sp.Type.Shape[1:]}
 			s.rowBytes[sp.Name] = rest.Bytes(bind)
@@ -47,7 +49,7 @@ func (s *state) Bytes() int64 {
 	return n
 }
 
-func (s *state) Export(n int) map[string][]byte {
+func (s *state) Export(n int) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(s.bufs))
 	for name, t := range s.bufs {
 		data := t.Data
@@ -56,24 +58,15 @@ func (s *state) Export(n int) map[string][]byte {
 		}
 		out[name] = append([]byte(nil), data...)
 	}
-	return out
+	return out, nil
 }
 
 func (s *state) Import(data map[string][]byte) error {
-	for name := range s.bufs {
-		if _, ok := data[name]; !ok {
-			return fmt.Errorf("snapshot lacks state %s", name)
-		}
+	if err := exec.CheckImport(data, s.sizes, s.rowBytes); err != nil {
+		return err
 	}
 	for name, d := range data {
-		t, ok := s.bufs[name]
-		if !ok {
-			return fmt.Errorf("snapshot has state %s that this session lacks", name)
-		}
-		if len(d) > len(t.Data) || (s.rowBytes[name] == 0 && len(d) != len(t.Data)) {
-			return fmt.Errorf("snapshot state %s has %d bytes, the session's buffer %d", name, len(d), len(t.Data))
-		}
-		copy(t.Data, d)
+		copy(s.bufs[name].Data, d)
 	}
 	return nil
 }

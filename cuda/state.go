@@ -72,10 +72,9 @@ func (s *state) Bytes() int64 {
 	return n
 }
 
-// Export copies the state covering the first n context tokens to host memory. The
-// interface has no error: on a device error it returns nil (which Import refuses) and
-// the error is kept for the session's next step to report.
-func (s *state) Export(n int) map[string][]byte {
+// Export copies the state covering the first n context tokens to host memory. A device
+// error is returned and also kept, so the session's next step refuses the state too.
+func (s *state) Export(n int) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(s.addrs))
 	err := s.b.dev.do(func() error {
 		if err := s.b.dev.sync(); err != nil {
@@ -96,25 +95,14 @@ func (s *state) Export(n int) map[string][]byte {
 	})
 	if err != nil {
 		s.err = err
-		return nil
+		return nil, err
 	}
-	return out
+	return out, nil
 }
 
 func (s *state) Import(data map[string][]byte) error {
-	for name := range s.addrs {
-		if _, ok := data[name]; !ok {
-			return fmt.Errorf("snapshot lacks state %s", name)
-		}
-	}
-	for name, d := range data {
-		size, ok := s.sizes[name]
-		if !ok {
-			return fmt.Errorf("snapshot has state %s that this session lacks", name)
-		}
-		if int64(len(d)) > size || (s.rowBytes[name] == 0 && int64(len(d)) != size) {
-			return fmt.Errorf("snapshot state %s has %d bytes, the session's buffer %d", name, len(d), size)
-		}
+	if err := exec.CheckImport(data, s.sizes, s.rowBytes); err != nil {
+		return err
 	}
 	return s.b.dev.do(func() error {
 		if err := s.b.dev.sync(); err != nil {

@@ -47,8 +47,8 @@ type State interface {
 	Bytes() int64
 	// Export copies the state that covers the first n context tokens to host memory: for
 	// each buffer whose first dimension is N only the first n rows, else the whole buffer.
-	Export(n int) map[string][]byte
-	// Import restores what Export returned.
+	Export(n int) (map[string][]byte, error)
+	// Import restores what Export returned (CheckImport validates it first).
 	Import(data map[string][]byte) error
 	// Zero clears every buffer (a fresh session).
 	Zero()
@@ -98,3 +98,26 @@ func NewBackend(name string, o BackendOptions) (Backend, error) {
 }
 
 func bindN(n int) graph.Bindings { return graph.Bindings{N: n} }
+
+// CheckImport validates a snapshot against a session's state buffers before anything is
+// written: every buffer present and nothing else, each of its full size, except buffers
+// with context rows (rowBytes > 0), which may hold fewer rows. sizes and rowBytes are by
+// state name.
+func CheckImport(data map[string][]byte, sizes, rowBytes map[string]int64) error {
+	for name := range sizes {
+		if _, ok := data[name]; !ok {
+			return fmt.Errorf("snapshot lacks state %s", name)
+		}
+	}
+	for name, d := range data {
+		size, ok := sizes[name]
+		if !ok {
+			return fmt.Errorf("snapshot has state %s that this session lacks", name)
+		}
+		n := int64(len(d))
+		if n > size || (rowBytes[name] == 0 && n != size) || (rowBytes[name] > 0 && n%rowBytes[name] != 0) {
+			return fmt.Errorf("snapshot state %s has %d bytes, the session's buffer %d", name, n, size)
+		}
+	}
+	return nil
+}

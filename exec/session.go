@@ -104,7 +104,11 @@ func (s *Session) forward(ctx context.Context, tokens []int32, opts PrefillOptio
 		all = append(all, rows...)
 		tokens = tokens[size:]
 		if every := opts.SnapshotEvery; every > 0 && opts.OnSnapshot != nil && (s.n%every == 0 || len(tokens) == 0) {
-			opts.OnSnapshot(s.Snapshot())
+			snap, err := s.Snapshot()
+			if err != nil {
+				return nil, err
+			}
+			opts.OnSnapshot(snap)
 		}
 	}
 	return all, nil
@@ -153,8 +157,12 @@ func (s *Session) validate(tokens []int32) error {
 }
 
 // Snapshot copies the session's state.
-func (s *Session) Snapshot() *Snapshot {
-	return &Snapshot{Len: s.n, data: s.st.Export(s.n), logits: slices.Clone(s.logits)}
+func (s *Session) Snapshot() (*Snapshot, error) {
+	data, err := s.st.Export(s.n)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot at %d tokens: %w", s.n, err)
+	}
+	return &Snapshot{Len: s.n, data: data, logits: slices.Clone(s.logits)}, nil
 }
 
 // Restore makes the session exactly as it was when snap was taken (from this model).

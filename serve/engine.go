@@ -30,7 +30,7 @@ type Session interface {
 	Decode(ctx context.Context, token int32) error
 	// Logits after the last appended token, valid until the next call.
 	Logits() []float32
-	Snapshot() Snapshot
+	Snapshot() (Snapshot, error)
 	Restore(Snapshot) error
 	Reset()
 }

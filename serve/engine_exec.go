@@ -61,8 +61,12 @@ func (e *execSession) Len() int          { return e.s.Len() }
 func (e *execSession) Capacity() int     { return e.s.Capacity() }
 func (e *execSession) Logits() []float32 { return e.s.Logits() }
 func (e *execSession) Reset()            { e.s.Reset() }
-func (e *execSession) Snapshot() Snapshot {
-	return execSnapshot{e.s.Snapshot()}
+func (e *execSession) Snapshot() (Snapshot, error) {
+	snap, err := e.s.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return execSnapshot{snap}, nil
 }
 
 func (e *execSession) Restore(snap Snapshot) error {

@@ -88,7 +88,11 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 		}
 		r.metrics.prefillTokens.Add(int64(seg[1] - seg[0]))
 		if end := seg[1]; end == len(t.prompt) || end == lastSplit || r.onGrid(end) {
-			r.cache.add(t.prompt[:end], r.sess.Snapshot())
+			snap, err := r.sess.Snapshot()
+			if err != nil {
+				return res, fmt.Errorf("prefill: %w", err)
+			}
+			r.cache.add(t.prompt[:end], snap)
 		}
 	}
 	res.PrefillTime = time.Since(prefillStart)

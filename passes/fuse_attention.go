@@ -20,11 +20,7 @@ func fuseQKNormRoPE(u *Unit) error {
 			continue
 		}
 		attrs := graph.Attrs{"eps": n.Attrs["eps"], "dims": v.Attrs["dims"], "theta": v.Attrs["theta"]}
-		fused, err := r.fuse("rms_norm→rope", "rms_norm_rope", v.Name, attrs, n.Args, n)
-		if err != nil {
-			return err
-		}
-		if err := r.replace(v, fused); err != nil {
+		if err := r.fuseInto(v, "rms_norm→rope", "rms_norm_rope", v.Name, attrs, n.Args, n); err != nil {
 			return err
 		}
 	}
@@ -49,12 +45,8 @@ func fuseAttnGate(u *Unit) error {
 		if !is(sig, "sigmoid") || !r.only(sig) || !a.Type.Equal(sig.Type) {
 			continue
 		}
-		fused, err := r.fuse("matmul(mul(a, sigmoid))", "sigmoid_gate_matmul", v.Name, nil,
-			[]*graph.Value{a, sig.Args[0], v.Args[1]}, gated, sig)
-		if err != nil {
-			return err
-		}
-		if err := r.replace(v, fused); err != nil {
+		if err := r.fuseInto(v, "matmul(mul(a, sigmoid))", "sigmoid_gate_matmul", v.Name, nil,
+			[]*graph.Value{a, sig.Args[0], v.Args[1]}, gated, sig); err != nil {
 			return err
 		}
 	}

@@ -119,11 +119,7 @@ func fuseSliceL2(u *Unit) error {
 			"axis": sl.Attrs["axis"], "start": sl.Attrs["start"], "end": sl.Attrs["end"],
 			"shape": heads.Type.Shape.String(), "eps": v.Attrs["eps"], "scale": v.Attrs["scale"],
 		}
-		fused, err := r.fuse("slice→l2_norm", "slice_l2_norm", v.Name, attrs, sl.Args, absorbed...)
-		if err != nil {
-			return err
-		}
-		if err := r.replace(v, fused); err != nil {
+		if err := r.fuseInto(v, "slice→l2_norm", "slice_l2_norm", v.Name, attrs, sl.Args, absorbed...); err != nil {
 			return err
 		}
 	}
@@ -156,11 +152,7 @@ func fuseNormOutProj(u *Unit) error {
 		absorbed = append(absorbed, norm)
 		args := append(append([]*graph.Value(nil), norm.Args...), v.Args[1])
 		attrs := graph.Attrs{"eps": norm.Attrs["eps"], "shape": flat.Type.Shape.String()}
-		fused, err := r.fuse("gated_rms_norm→matmul", "gated_rms_norm_matmul", v.Name, attrs, args, absorbed...)
-		if err != nil {
-			return err
-		}
-		if err := r.replace(v, fused); err != nil {
+		if err := r.fuseInto(v, "gated_rms_norm→matmul", "gated_rms_norm_matmul", v.Name, attrs, args, absorbed...); err != nil {
 			return err
 		}
 	}

@@ -61,12 +61,8 @@ func fuseRouter(u *Unit) error {
 		if !is(logits, plainMatmuls...) || !r.only(logits) {
 			continue
 		}
-		fused, err := r.fuse("matmul→router", "matmul_router", v.Name, graph.Attrs{"k": v.Attrs["k"]},
-			logits.Args, logits)
-		if err != nil {
-			return err
-		}
-		if err := r.replace(v, fused); err != nil {
+		if err := r.fuseInto(v, "matmul→router", "matmul_router", v.Name, graph.Attrs{"k": v.Attrs["k"]},
+			logits.Args, logits); err != nil {
 			return err
 		}
 	}
@@ -87,12 +83,8 @@ func fuseMoECombine(u *Unit) error {
 		if !is(y, expertMatmuls...) || !r.only(y) {
 			continue
 		}
-		fused, err := r.fuse("expert down→moe_combine", "expert_matmul_combine", v.Name, nil,
-			[]*graph.Value{y.Args[0], y.Args[1], y.Args[2], v.Args[1]}, y)
-		if err != nil {
-			return err
-		}
-		if err := r.replace(v, fused); err != nil {
+		if err := r.fuseInto(v, "expert down→moe_combine", "expert_matmul_combine", v.Name, nil,
+			[]*graph.Value{y.Args[0], y.Args[1], y.Args[2], v.Args[1]}, y); err != nil {
 			return err
 		}
 	}

@@ -70,6 +70,16 @@ func (r *rewriter) fuse(rule, op, name string, attrs graph.Attrs, args []*graph.
 	return r.u.Graph.NewValue(op, t, attrs, name, args...), nil
 }
 
+// fuseInto fuses (as fuse does) and makes the fused value replace v: the whole rewrite
+// of a pattern whose root is v and whose result has v's type.
+func (r *rewriter) fuseInto(v *graph.Value, rule, op, name string, attrs graph.Attrs, args []*graph.Value, absorbed ...*graph.Value) error {
+	fused, err := r.fuse(rule, op, name, attrs, args, absorbed...)
+	if err != nil {
+		return err
+	}
+	return r.replace(v, fused)
+}
+
 // elem appends select(index) of a fused tuple value.
 func (r *rewriter) elem(t *graph.Value, index int, name string) *graph.Value {
 	return r.u.Graph.NewValue(graph.OpSelect, t.Type.Elems[index], graph.Attrs{"index": int64(index)}, name, t)

@@ -100,18 +100,7 @@ func inferGatedRMSNorm(v *graph.Value) (graph.Type, error) {
 
 // invRMS is 1/sqrt(mean(x²)+eps) with float32 accumulation.
 func invRMS(x []float32, eps float32) float32 {
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+3 < len(x); i += 4 {
-		s0 += x[i] * x[i]
-		s1 += x[i+1] * x[i+1]
-		s2 += x[i+2] * x[i+2]
-		s3 += x[i+3] * x[i+3]
-	}
-	for ; i < len(x); i++ {
-		s0 += x[i] * x[i]
-	}
-	mean := ((s0 + s1) + (s2 + s3)) / float32(len(x))
+	mean := dot(x, x) / float32(len(x))
 	return float32(1 / math.Sqrt(float64(mean+eps)))
 }
 

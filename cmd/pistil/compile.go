@@ -110,6 +110,12 @@ func buildModelGraph(dir string) (*graph.Graph, string, error) {
 
 // phaseList resolves --phase: one name, or all (the pipeline's compile list).
 func phaseList(pl *pipeline.Pipeline, which string, chunk, context int) ([]passes.Phase, error) {
+	switch {
+	case chunk < 0:
+		return nil, fmt.Errorf("--chunk %d must not be negative", chunk)
+	case context < 0:
+		return nil, fmt.Errorf("--context %d must not be negative", context)
+	}
 	names := []string{which}
 	if which == "all" || which == "" {
 		names = pl.Phases.Compile
@@ -121,9 +127,6 @@ func phaseList(pl *pipeline.Pipeline, which string, chunk, context int) ([]passe
 			return nil, fmt.Errorf("--phase: %w", err)
 		}
 		out = append(out, ph)
-	}
-	if chunk < 0 || context < 0 {
-		return nil, fmt.Errorf("--chunk and --context must not be negative")
 	}
 	return out, nil
 }

@@ -156,9 +156,11 @@ func runGenerate(args []string) error {
 	for _, id := range m.Config().EOSTokenIDs {
 		stops = append(stops, int32(id))
 	}
+	printed := false
 	res, err := s.Generate(ctx, ids, exec.GenerateOptions{
 		MaxTokens: *maxTokens, Sampling: sf.params(), StopTokens: stops,
 		OnToken: func(id int32) error {
+			printed = true
 			if stream != nil {
 				fmt.Print(stream.Push(id))
 			} else {
@@ -167,10 +169,12 @@ func runGenerate(args []string) error {
 			return nil
 		},
 	})
-	if stream != nil {
-		fmt.Print(stream.Flush())
+	if printed {
+		if stream != nil {
+			fmt.Print(stream.Flush())
+		}
+		fmt.Println()
 	}
-	fmt.Println()
 	if err != nil {
 		return err
 	}

@@ -270,6 +270,11 @@ func parseCommon(rc *rawCommon, defaultMax int) (genRequest, *apiError) {
 		}
 		s.Seed = &n
 	}
+	if s.TopP == 0 {
+		// The smallest nucleus is the most probable token alone. The engine's sampler
+		// reads top_p 0 as "no filter", so say it the way it understands.
+		s.TopP, s.TopK = 1, 1
+	}
 	g.Sampling = s
 
 	if v := rc.N; v != nil {

@@ -217,7 +217,10 @@ func (s *Server) prepareCompletion(req *completionRequest) (*prepared, *apiError
 			return nil, invalidValue(fmt.Sprintf("prompt[%d]", i), "token id %d is outside the vocabulary of %d", id, vocab)
 		}
 	}
-	p := &prepared{gen: req.genRequest, prompt: prompt, newParser: func() deltaParser { return plainParser{} }}
+	// Cut at message headers too, as chat prompts are: both endpoints share the prefix
+	// cache, and a snapshot is exact only for a prompt cut at the same points.
+	p := &prepared{gen: req.genRequest, prompt: prompt, splits: s.messageSplits(prompt),
+		newParser: func() deltaParser { return plainParser{} }}
 	if e := s.fitContext(p, "prompt"); e != nil {
 		return nil, e
 	}

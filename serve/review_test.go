@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -18,6 +19,48 @@ func TestReviewTopPZeroIsGreedy(t *testing.T) {
 		if got.reasoning() != greedy.reasoning() || got.content() != greedy.content() {
 			t.Fatalf("seed %d: top_p 0 gave %q/%q, greedy gave %q/%q", seed,
 				got.reasoning(), got.content(), greedy.reasoning(), greedy.content())
+		}
+	}
+}
+
+// The prefix cache is shared by both endpoints, and a snapshot is exact only where the
+// new prompt is cut at the same points as the run that took it. Chat prompts were cut at
+// message headers but completion prompts only at multiples of snapshotEvery, so the same
+// tokens sent to /v1/completions restored a snapshot computed with other cuts, and the
+// cached run generated other tokens than a cold one.
+func TestReviewPrefixCacheExactAcrossEndpoints(t *testing.T) {
+	msgs := []map[string]any{
+		{"role": "system", "content": "You are a terse assistant who answers in one line."},
+		{"role": "user", "content": "What is the capital of France, and why?"},
+		{"role": "assistant", "content": "Paris."},
+		{"role": "user", "content": "And of Italy? Explain the history in some detail please."},
+	}
+	chatReq := map[string]any{"model": testModel, "messages": msgs, "max_tokens": 1, "temperature": 0}
+	warm := startServer(t, nil)
+	cold := startServer(t, func(c *Config) { c.CacheBytes = -1 })
+	warm.chat(t, chatReq)
+	prompt := warm.lastTrace(t).Prompt
+	splits := warm.messageSplits(prompt)
+	if len(splits) < 3 {
+		t.Fatalf("prompt of %d tokens has header splits %v; the test needs several", len(prompt), splits)
+	}
+	// Up to the last user message's header: a prefix the chat run cut differently from
+	// the grid alone.
+	for _, n := range []int{splits[len(splits)-2], len(prompt)} {
+		comp := map[string]any{"model": testModel, "prompt": prompt[:n], "max_tokens": 200, "temperature": 0, "ignore_eos": true}
+		if status, _, data := warm.post(t, "/v1/completions", comp); status != 200 {
+			t.Fatalf("status %d: %s", status, data)
+		}
+		if status, _, data := cold.post(t, "/v1/completions", comp); status != 200 {
+			t.Fatalf("status %d: %s", status, data)
+		}
+		w, c := warm.lastTrace(t), cold.lastTrace(t)
+		if w.Result.CachedTokens == 0 {
+			t.Fatalf("prompt[:%d]: the completion reused nothing of the chat's cache", n)
+		}
+		if !slices.Equal(w.Result.Tokens, c.Result.Tokens) {
+			t.Fatalf("prompt[:%d]: completion restoring %d cached tokens generated %v, a cold server %v",
+				n, w.Result.CachedTokens, w.Result.Tokens, c.Result.Tokens)
 		}
 	}
 }

@@ -235,6 +235,7 @@ func (x *exchange) respond(ctx context.Context, w http.ResponseWriter, j *job, e
 			writeError(w, errShuttingDown())
 			return
 		}
+		noteStatus(w, statusClientClosed)
 		x.s.logCancelled(x.id, err)
 		return
 	}
@@ -279,7 +280,7 @@ func (s *Server) logCancelled(id string, err error) {
 	if err == nil {
 		err = context.Canceled
 	}
-	s.cfg.Logger.Info("request ended by the client", "id", id, "status", 499, "reason", err)
+	s.cfg.Logger.Info("request ended by the client", "id", id, "status", statusClientClosed, "reason", err)
 }
 
 // stream sends the response as server-sent events.

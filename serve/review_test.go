@@ -1,8 +1,14 @@
 package serve
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Tests for bugs found in an adversarial review of the server. Each one failed before
@@ -62,5 +68,42 @@ func TestReviewPrefixCacheExactAcrossEndpoints(t *testing.T) {
 			t.Fatalf("prompt[:%d]: completion restoring %d cached tokens generated %v, a cold server %v",
 				n, w.Result.CachedTokens, w.Result.Tokens, c.Result.Tokens)
 		}
+	}
+}
+
+// A non-streamed request whose client leaves gets no response at all, and the server
+// logs it as 499; /metrics counted it as a 200, a success that was never sent.
+func TestReviewAbandonedRequestIsNotCountedAsOK(t *testing.T) {
+	ts := startServer(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	raw, _ := json.Marshal(chatBody("a long answer nobody waits for", map[string]any{"max_tokens": 1500, "ignore_eos": true}))
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions", bytes.NewReader(raw))
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := ts.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	waitRunning(t, ts)
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the request finished before the client left; make it longer")
+	}
+	count := func(status int) int64 {
+		if v, ok := ts.metrics.requests.Load(requestKey{"chat.completions", status}); ok {
+			return v.(*atomic.Int64).Load()
+		}
+		return 0
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for count(499)+count(200) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ok, gone := count(200), count(499); ok != 0 || gone != 1 {
+		t.Fatalf("/metrics counts the abandoned request as %d x 200 and %d x 499, want 0 and 1", ok, gone)
 	}
 }

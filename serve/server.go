@@ -360,6 +360,16 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush and SetWriteDeadline.
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
+// statusClientClosed is nginx's 499: the client went away before its response.
+const statusClientClosed = 499
+
+// noteStatus records a status for metrics without sending anything (the client is gone).
+func noteStatus(w http.ResponseWriter, code int) {
+	if r, ok := w.(*statusRecorder); ok && r.status == 0 {
+		r.status = code
+	}
+}
+
 func (r *statusRecorder) statusOrOK() int {
 	if r.status == 0 {
 		return http.StatusOK

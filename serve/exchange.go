@@ -295,13 +295,21 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, w http
 		}
 		return nil
 	}
-	if err := sse.start(); err != nil {
+	// The job is queued already: a stream that fails here still has to take it out of
+	// the queue (wait does, once ctx is cancelled), or it holds a slot until it would run.
+	abandon := func() {
 		cancel()
+		x.wait(ctx, j, events, func([]outDelta) error { return nil }, nil)
+		x.s.logCancelled(x.id, sse.failed)
+	}
+	if err := sse.start(); err != nil {
+		abandon()
 		return
 	}
 	if x.p.chat {
 		empty := ""
 		if emit(x.chatChunk(chunkDelta{Role: "assistant", Content: &empty}, nil)) != nil {
+			abandon()
 			return
 		}
 	}

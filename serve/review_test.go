@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"sync/atomic"
@@ -105,5 +106,42 @@ func TestReviewAbandonedRequestIsNotCountedAsOK(t *testing.T) {
 	}
 	if ok, gone := count(200), count(499); ok != 0 || gone != 1 {
 		t.Fatalf("/metrics counts the abandoned request as %d x 200 and %d x 499, want 0 and 1", ok, gone)
+	}
+}
+
+// A stream whose first write fails (its client is already gone) returned at once and left
+// its job in the queue, holding a slot until the engine got to it: meanwhile a live
+// client was refused with 503 server_busy. A write deadline that has always passed makes
+// every stream's first write fail.
+func TestReviewFailedStreamStartFreesItsQueueSlot(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.Queue = 1; c.WriteTimeout = time.Nanosecond })
+	// A plain request occupies the engine (plain responses are written without a deadline).
+	long := make(chan int, 1)
+	go func() {
+		raw, _ := json.Marshal(chatBody("keep the engine busy", map[string]any{"max_tokens": 1500, "ignore_eos": true}))
+		resp, err := ts.client.Post(ts.URL+"/v1/chat/completions", "application/json", bytes.NewReader(raw))
+		if err != nil {
+			long <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		long <- resp.StatusCode
+	}()
+	waitRunning(t, ts)
+
+	raw, _ := json.Marshal(chatBody("a stream that cannot be written", map[string]any{"stream": true}))
+	if resp, err := ts.client.Post(ts.URL+"/v1/chat/completions", "application/json", bytes.NewReader(raw)); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if waiting, _ := ts.sched.depth(); waiting != 0 {
+		t.Fatalf("%d jobs still wait after their stream failed", waiting)
+	}
+	if status, _, data := ts.post(t, "/v1/chat/completions", chatBody("a live client", nil)); status != 200 {
+		t.Fatalf("a live client got %d: %s", status, data)
+	}
+	if status := <-long; status != 200 {
+		t.Fatalf("the long request got %d", status)
 	}
 }

@@ -118,7 +118,7 @@ func TestReviewFailedStreamStartFreesItsQueueSlot(t *testing.T) {
 	// A plain request occupies the engine (plain responses are written without a deadline).
 	long := make(chan int, 1)
 	go func() {
-		raw, _ := json.Marshal(chatBody("keep the engine busy", map[string]any{"max_tokens": 1500, "ignore_eos": true}))
+		raw, _ := json.Marshal(chatBody("keep the engine busy", map[string]any{"max_tokens": 400, "ignore_eos": true}))
 		resp, err := ts.client.Post(ts.URL+"/v1/chat/completions", "application/json", bytes.NewReader(raw))
 		if err != nil {
 			long <- 0

@@ -393,7 +393,18 @@ func parseCompletionRequest(body []byte) (*completionRequest, *apiError) {
 		return req, nil
 	}
 	var ids []int64
-	if err := json.Unmarshal(raw.Prompt, &ids); err == nil && len(ids) > 0 {
+	err := json.Unmarshal(raw.Prompt, &ids)
+	if err != nil {
+		// A batch of one token-id prompt is the same request as its one prompt.
+		var batch [][]int64
+		if json.Unmarshal(raw.Prompt, &batch) == nil && len(batch) == 1 {
+			ids, err = batch[0], nil
+		}
+	}
+	if err == nil && len(ids) == 0 {
+		return nil, invalidValue("prompt", "prompt must not be empty")
+	}
+	if err == nil {
 		req.PromptTokens = make([]int32, len(ids))
 		for i, id := range ids {
 			if id < 0 || id > 1<<31-1 {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,4 +145,26 @@ func TestReviewFailedStreamStartFreesItsQueueSlot(t *testing.T) {
 	if status := <-long; status != 200 {
 		t.Fatalf("the long request got %d", status)
 	}
+}
+
+// The legacy endpoint takes a prompt as a string, one string in an array, or token ids;
+// a batch of one token-id prompt ([[ids]], what tokenizing clients send) was refused
+// although a batch of one string was not, and an empty array was called "a batch of 0
+// prompts".
+func TestReviewCompletionPromptForms(t *testing.T) {
+	ts := startServer(t, nil)
+	ids := []int{72, 101, 108, 108, 111}
+	want := completionText(t, ts, map[string]any{"model": testModel, "prompt": ids, "max_tokens": 4, "temperature": 0})
+	if got := completionText(t, ts, map[string]any{"model": testModel, "prompt": [][]int{ids}, "max_tokens": 4, "temperature": 0}); got != want {
+		t.Fatalf("[[ids]] gave %q, [ids] gave %q", got, want)
+	}
+	for _, empty := range []any{[]int{}, [][]int{{}}, []string{""}} {
+		status, hdr, data := ts.post(t, "/v1/completions", map[string]any{"model": testModel, "prompt": empty})
+		e := wantError(t, status, hdr, data, 400, "prompt")
+		if !strings.Contains(e.Error.Message, "empty") {
+			t.Fatalf("prompt %v: %q does not say the prompt is empty", empty, e.Error.Message)
+		}
+	}
+	status, hdr, data := ts.post(t, "/v1/completions", map[string]any{"model": testModel, "prompt": [][]int{ids, ids}})
+	wantError(t, status, hdr, data, 400, "prompt")
 }

@@ -74,6 +74,7 @@ func (s *Server) prepareChat(req *chatRequest) (*prepared, *apiError) {
 	if !s.knownModel(req.Model) {
 		return nil, unknownModel(req.Model)
 	}
+	s.samplingDefaults.apply(&req.genRequest)
 	opts := chat.RenderOptions{
 		Messages:            toTemplateMessages(req.Messages),
 		AddGenerationPrompt: true,
@@ -204,6 +205,7 @@ func (s *Server) prepareCompletion(req *completionRequest) (*prepared, *apiError
 	if !s.knownModel(req.Model) {
 		return nil, unknownModel(req.Model)
 	}
+	s.samplingDefaults.apply(&req.genRequest)
 	prompt := req.PromptTokens
 	if prompt == nil {
 		prompt = s.tok.Encode(req.Prompt)

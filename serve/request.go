@@ -44,6 +44,9 @@ type genRequest struct {
 	// IgnoreEOS keeps generating past end-of-turn tokens (vLLM and llama.cpp's
 	// ignore_eos), for benchmarks and tests that need an exact length.
 	IgnoreEOS bool
+	// SamplingGiven says which sampling fields the client set; the model's defaults
+	// fill the others.
+	SamplingGiven samplingGiven
 }
 
 // chatMessage is one validated message, with content flattened to text.
@@ -222,18 +225,21 @@ func parseCommon(rc *rawCommon, defaultMax int) (genRequest, *apiError) {
 
 	s := sampling{Temperature: 1, TopP: 1}
 	if v := rc.Temperature; v != nil {
+		g.SamplingGiven.Temperature = true
 		if !(*v >= 0 && *v <= 2) {
 			return g, invalidValue("temperature", "temperature must be between 0 and 2, got %v", *v)
 		}
 		s.Temperature = *v
 	}
 	if v := rc.TopP; v != nil {
+		g.SamplingGiven.TopP = true
 		if !(*v >= 0 && *v <= 1) {
 			return g, invalidValue("top_p", "top_p must be between 0 and 1, got %v", *v)
 		}
 		s.TopP = *v
 	}
 	if v := rc.TopK; v != nil {
+		g.SamplingGiven.TopK = true
 		if *v != math.Trunc(*v) || *v < -1 || *v > 1<<30 {
 			return g, invalidValue("top_k", "top_k must be an integer >= -1 (-1 or 0: no limit), got %v", *v)
 		}
@@ -242,6 +248,7 @@ func parseCommon(rc *rawCommon, defaultMax int) (genRequest, *apiError) {
 		}
 	}
 	if v := rc.MinP; v != nil {
+		g.SamplingGiven.MinP = true
 		if !(*v >= 0 && *v <= 1) {
 			return g, invalidValue("min_p", "min_p must be between 0 and 1, got %v", *v)
 		}
@@ -274,6 +281,7 @@ func parseCommon(rc *rawCommon, defaultMax int) (genRequest, *apiError) {
 		// The smallest nucleus is the most probable token alone. The engine's sampler
 		// reads top_p 0 as "no filter", so say it the way it understands.
 		s.TopP, s.TopK = 1, 1
+		g.SamplingGiven.TopK = true
 	}
 	g.Sampling = s
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -167,4 +169,48 @@ func TestReviewCompletionPromptForms(t *testing.T) {
 	}
 	status, hdr, data := ts.post(t, "/v1/completions", map[string]any{"model": testModel, "prompt": [][]int{ids, ids}})
 	wantError(t, status, hdr, data, 400, "prompt")
+}
+
+// A model ships its recommended sampling in generation_config.json (Qwen: top_k 20,
+// top_p 0.95). The server ignored it, so a client that sends only a temperature, or
+// nothing, sampled from the whole vocabulary. Here the file says top_k 1: requests that
+// leave top_k out must come out greedy, and one that sets top_k itself must not.
+func TestReviewSamplingDefaultsFromGenerationConfig(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"config.json", "tokenizer.json", "tokenizer_config.json"} {
+		data, err := os.ReadFile(filepath.Join(tiny.dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gen := `{"eos_token_id": 0, "temperature": 0.9, "top_k": 1, "top_p": 0.95}`
+	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(gen), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, func(c *Config) { c.ModelDir = dir })
+	greedy := ts.chat(t, chatBody("sample me", map[string]any{"max_tokens": 12}))
+	for _, seed := range []int{1, 2} {
+		body := chatBody("sample me", map[string]any{"max_tokens": 12, "seed": seed})
+		delete(body, "temperature")
+		if got := ts.chat(t, body); got.reasoning() != greedy.reasoning() || got.content() != greedy.content() {
+			t.Fatalf("seed %d without sampling fields: %q, want the model's top_k 1 (greedy) %q", seed, got.reasoning(), greedy.reasoning())
+		}
+		body["temperature"] = 1.5
+		if got := ts.chat(t, body); got.reasoning() != greedy.reasoning() {
+			t.Fatalf("seed %d with only a temperature: %q, want the model's top_k 1 (greedy) %q", seed, got.reasoning(), greedy.reasoning())
+		}
+	}
+	body := chatBody("sample me", map[string]any{"max_tokens": 12, "seed": 1, "temperature": 1, "top_k": 0})
+	if got := ts.chat(t, body); got.reasoning() == greedy.reasoning() {
+		t.Fatal("a request's own top_k 0 was overridden by the model's default")
+	}
+
+	bad := filepath.Join(t.TempDir(), "generation_config.json")
+	os.WriteFile(bad, []byte(`{"temperature": 7}`), 0o644)
+	if _, err := loadSamplingDefaults(filepath.Dir(bad)); err == nil || !strings.Contains(err.Error(), "temperature") {
+		t.Fatalf("temperature 7 in generation_config.json: error %v", err)
+	}
 }

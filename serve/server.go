@@ -100,6 +100,8 @@ type Server struct {
 	stopTokens map[int32]bool
 	thinkClose int32 // id of "</think>" (-1 if the vocabulary has none)
 	imStart    int32 // id of "<|im_start|>" (-1 if none)
+	// samplingDefaults fill the sampling fields a request leaves out.
+	samplingDefaults samplingDefaults
 
 	ready    atomic.Bool
 	loadErr  atomic.Pointer[string]
@@ -149,6 +151,10 @@ func (s *Server) load(open func() (Model, error)) error {
 	if err != nil {
 		return fmt.Errorf("load chat template: %w", err)
 	}
+	defaults, err := loadSamplingDefaults(s.cfg.ModelDir)
+	if err != nil {
+		return err
+	}
 	model, err := open()
 	if err != nil {
 		return err
@@ -165,7 +171,7 @@ func (s *Server) load(open func() (Model, error)) error {
 		model.Close()
 		return fmt.Errorf("allocate a session of %d tokens: %w", ctxLen, err)
 	}
-	s.model, s.tok, s.tmpl = model, tok, tmpl
+	s.model, s.tok, s.tmpl, s.samplingDefaults = model, tok, tmpl, defaults
 	s.stopTokens = map[int32]bool{}
 	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
 		if id, ok := tok.TokenID(name); ok {

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"pistil/models/chat"
 )
@@ -35,6 +36,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	if r.ContentLength > s.cfg.MaxBody {
 		return nil, tooLarge(s.cfg.MaxBody)
 	}
+	// The http.Server has no ReadTimeout (it would cut long streams), so a client that
+	// stops sending its body would hold the handler forever: bound the read here. The
+	// deadline is lifted once the body is in; after a failed read it stays, or net/http
+	// would wait for the rest of the body before sending the error.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 	if err != nil {
 		if _, ok := err.(*http.MaxBytesError); ok {
@@ -42,6 +49,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 		}
 		return nil, badRequest("", "invalid_body", "reading the request body: %v", err)
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	return body, nil
 }
 

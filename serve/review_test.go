@@ -1,10 +1,13 @@
 package serve
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -212,5 +215,28 @@ func TestReviewSamplingDefaultsFromGenerationConfig(t *testing.T) {
 	os.WriteFile(bad, []byte(`{"temperature": 7}`), 0o644)
 	if _, err := loadSamplingDefaults(filepath.Dir(bad)); err == nil || !strings.Contains(err.Error(), "temperature") {
 		t.Fatalf("temperature 7 in generation_config.json: error %v", err)
+	}
+}
+
+// A client that sends its headers and part of a body, then nothing, held its connection
+// and handler forever: the http.Server has no ReadTimeout (it would also cut long
+// streams), and the body was read with no deadline. Now the body read has the same
+// per-operation deadline as writes, and the stalled request gets a 400.
+func TestReviewStalledBodyTimesOut(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\":")
+	conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body within 3 s: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("stalled body: status %d, want 400", resp.StatusCode)
 	}
 }

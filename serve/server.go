@@ -54,7 +54,8 @@ type Config struct {
 	// PingInterval is the SSE keep-alive interval while a stream is silent (default 15s).
 	PingInterval time.Duration
 	// WriteTimeout bounds each write to a client (default 60s): a client that stops
-	// reading has its request cancelled.
+	// reading has its request cancelled. It also bounds reading the request body, so a
+	// client that stops sending gets a 400.
 	WriteTimeout time.Duration
 	// Logger receives request logs (default slog.Default()).
 	Logger *slog.Logger

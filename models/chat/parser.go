@@ -163,6 +163,22 @@ func (p *Parser) start(final bool) {
 
 func (p *Parser) reasoning(final bool) {
 	i, safe := findMarker(p.buf, thinkClose)
+	if p.opts.ParseTools {
+		// Qwen3.5/3.6 may open a tool call inside its reasoning without closing it first;
+		// <tool_call> is one added token, so it is a call, not a mention, and it ends the
+		// reasoning implicitly (as vLLM's Qwen3 reasoning parser treats it).
+		j, callSafe := findMarker(p.buf, toolCallOpen)
+		if j >= 0 && (i < 0 || j < i) {
+			p.emitReasoning(p.buf[:j])
+			p.heldNewlines = ""
+			p.buf = p.buf[j:]
+			p.state = stateContent
+			return
+		}
+		if i < 0 {
+			safe = min(safe, callSafe)
+		}
+	}
 	if i >= 0 {
 		p.emitReasoning(p.buf[:i])
 		p.heldNewlines = "" // the template strips newlines before </think>
@@ -178,16 +194,18 @@ func (p *Parser) reasoning(final bool) {
 	p.buf = p.buf[safe:]
 }
 
-// emitReasoning emits reasoning text, dropping leading newlines and holding trailing ones
-// (the template strips both, and the parser must not stream what the history will lack).
+// emitReasoning emits reasoning text, dropping leading whitespace and holding trailing
+// whitespace until more text follows: the template renders reasoning trimmed, and the
+// parser must not stream what the history will lack (whitespace before </think>, or
+// before a tool call that ends the reasoning, is dropped).
 func (p *Parser) emitReasoning(s string) {
 	if !p.reasoningStarted {
-		s = strings.TrimLeft(s, "\n")
+		s = strings.TrimLeft(s, spaces)
 	}
 	if s == "" {
 		return
 	}
-	body := strings.TrimRight(s, "\n")
+	body := strings.TrimRight(s, spaces)
 	if body == "" {
 		p.heldNewlines += s
 		return

@@ -94,9 +94,21 @@ var parserCases = []struct {
 	},
 	{
 		name: "stopped inside thinking",
-		opts: ParserOptions{StartInReasoning: true, ParseTools: true},
+		opts: ParserOptions{StartInReasoning: true},
 		text: "still thinking about <tool_call> and </thi",
 		want: parsed{Reasoning: "still thinking about <tool_call> and </thi"},
+	},
+	{
+		name: "stopped inside thinking, tools parsed",
+		opts: ParserOptions{StartInReasoning: true, ParseTools: true},
+		text: "still thinking and </thi",
+		want: parsed{Reasoning: "still thinking and </thi"},
+	},
+	{
+		name: "tool call opened inside thinking ends the reasoning",
+		opts: ParserOptions{StartInReasoning: true, ParseTools: true},
+		text: "I should look it up.\n\n<tool_call>\n<function=lookup>\n<parameter=q>\npistil\n</parameter>\n</function>\n</tool_call>",
+		want: parsed{Reasoning: "I should look it up.", Calls: []ToolCall{call("lookup", `{"q": "pistil"}`)}},
 	},
 	{
 		name: "model opens think itself",

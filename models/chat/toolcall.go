@@ -133,11 +133,13 @@ func (p *Parser) xmlStep(final bool) {
 	switch {
 	case !c.started:
 		end := strings.IndexAny(p.buf, ">\n<")
-		if end < 0 {
-			if len(p.buf) > maxNameLen {
-				c.mode = modeRaw
-			}
+		if end < 0 && len(p.buf) <= maxNameLen {
 			return // the name is still arriving
+		}
+		if end < 0 || end > maxNameLen {
+			// Judged by the name's length alone, so a call reads the same whole or streamed.
+			c.mode = modeRaw
+			return
 		}
 		name := strings.TrimSpace(p.buf[:end])
 		if p.buf[end] != '>' || name == "" {

@@ -58,6 +58,10 @@ func (m *Model) Name() string { return m.name }
 // Config is the model's text config.
 func (m *Model) Config() *qwen35moe.Config { return m.cfg }
 
+// Backend is the backend the model's plans run on (pistil bench asks it for a device
+// description).
+func (m *Model) Backend() Backend { return m.backend }
+
 // Chunk is the prefill chunk size.
 func (m *Model) Chunk() int { return m.chunk }
 

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"pistil/exec/bench"
+	"pistil/passes"
+	"pistil/pipeline"
+)
+
+func init() {
+	register(command{name: "bench", summary: "measure prefill and decode tok/s over prompt and context lengths", run: runBench})
+}
+
+// benchOut receives bench's table (tests silence it).
+var benchOut io.Writer = os.Stdout
+
+// syntheticNote is printed and recorded with every result: speeds measured on a random
+// checkpoint are not those of the real model in one respect that matters for an MoE.
+const syntheticNote = "on a random (synthetic) checkpoint, e.g. from `pistil synth`, MoE routing is near uniform, " +
+	"so experts are spread more evenly than with trained weights"
+
+// benchReport is the JSON that --json writes: the setup and every raw measurement.
+type benchReport struct {
+	Machine struct {
+		Backend    string `json:"backend"`
+		Device     string `json:"device,omitempty"`
+		GOMAXPROCS int    `json:"gomaxprocs"`
+		GOOS       string `json:"goos"`
+		GOARCH     string `json:"goarch"`
+	} `json:"machine"`
+	Model struct {
+		Name string `json:"name"`
+		Dir  string `json:"dir"`
+	} `json:"model"`
+	Pipeline struct {
+		File      string   `json:"file,omitempty"`
+		Passes    string   `json:"passes"`
+		PassFlags []string `json:"pass_flags,omitempty"`
+		Chunk     int      `json:"chunk"`
+	} `json:"pipeline"`
+	Settings struct {
+		Prompts      []int `json:"prompts"`
+		Contexts     []int `json:"contexts"`
+		DecodeTokens int   `json:"decode_tokens"`
+		Repeats      int   `json:"repeats"`
+		Warmup       int   `json:"warmup"`
+		Seed         int   `json:"seed"`
+	} `json:"settings"`
+	Note    string    `json:"note"`
+	Started time.Time `json:"started"`
+	*bench.Result
+}
+
+func runBench(args []string) error {
+	fs := newFlags("bench")
+	var mf modelFlags
+	mf.register(fs)
+	prompts := fs.String("prompts", "256,1024,4096", "prompt lengths whose prefill is timed (comma-separated; empty: none)")
+	contexts := fs.String("contexts", "0,4096", "context lengths decode is timed at (comma-separated; empty: none)")
+	decodeTokens := fs.Int("decode-tokens", 32, "decode steps timed per run")
+	repeats := fs.Int("repeats", 3, "timed runs per measurement (the table shows their median, min and max)")
+	warmup := fs.Int("warmup", 1, "untimed runs before the timed ones (plans compile on first use)")
+	jsonOut := fs.String("json", "", "write every raw measurement to this JSON file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	spec := bench.Spec{DecodeTokens: *decodeTokens, Repeats: *repeats, Warmup: *warmup}
+	var err error
+	if spec.Prompts, err = parseLengths("--prompts", *prompts); err != nil {
+		return err
+	}
+	if spec.Contexts, err = parseLengths("--contexts", *contexts); err != nil {
+		return err
+	}
+	// Check what needs no model first, so a typo does not wait for the weights to load.
+	if err := spec.Validate(0); err != nil {
+		return err
+	}
+	if mf.dir == "" {
+		return errors.New("--model DIR is required")
+	}
+	if mf.chunk < 0 {
+		return fmt.Errorf("--chunk %d must not be negative", mf.chunk)
+	}
+	rep := &benchReport{Note: syntheticNote, Started: time.Now().UTC()}
+	if err := describePipeline(rep, &mf); err != nil {
+		return err
+	}
+	m, err := mf.open(false)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := spec.Validate(m.Config().MaxPositionEmbeddings); err != nil {
+		return err
+	}
+	rep.Machine.Backend = mf.backend
+	if d, ok := m.Backend().(interface{ Device() string }); ok {
+		rep.Machine.Device = d.Device()
+	}
+	rep.Machine.GOMAXPROCS = runtime.GOMAXPROCS(0)
+	rep.Machine.GOOS, rep.Machine.GOARCH = runtime.GOOS, runtime.GOARCH
+	rep.Model.Name, rep.Model.Dir = m.Name(), mf.dir
+	rep.Pipeline.Chunk = m.Chunk()
+	rep.Settings.Prompts, rep.Settings.Contexts = spec.Prompts, spec.Contexts
+	rep.Settings.DecodeTokens, rep.Settings.Repeats, rep.Settings.Warmup = spec.DecodeTokens, spec.Repeats, spec.Warmup
+	rep.Settings.Seed = bench.Seed
+	printBenchHeader(benchOut, rep)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if rep.Result, err = bench.Measure(ctx, m, spec); err != nil {
+		return err
+	}
+	printBenchTable(benchOut, rep)
+	if *jsonOut != "" {
+		data, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode the JSON report: %w", err)
+		}
+		if err := os.WriteFile(*jsonOut, append(data, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write the JSON report: %w", err)
+		}
+		fmt.Fprintf(benchOut, "raw measurements written to %s\n", *jsonOut)
+	}
+	return nil
+}
+
+// describePipeline records the pipeline file and the optional passes the model's plans
+// are compiled with, resolved the way modelFlags.open resolves them.
+func describePipeline(rep *benchReport, mf *modelFlags) error {
+	file := mf.pipeline
+	if file == "" {
+		if _, err := os.Stat("pipeline.toml"); err == nil {
+			file = "pipeline.toml"
+		}
+	}
+	pipe, err := pipeline.Load(file)
+	if err != nil {
+		return err
+	}
+	cfg, err := pipe.PassConfig(mf.passes)
+	if errors.Is(err, passes.ErrHelp) {
+		fmt.Fprint(os.Stdout, passes.HelpText())
+		return errUsage
+	}
+	if err != nil {
+		return err
+	}
+	rep.Pipeline.File = file
+	rep.Pipeline.Passes = cfg.Describe()
+	rep.Pipeline.PassFlags = mf.passes
+	return nil
+}
+
+// parseLengths reads a comma-separated list of token counts; an empty list is allowed
+// (nothing of that kind is measured).
+func parseLengths(flagName, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a whole number of tokens", flagName, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func printBenchHeader(w io.Writer, rep *benchReport) {
+	device := rep.Machine.Device
+	if device == "" {
+		device = "(the backend does not describe its device)"
+	}
+	fmt.Fprintf(w, "pistil bench: backend %s, device %s, GOMAXPROCS %d, %s/%s\n",
+		rep.Machine.Backend, device, rep.Machine.GOMAXPROCS, rep.Machine.GOOS, rep.Machine.GOARCH)
+	pipeFile := rep.Pipeline.File
+	if pipeFile == "" {
+		pipeFile = "built-in defaults"
+	}
+	fmt.Fprintf(w, "model %s (%s); prefill chunk %d; pipeline %s; %s\n",
+		rep.Model.Name, rep.Model.Dir, rep.Pipeline.Chunk, pipeFile, rep.Pipeline.Passes)
+	fmt.Fprintf(w, "%d warm-up + %d timed runs each; prompt ids pseudo-random (seed %d); decode feeds greedy tokens\n",
+		rep.Settings.Warmup, rep.Settings.Repeats, rep.Settings.Seed)
+	fmt.Fprintf(w, "note: %s\n\n", rep.Note)
+}
+
+func printBenchTable(w io.Writer, rep *benchReport) {
+	fmt.Fprintf(w, "%-8s %-22s %12s %12s %12s\n", "phase", "tokens", "median tok/s", "min", "max")
+	for _, m := range rep.Prefill {
+		fmt.Fprintf(w, "%-8s %-22s %12.1f %12.1f %12.1f\n", "prefill", fmt.Sprintf("%d prompt", m.Tokens), m.MedianTPS, m.MinTPS, m.MaxTPS)
+	}
+	for _, m := range rep.Decode {
+		fmt.Fprintf(w, "%-8s %-22s %12.1f %12.1f %12.1f\n", "decode", fmt.Sprintf("%d at context %d", m.Tokens, m.Context), m.MedianTPS, m.MinTPS, m.MaxTPS)
+	}
+	fmt.Fprintf(w, "session capacity %d tokens\n", rep.Capacity)
+}

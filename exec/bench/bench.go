@@ -1,0 +1,229 @@
+// Package bench measures a model's prefill and decode speed the way `pistil bench`
+// reports it: deterministic synthetic prompts, warm-up runs that are not timed, and
+// repeated timed runs kept raw so that medians and spreads can be recomputed.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"pistil/exec"
+)
+
+// Seed fixes the pseudo-random prompt ids, so every run of the benchmark feeds the same
+// tokens.
+const Seed = 1
+
+// Spec says what to measure.
+type Spec struct {
+	// Prompts are the prompt lengths whose prefill is timed (each into an empty session).
+	Prompts []int
+	// Contexts are the context lengths decode is timed at.
+	Contexts []int
+	// DecodeTokens are the decode steps timed per run.
+	DecodeTokens int
+	// Repeats are the timed runs per measurement; Warmup the untimed runs before them.
+	Repeats, Warmup int
+}
+
+// Capacity is the session capacity the spec needs: the longest prompt, or the longest
+// context plus the decode steps that follow it.
+func (s Spec) Capacity() int {
+	c := 0
+	for _, p := range s.Prompts {
+		c = max(c, p)
+	}
+	for _, ctx := range s.Contexts {
+		c = max(c, ctx+s.DecodeTokens)
+	}
+	return c
+}
+
+// Validate checks the spec against the longest context the model supports.
+func (s Spec) Validate(maxContext int) error {
+	if len(s.Prompts) == 0 && len(s.Contexts) == 0 {
+		return errors.New("nothing to measure: give at least one prompt length or context length")
+	}
+	for _, p := range s.Prompts {
+		if p <= 0 {
+			return fmt.Errorf("prompt length %d must be positive", p)
+		}
+	}
+	for _, c := range s.Contexts {
+		if c < 0 {
+			return fmt.Errorf("context length %d must not be negative", c)
+		}
+	}
+	if s.DecodeTokens <= 0 {
+		return fmt.Errorf("decode tokens %d must be positive", s.DecodeTokens)
+	}
+	if s.Repeats <= 0 {
+		return fmt.Errorf("repeats %d must be positive", s.Repeats)
+	}
+	if s.Warmup < 0 {
+		return fmt.Errorf("warm-up runs %d must not be negative", s.Warmup)
+	}
+	if maxContext > 0 {
+		for _, p := range s.Prompts {
+			if p > maxContext {
+				return fmt.Errorf("prompt length %d exceeds the model's maximum context %d", p, maxContext)
+			}
+		}
+		for _, c := range s.Contexts {
+			if c+s.DecodeTokens > maxContext {
+				return fmt.Errorf("context %d plus %d decode tokens exceeds the model's maximum context %d",
+					c, s.DecodeTokens, maxContext)
+			}
+		}
+	}
+	return nil
+}
+
+// Run is one timed run.
+type Run struct {
+	Seconds      float64 `json:"seconds"`
+	TokensPerSec float64 `json:"tokens_per_sec"`
+}
+
+// Measurement is the timed runs of one prompt length (prefill) or context length
+// (decode), with their median and spread in tokens per second.
+type Measurement struct {
+	// Tokens are the tokens each run consumes: the prompt length, or the decode steps.
+	Tokens int `json:"tokens"`
+	// Context is the session length before the timed decode steps (decode only).
+	Context   int     `json:"context"`
+	Runs      []Run   `json:"runs"`
+	MedianTPS float64 `json:"median_tokens_per_sec"`
+	MinTPS    float64 `json:"min_tokens_per_sec"`
+	MaxTPS    float64 `json:"max_tokens_per_sec"`
+}
+
+// Result is every measurement of a spec.
+type Result struct {
+	Capacity int           `json:"capacity"`
+	Prefill  []Measurement `json:"prefill"`
+	Decode   []Measurement `json:"decode"`
+}
+
+// Measure runs the spec on m. One session of spec.Capacity() tokens serves every
+// measurement (Reset between prefill runs, a snapshot restored before every decode run),
+// so a backend binds its programs to one state and decode runs do not repeat the prefill
+// that brings the session to its context.
+func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
+	if err := spec.Validate(m.Config().MaxPositionEmbeddings); err != nil {
+		return nil, err
+	}
+	capacity := spec.Capacity()
+	s, err := m.NewSession(capacity)
+	if err != nil {
+		return nil, err
+	}
+	ids := PromptIDs(capacity, m.Config().VocabSize)
+	res := &Result{Capacity: capacity}
+	for _, n := range spec.Prompts {
+		meas, err := measure(spec, n, func() (time.Duration, error) {
+			s.Reset()
+			start := time.Now()
+			err := s.Prefill(ctx, ids[:n], exec.PrefillOptions{})
+			return time.Since(start), err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("prefill of %d tokens: %w", n, err)
+		}
+		res.Prefill = append(res.Prefill, meas)
+	}
+	for _, c := range spec.Contexts {
+		meas, err := measureDecode(ctx, s, spec, ids[:c])
+		if err != nil {
+			return nil, fmt.Errorf("decode at context %d: %w", c, err)
+		}
+		res.Decode = append(res.Decode, meas)
+	}
+	return res, nil
+}
+
+// measureDecode brings s to the context once, then times DecodeTokens greedy steps from
+// a restored snapshot of it per run.
+func measureDecode(ctx context.Context, s *exec.Session, spec Spec, context []int32) (Measurement, error) {
+	s.Reset()
+	if len(context) > 0 {
+		if err := s.Prefill(ctx, context, exec.PrefillOptions{}); err != nil {
+			return Measurement{}, err
+		}
+	}
+	snap, err := s.Snapshot()
+	if err != nil {
+		return Measurement{}, err
+	}
+	meas, err := measure(spec, spec.DecodeTokens, func() (time.Duration, error) {
+		if err := s.Restore(snap); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		for range spec.DecodeTokens {
+			if err := s.Decode(ctx, nextToken(s.Logits())); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(start), nil
+	})
+	meas.Context = len(context)
+	return meas, err
+}
+
+// nextToken is the greedy choice after logits; an empty session (no logits yet) starts
+// from token 0.
+func nextToken(logits []float32) int32 {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// measure runs timed Warmup times untimed, then Repeats times timed.
+func measure(spec Spec, tokens int, timed func() (time.Duration, error)) (Measurement, error) {
+	meas := Measurement{Tokens: tokens}
+	for range spec.Warmup {
+		if _, err := timed(); err != nil {
+			return meas, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	for range spec.Repeats {
+		d, err := timed()
+		if err != nil {
+			return meas, err
+		}
+		secs := max(d.Seconds(), 1e-9) // a clock too coarse for the run must not divide by 0
+		meas.Runs = append(meas.Runs, Run{Seconds: secs, TokensPerSec: float64(tokens) / secs})
+	}
+	tps := make([]float64, len(meas.Runs))
+	for i, r := range meas.Runs {
+		tps[i] = r.TokensPerSec
+	}
+	slices.Sort(tps)
+	meas.MinTPS, meas.MaxTPS = tps[0], tps[len(tps)-1]
+	if n := len(tps); n%2 == 1 {
+		meas.MedianTPS = tps[n/2]
+	} else {
+		meas.MedianTPS = (tps[n/2-1] + tps[n/2]) / 2
+	}
+	return meas, nil
+}
+
+// PromptIDs are n pseudo-random token ids in [0, vocab), the same for every call with
+// the same arguments; a shorter prompt is a prefix of a longer one.
+func PromptIDs(n, vocab int) []int32 {
+	r := rand.New(rand.NewPCG(Seed, Seed))
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(r.IntN(vocab))
+	}
+	return ids
+}

@@ -9,13 +9,19 @@ import (
 
 // BenchmarkDecodeTiny measures one decode step of the golden tiny MLX model on the CPU
 // backend (plan replay overhead dominates at this size).
-func BenchmarkDecodeTiny(b *testing.B) {
-	m, err := exec.Open(goldenDir+"mlx-q4", exec.Options{})
+func BenchmarkDecodeTiny(b *testing.B) { benchDecodeTiny(b, exec.Options{}) }
+
+// benchDecodeTiny times decode steps of the golden tiny MLX model opened with o.
+func benchDecodeTiny(b *testing.B, o exec.Options) {
+	m, err := exec.Open(goldenDir+"mlx-q4", o)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	s, _ := m.NewSession(b.N + 8)
+	s, err := m.NewSession(b.N + 8)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	if err := s.Prefill(ctx, []int32{1, 2, 3, 4}, exec.PrefillOptions{}); err != nil {
 		b.Fatal(err)

@@ -59,25 +59,7 @@ func BenchmarkDecodeTinyKernels(b *testing.B) {
 			if err := os.WriteFile(file, []byte(edited), 0o644); err != nil {
 				b.Fatal(err)
 			}
-			m, err := exec.Open(goldenDir+"mlx-q4", exec.Options{PipelineFile: file})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			s, err := m.NewSession(b.N + 8)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			if err := s.Prefill(ctx, []int32{1, 2, 3, 4}, exec.PrefillOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := s.Decode(ctx, int32(i%500)); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchDecodeTiny(b, exec.Options{PipelineFile: file})
 		})
 	}
 }

@@ -50,12 +50,6 @@ func refAddRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 	for i, av := range a {
 		s[i] = av + b[i]
 	}
-	for r := 0; r+D <= len(s); r += D {
-		sr, yr := s[r:r+D], y[r:r+D]
-		inv := invRMS(sr, eps)
-		for i, sv := range sr {
-			yr[i] = (sv * inv) * w[i]
-		}
-	}
+	rmsNormRows(s, y, w, eps)
 	return nil
 }

@@ -110,7 +110,13 @@ func refRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 		return fmt.Errorf("rms_norm weight: %w", err)
 	}
 	eps := float32(v.Attrs.Float("eps"))
-	x, y, D := in[0].F32(), out[0].F32(), len(w)
+	rmsNormRows(in[0].F32(), out[0].F32(), w, eps)
+	return nil
+}
+
+// rmsNormRows normalises every row of x (rows of len(w)) into y and scales by w.
+func rmsNormRows(x, y, w []float32, eps float32) {
+	D := len(w)
 	for r := 0; r+D <= len(x); r += D {
 		xr, yr := x[r:r+D], y[r:r+D]
 		inv := invRMS(xr, eps)
@@ -118,7 +124,6 @@ func refRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 			yr[i] = (xv * inv) * w[i]
 		}
 	}
-	return nil
 }
 
 func refL2Norm(env *Env, v *graph.Value, in, out []*Tensor) error {

@@ -78,7 +78,11 @@ func (s *Session) Forward(ctx context.Context, tokens []int32) ([]float32, error
 
 // Decode consumes one token through the decode plan.
 func (s *Session) Decode(ctx context.Context, token int32) error {
-	_, err := s.run(ctx, []int32{token}, false)
+	tokens := []int32{token}
+	if err := s.validate(tokens); err != nil {
+		return err
+	}
+	_, err := s.run(ctx, tokens, false)
 	return err
 }
 
@@ -88,10 +92,12 @@ func (s *Session) forward(ctx context.Context, tokens []int32, opts PrefillOptio
 	if err := s.validate(tokens); err != nil {
 		return nil, err
 	}
+	every := opts.SnapshotEvery
+	snapshots := every > 0 && opts.OnSnapshot != nil
 	var all []float32
 	for len(tokens) > 0 {
 		size := s.m.pieceSize(len(tokens))
-		if every := opts.SnapshotEvery; every > 0 && opts.OnSnapshot != nil {
+		if snapshots {
 			// End the piece at the next snapshot boundary so the snapshot lands exactly there.
 			if toBoundary := every - s.n%every; toBoundary < size {
 				size = s.m.pieceSize(toBoundary)
@@ -103,7 +109,7 @@ func (s *Session) forward(ctx context.Context, tokens []int32, opts PrefillOptio
 		}
 		all = append(all, rows...)
 		tokens = tokens[size:]
-		if every := opts.SnapshotEvery; every > 0 && opts.OnSnapshot != nil && (s.n%every == 0 || len(tokens) == 0) {
+		if snapshots && (s.n%every == 0 || len(tokens) == 0) {
 			snap, err := s.Snapshot()
 			if err != nil {
 				return nil, err
@@ -114,12 +120,9 @@ func (s *Session) forward(ctx context.Context, tokens []int32, opts PrefillOptio
 	return all, nil
 }
 
-// run executes one program of exactly len(tokens) tokens.
+// run executes one program of exactly len(tokens) tokens, already validated.
 func (s *Session) run(ctx context.Context, tokens []int32, keep bool) ([]float32, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.validate(tokens); err != nil {
 		return nil, err
 	}
 	vocab := s.m.cfg.VocabSize

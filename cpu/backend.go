@@ -9,9 +9,9 @@ import (
 	"runtime"
 
 	"pistil/exec"
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/ops"
+	"pistil/plan"
 )
 
 func init() {

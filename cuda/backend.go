@@ -17,10 +17,10 @@ import (
 	"sync"
 
 	"pistil/exec"
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/ops"
 	"pistil/ops/kernels"
+	"pistil/plan"
 )
 
 func init() {

@@ -3,12 +3,13 @@
 package cuda
 
 import (
+	"pistil/internal/fixtures"
 	"strings"
 	"testing"
 
 	"pistil/exec"
-	"pistil/exec/plan"
 	"pistil/ops"
+	"pistil/plan"
 )
 
 // Every op of the table has a CUDA lowering or a stated reason why it has none.
@@ -69,7 +70,7 @@ func TestOpenWithoutGPUFailsCleanly(t *testing.T) {
 	if _, err := loadDriver(); err == nil {
 		t.Skip("a CUDA device is present; this test is for machines without one")
 	}
-	_, err := exec.Open("../../shared/golden/tiny-s1/mlx-q4", exec.Options{Backend: "cuda"})
+	_, err := exec.Open(fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Backend: "cuda"})
 	if err == nil {
 		t.Fatal("exec.Open with backend cuda succeeded without a GPU")
 	}

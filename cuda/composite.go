@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"slices"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/ops/kernels"
+	"pistil/plan"
 )
 
 // Fused ops of the fusion passes (ops/fused*.go). Where a kernel covers the whole op it

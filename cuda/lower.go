@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"unsafe"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/ops/kernels"
+	"pistil/plan"
 )
 
 // operand is a dispatch argument or result resolved to device memory.

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"unsafe"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/ops"
 	"pistil/ops/kernels"
+	"pistil/plan"
 )
 
 // gpu returns the device, or skips the test with the reason CUDA is not loadable.

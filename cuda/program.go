@@ -8,9 +8,9 @@ import (
 	"unsafe"
 
 	"pistil/exec"
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/ops"
+	"pistil/plan"
 )
 
 // bufferAddr is where a plan buffer lives: a device address, or an uploaded weight.

@@ -6,9 +6,9 @@ import (
 	"sort"
 	"sync"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/ops"
+	"pistil/plan"
 )
 
 // Backend runs compiled plans on one kind of device. Backends register themselves

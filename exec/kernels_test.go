@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"pistil/exec"
-	"pistil/exec/verify"
+	"pistil/verify"
 )
 
 // The [cpu] kernels switch reaches the CPU backend: the quantized model matches the

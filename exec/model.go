@@ -5,9 +5,9 @@ import (
 	"math/bits"
 	"sync"
 
-	"pistil/exec/plan"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
+	"pistil/plan"
 )
 
 // Options open a model.

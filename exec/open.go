@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/passes"
 	"pistil/pipeline"
+	"pistil/plan"
 )
 
 // Open loads the checkpoint in dir and prepares it to run on the chosen backend. The

@@ -3,15 +3,16 @@ package exec_test
 import (
 	"context"
 	"math"
+	"pistil/internal/fixtures"
 	"slices"
 	"testing"
 
 	_ "pistil/cpu"
 	"pistil/exec"
-	"pistil/exec/verify"
+	"pistil/verify"
 )
 
-const goldenDir = "../../shared/golden/tiny-s1/"
+var goldenDir = (fixtures.Path("golden/tiny-s1") + "/")
 
 func openTiny(t *testing.T, layout string, o exec.Options) (*exec.Model, *verify.Reference) {
 	t.Helper()

@@ -5,8 +5,8 @@ import (
 	"io"
 	"time"
 
-	"pistil/exec/plan"
 	"pistil/graph"
+	"pistil/plan"
 )
 
 // Compile runs the pass table over a copy of g for one phase and returns the plan. The

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/passes"
+	"pistil/plan"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")

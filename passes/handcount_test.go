@@ -4,10 +4,10 @@ import (
 	"math"
 	"testing"
 
-	"pistil/exec/plan"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/passes"
+	"pistil/plan"
 )
 
 // The hand count: the built-in Qwen3.6-35B-A3B (MLX 4-bit, BF16 KV and conv state)

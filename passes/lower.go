@@ -3,9 +3,9 @@ package passes
 import (
 	"fmt"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/ops"
+	"pistil/plan"
 )
 
 // lower emits the phase's plan: one dispatch per computing value (sources and views emit

@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"pistil/internal/fixtures"
 	"testing"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/passes"
+	"pistil/plan"
 )
 
 // The meaning tests run real numbers: the tiny golden checkpoints (MLX 4-bit and
@@ -19,7 +20,7 @@ import (
 // what the graph computes, and a plan executed dispatch by dispatch over its planned
 // buffers must compute what the graph computes.
 
-const goldenDir = "../../shared/golden/tiny-s1/"
+var goldenDir = (fixtures.Path("golden/tiny-s1") + "/")
 
 func openTiny(t *testing.T, layout string) *checkpoint.Checkpoint {
 	t.Helper()

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sort"
 
-	"pistil/exec/plan"
 	"pistil/graph"
+	"pistil/plan"
 )
 
 // Align is the byte alignment of every scratch and output placement (a Metal and CUDA

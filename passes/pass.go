@@ -7,9 +7,9 @@ package passes
 import (
 	"fmt"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/ops"
+	"pistil/plan"
 )
 
 // OpTable is what passes need of the op table: definitions for graph.Check and the full

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sort"
 
-	"pistil/exec/plan"
 	"pistil/graph"
+	"pistil/plan"
 )
 
 // Access is one dispatch's byte-range footprint.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"pistil/exec/plan"
+	"pistil/plan"
 )
 
 func rng(buf int, off, end int64) plan.Range { return plan.Range{Buffer: buf, Off: off, End: end} }

@@ -4,6 +4,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"pistil/internal/fixtures"
 	"testing"
 
 	"pistil/exec"
@@ -16,7 +17,7 @@ import (
 func TestGoldenLayouts(t *testing.T) {
 	for _, layout := range []string{"hf", "mlx-q4"} {
 		t.Run(layout, func(t *testing.T) {
-			src := filepath.Join("..", "..", "shared", "golden", "tiny-s1", layout)
+			src := fixtures.Golden(layout)
 			if _, err := os.Stat(src); err != nil {
 				t.Fatalf("golden fixture missing: %v", err)
 			}

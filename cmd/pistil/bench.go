@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"pistil/exec/bench"
+	"pistil/bench"
 	"pistil/passes"
 	"pistil/pipeline"
 )

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"pistil/exec/verify"
+	"pistil/verify"
 )
 
 func init() {

@@ -3,17 +3,18 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"pistil/internal/fixtures"
 	"strings"
 	"testing"
 
 	"pistil/models/safetensors"
 )
 
-const goldenMLX = "../../../shared/golden/tiny-s1/mlx-q4"
+var goldenMLX = fixtures.Path("golden/tiny-s1/mlx-q4")
 
 func TestCheckPassesOnBothLayouts(t *testing.T) {
 	for _, layout := range []string{"hf", "mlx-q4"} {
-		dir := "../../../shared/golden/tiny-s1/" + layout
+		dir := (fixtures.Path("golden/tiny-s1") + "/") + layout
 		if err := runCheck([]string{"--model", dir, "--reference", dir + "/reference.safetensors", "--chunk", "32"}); err != nil {
 			t.Errorf("%s: %v", layout, err)
 		}

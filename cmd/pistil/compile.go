@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"pistil/exec/plan"
 	"pistil/graph"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/passes"
 	"pistil/pipeline"
+	"pistil/plan"
 )
 
 func init() {

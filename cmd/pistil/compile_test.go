@@ -4,16 +4,17 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"pistil/internal/fixtures"
 	"strings"
 	"testing"
 
-	"pistil/exec/plan"
+	"pistil/plan"
 )
 
 // A malformed or inconsistent config fails compile with a message naming the field.
 func TestCompileRejectsBadConfigs(t *testing.T) {
 	reportOut = io.Discard
-	base, err := os.ReadFile("../../../shared/golden/tiny-s1/hf/config.json")
+	base, err := os.ReadFile(fixtures.Path("golden/tiny-s1/hf/config.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestCompileAndDumpTinyConfigs(t *testing.T) {
 	reportOut = io.Discard
 	out := filepath.Join(t.TempDir(), "plan.json")
 	for _, layout := range []string{"hf", "mlx-q4"} {
-		dir := "../../../shared/golden/tiny-s1/" + layout
+		dir := (fixtures.Path("golden/tiny-s1") + "/") + layout
 		if err := runCompile([]string{"--model", dir, "--chunk", "8", "-o", out}); err != nil {
 			t.Fatalf("%s: %v", layout, err)
 		}

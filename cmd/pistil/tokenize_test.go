@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"pistil/internal/fixtures"
 	"strings"
 	"testing"
 
 	"pistil/models/tokenizer"
 )
 
-const qwen3TokDir = "../../../shared/testdata/tokenizer/qwen3"
+var qwen3TokDir = fixtures.Path("tokenizer/qwen3")
 
 func TestTokenizeCommand(t *testing.T) {
 	var out bytes.Buffer
@@ -42,7 +43,7 @@ func TestTokenizeCommand(t *testing.T) {
 // TestRenderCommand renders golden conversations through the command, written as the
 // object form (messages + tools) and as a bare message list.
 func TestRenderCommand(t *testing.T) {
-	data, err := os.ReadFile("../../../shared/testdata/tokenizer/conversations.json")
+	data, err := os.ReadFile(fixtures.Path("tokenizer/conversations.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

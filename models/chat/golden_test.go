@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"pistil/internal/fixtures"
 	"testing"
 
 	"pistil/models/tokenizer"
 )
 
-const (
-	tokDir    = "../../../shared/testdata/tokenizer/qwen3"
-	convsPath = "../../../shared/testdata/tokenizer/conversations.json"
+var (
+	tokDir    = fixtures.Path("tokenizer/qwen3")
+	convsPath = fixtures.Path("tokenizer/conversations.json")
 )
 
 // conversation is one entry of conversations.json (the input of the golden generator).

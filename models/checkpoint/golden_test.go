@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"math"
+	"pistil/internal/fixtures"
 	"slices"
 	"testing"
 
@@ -11,9 +12,9 @@ import (
 	"pistil/ops"
 )
 
-const (
-	goldenHF  = "../../../shared/golden/tiny-s1/hf"
-	goldenMLX = "../../../shared/golden/tiny-s1/mlx-q4"
+var (
+	goldenHF  = fixtures.Path("golden/tiny-s1/hf")
+	goldenMLX = fixtures.Path("golden/tiny-s1/mlx-q4")
 )
 
 func openGolden(t *testing.T, dir string, want Layout) *Checkpoint {

@@ -1,6 +1,10 @@
 package qwen35moe
 
-import "testing"
+import (
+	"testing"
+
+	"pistil/internal/fixtures"
+)
 
 func TestDefaultConfig(t *testing.T) {
 	c := Default()
@@ -17,7 +21,7 @@ func TestDefaultConfig(t *testing.T) {
 
 func TestGoldenConfigs(t *testing.T) {
 	for _, layout := range []string{"hf", "mlx-q4"} {
-		c, err := LoadConfig("../../../shared/golden/tiny-s1/" + layout)
+		c, err := LoadConfig((fixtures.Path("golden/tiny-s1") + "/") + layout)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"pistil/internal/fixtures"
 	"testing"
 
 	"pistil/graph"
@@ -18,7 +19,7 @@ import (
 // checkpoints made by transformers (../shared/golden/make_golden.py) and compare with its
 // float32 logits and per-layer hidden states.
 
-var goldenDirs = []string{"../../../shared/golden/tiny-s1/hf", "../../../shared/golden/tiny-s1/mlx-q4"}
+var goldenDirs = []string{fixtures.Path("golden/tiny-s1/hf"), fixtures.Path("golden/tiny-s1/mlx-q4")}
 
 const (
 	maxLogitErr = 2e-3

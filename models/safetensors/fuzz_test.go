@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
+	"pistil/internal/fixtures"
 	"testing"
 )
 
 // goldenFiles are real safetensors files written by the Python safetensors library.
 var goldenFiles = []string{
-	"../../../shared/golden/tiny-s1/hf/model.safetensors",
-	"../../../shared/golden/tiny-s1/mlx-q4/model.safetensors",
-	"../../../shared/golden/tiny-s1/hf/reference.safetensors",
+	fixtures.Path("golden/tiny-s1/hf/model.safetensors"),
+	fixtures.Path("golden/tiny-s1/mlx-q4/model.safetensors"),
+	fixtures.Path("golden/tiny-s1/hf/reference.safetensors"),
 }
 
 // goldenHeader returns a file's JSON header and the length of its data section.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"pistil/internal/fixtures"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +20,8 @@ import (
 )
 
 var golden = map[Layout]string{
-	MLXQ4: "../../../shared/golden/tiny-s1/mlx-q4",
-	HF:    "../../../shared/golden/tiny-s1/hf",
+	MLXQ4: fixtures.Path("golden/tiny-s1/mlx-q4"),
+	HF:    fixtures.Path("golden/tiny-s1/hf"),
 }
 
 func writeTiny(t *testing.T, layout Layout, seed uint64, maxShard int64) string {

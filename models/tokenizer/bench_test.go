@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"os"
+	"pistil/internal/fixtures"
 	"strings"
 	"testing"
 )
@@ -12,7 +13,7 @@ import (
 // the word cache sees a realistic mix of repeated and new pieces.
 func mixedCorpus(tb testing.TB) string {
 	tb.Helper()
-	data, err := os.ReadFile("../../../shared/testdata/tokenizer/corpus.json")
+	data, err := os.ReadFile(fixtures.Path("tokenizer/corpus.json"))
 	if err != nil {
 		tb.Fatal(err)
 	}

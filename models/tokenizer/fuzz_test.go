@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"os"
+	"pistil/internal/fixtures"
 	"sync"
 	"testing"
 	"unicode/utf8"
@@ -39,7 +40,7 @@ func loadSynthetic(tb testing.TB) *Tokenizer {
 
 // corpusSeeds adds the golden corpus strings (and a few hostile ones) to a fuzz corpus.
 func corpusSeeds(f *testing.F) []string {
-	data, err := os.ReadFile("../../../shared/testdata/tokenizer/corpus.json")
+	data, err := os.ReadFile(fixtures.Path("tokenizer/corpus.json"))
 	if err != nil {
 		f.Fatal(err)
 	}

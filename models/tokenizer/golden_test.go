@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"pistil/internal/fixtures"
 	"slices"
 	"sync"
 	"testing"
@@ -11,7 +12,7 @@ import (
 
 // qwen3Dir holds the real Qwen3 tokenizer.json and the goldens made from it by Hugging Face
 // tokenizers (../shared/golden/make_tokenizer_golden.py).
-const qwen3Dir = "../../../shared/testdata/tokenizer/qwen3"
+var qwen3Dir = fixtures.Path("tokenizer/qwen3")
 
 type golden struct {
 	Encode []struct {

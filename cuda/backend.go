@@ -13,10 +13,10 @@ package cuda
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 
 	"pistil/exec"
+	"pistil/gpu"
 	"pistil/graph"
 	"pistil/ops"
 	"pistil/ops/kernels"
@@ -156,7 +156,7 @@ func (b *Backend) weight(p *plan.Plan, buf plan.Buffer, weights func(string) (*o
 
 // upload copies a weight to the device, packing a strided stack (Stride0) contiguous.
 func (b *Backend) upload(name string, t *ops.Tensor) (*deviceWeight, error) {
-	dt, err := dtypeCode(t.DType)
+	dt, err := gpu.DTypeCode(t.DType)
 	if err != nil {
 		return nil, err
 	}
@@ -218,25 +218,6 @@ func packSlices(src []byte, n, size, stride int64) []byte {
 	return out
 }
 
-// dtypeCode maps a graph dtype to the kernels' DT_* code.
-func dtypeCode(dt graph.DType) (int32, error) {
-	switch dt {
-	case graph.F32:
-		return kernels.DTF32, nil
-	case graph.BF16:
-		return kernels.DTBF16, nil
-	case graph.F16:
-		return kernels.DTF16, nil
-	case graph.Q4:
-		return kernels.DTQ4, nil
-	case graph.Q8:
-		return kernels.DTQ8, nil
-	case graph.I32:
-		return kernels.DTI32, nil
-	}
-	return 0, fmt.Errorf("dtype %s has no CUDA kernel support", dt)
-}
-
 // embedVocab is the vocabulary of the plan's embed table (0 when there is none), so Run
 // can refuse out-of-range token ids before they reach the device.
 func embedVocab(p *plan.Plan) int {
@@ -250,28 +231,16 @@ func embedVocab(p *plan.Plan) int {
 	return 0
 }
 
-// checkOps refuses a plan with ops that have no CUDA kernel, before touching the
-// device: one error naming every such op and how to avoid it.
+// checkOps refuses a plan that was not compiled for this backend, before touching the
+// device: a CUDA plan names the kernel of every dispatch.
 func checkOps(p *plan.Plan) error {
-	var missing []string
-	seen := map[string]bool{}
-	for i := range p.Dispatches {
-		op := p.Dispatches[i].Op
-		_, single := lowerings[op]
-		_, composite := composites[op]
-		if single || composite || seen[op] {
-			continue
-		}
-		seen[op] = true
-		reason := unsupported[op]
-		if reason == "" {
-			reason = "not in the CUDA backend's op table"
-		}
-		missing = append(missing, fmt.Sprintf("%s (%s)", op, reason))
+	if p.Backend != "cuda" {
+		return fmt.Errorf("plan %s was compiled for backend %q, not cuda (compile with --backend cuda)", p.Phase, p.Backend)
 	}
-	if len(missing) == 0 {
-		return nil
+	for _, d := range p.Dispatches {
+		if d.Kernel == "" {
+			return fmt.Errorf("plan %s: dispatch %d (%s) names no kernel", p.Phase, d.Index, d.Op)
+		}
 	}
-	return fmt.Errorf("plan %s: the CUDA backend has no kernel for %s; compile without the pass that makes it (-pass=NAME/off; `pistil compile -pass=help` says which pass makes which fused op) or use --backend cpu",
-		p.Phase, strings.Join(missing, ", "))
+	return nil
 }

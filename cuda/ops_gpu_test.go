@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"pistil/gpu"
 	"pistil/graph"
 	"pistil/ops"
 	"pistil/ops/kernels"
@@ -17,7 +18,7 @@ import (
 )
 
 // gpu returns the device, or skips the test with the reason CUDA is not loadable.
-func gpu(t *testing.T) *device {
+func openGPU(t *testing.T) *device {
 	t.Helper()
 	if _, err := loadDriver(); err != nil {
 		t.Skipf("no GPU: %v", err)
@@ -31,7 +32,7 @@ func gpu(t *testing.T) *device {
 
 // The compiler's layout of the generated args structs equals Go's.
 func TestProbeLayoutOnDevice(t *testing.T) {
-	g := gpu(t)
+	g := openGPU(t)
 	layouts := kernels.Layouts()
 	err := g.do(func() error {
 		out, err := g.alloc(int64(8 * len(layouts)))
@@ -39,7 +40,8 @@ func TestProbeLayoutOnDevice(t *testing.T) {
 			return err
 		}
 		defer g.free(out)
-		l, err := newKernel(g, kernels.KernelProbeLayout, [3]int{1, 1, 1}, 32, struct{ Out uint64 }{out})
+		args := &struct{ Out uint64 }{out}
+		l, err := g.newLaunch(kernels.KernelProbeLayout, [3]int{1, 1, 1}, 32, args, unsafe.Pointer(args))
 		if err != nil {
 			return err
 		}
@@ -74,6 +76,9 @@ type opCase struct {
 	// alias maps a result index to the arg index whose buffer it updates in place.
 	alias map[int]int
 	C     int
+	// splits > 0 runs attention as the plan's split form (attention_partial over this
+	// many key ranges, then attention_merge) against attention's reference.
+	splits int
 }
 
 func randF32(r *rand.Rand, shape ...int) *ops.Tensor {
@@ -126,7 +131,7 @@ func typeOf(t *ops.Tensor) graph.Type {
 }
 
 func TestKernelsMatchReferences(t *testing.T) {
-	g := gpu(t)
+	g := openGPU(t)
 	for _, c := range opCases() {
 		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
 	}
@@ -135,7 +140,7 @@ func TestKernelsMatchReferences(t *testing.T) {
 // attention_gqa over the shapes that matter: head dims, kv heads, cache dtypes, query
 // heads per kv head, and contexts that fill many key ranges (the merge).
 func TestAttentionVariants(t *testing.T) {
-	g := gpu(t)
+	g := openGPU(t)
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, D := range []int{64, 256} {
 		for _, kvh := range []int{1, 2} {
@@ -152,6 +157,10 @@ func TestAttentionVariants(t *testing.T) {
 							attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(D))},
 							in:    []*ops.Tensor{randF32(r, T, 8*kvh, D), cache(), cache()}, C: ctx}
 						t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+						if s := gpu.CUDA.AttentionSplits(T, 8*kvh, kvh, D); s > 1 {
+							c.splits = s
+							t.Run(c.name+"/split", func(t *testing.T) { runOpCase(t, g, c) })
+						}
 					}
 				}
 			}
@@ -321,7 +330,7 @@ func runOpCase(t *testing.T, g *device, c opCase) {
 			allocs = append(allocs, a)
 			return a, g.upload(a, data)
 		}
-		in := make([]operand, len(c.in))
+		in := make([]gpu.Operand, len(c.in))
 		for i, tns := range c.in {
 			if tns.DType.Quantized() {
 				w, err := b.upload("w", tns)
@@ -329,64 +338,41 @@ func runOpCase(t *testing.T, g *device, c opCase) {
 					return err
 				}
 				allocs = append(allocs, w.w.Data, w.w.Scales, w.w.Biases)
-				in[i] = operand{addr: w.w.Data, w: w.w, dtype: tns.DType, shape: tns.Shape}
+				in[i] = gpu.Operand{Addr: w.w.Data, W: w.w, DType: tns.DType, Shape: tns.Shape}
 				continue
 			}
 			a, err := put(tns.Data)
 			if err != nil {
 				return err
 			}
-			code, _ := dtypeCode(tns.DType)
-			in[i] = operand{addr: a, w: weightOf(a, code), dtype: tns.DType, shape: tns.Shape}
+			in[i] = denseOperand(a, tns.DType, tns.Shape)
 		}
-		out := make([]operand, len(outTypes))
-		for i, ot := range outTypes {
-			if j, ok := c.alias[i]; ok {
-				out[i] = in[j]
-				continue
-			}
-			shape := ot.Shape.Eval(graph.Bindings{})
-			poison := make([]byte, ot.Bytes(graph.Bindings{}))
+		alloc := func(t graph.Type) (gpu.Operand, error) {
+			poison := make([]byte, t.Bytes(graph.Bindings{}))
 			for k := range poison {
 				poison[k] = 0xff // NaN in every float dtype: unwritten outputs fail
 			}
 			a, err := put(poison)
 			if err != nil {
-				return err
+				return gpu.Operand{}, err
 			}
-			code, _ := dtypeCode(ot.DType)
-			out[i] = operand{addr: a, w: weightOf(a, code), dtype: ot.DType, shape: shape}
+			return denseOperand(a, t.DType, t.Shape.Eval(graph.Bindings{})), nil
 		}
 		steps := []int32{int32(c.C), int32(c.in[0].Shape[0]), 16, 0}
 		stepAddr, err := put(unsafe.Slice((*byte)(unsafe.Pointer(&steps[0])), 16))
 		if err != nil {
 			return err
 		}
-		d := &plan.Dispatch{Op: c.op, Attrs: c.attrs}
-		lc := &lowerCtx{g: g, steps: stepAddr, work: func(n int64) (uint64, error) { return put(make([]byte, n)) }}
-		var stages [][]*launch
-		if lw, ok := lowerings[c.op]; ok {
-			l, err := lw(lc, d, in, out)
-			if err != nil {
-				return err
-			}
-			stages = [][]*launch{{l}}
-		} else if stages, err = composites[c.op](lc, d, in, out); err != nil {
+		out, err := runOnGPU(g, c, in, alloc, stepAddr)
+		if err != nil {
 			return err
-		}
-		for _, stage := range stages {
-			for _, l := range stage {
-				if err := g.run(l); err != nil {
-					return err
-				}
-			}
 		}
 		if err := g.sync(); err != nil {
 			return err
 		}
 		for i, ot := range outTypes {
 			gpuOut[i] = make([]byte, ot.Bytes(graph.Bindings{}))
-			if err := g.download(gpuOut[i], out[i].addr); err != nil {
+			if err := g.download(gpuOut[i], out[i].Addr); err != nil {
 				return err
 			}
 		}
@@ -423,4 +409,117 @@ func runOpCase(t *testing.T, g *device, c opCase) {
 			t.Errorf("result %d: max abs error %.3g (largest |ref| %.3g, tolerance %.3g)", i, maxErr, maxRef, tol)
 		}
 	}
+}
+
+func denseOperand(addr uint64, dt graph.DType, shape []int) gpu.Operand {
+	code, _ := gpu.DTypeCode(dt)
+	return gpu.Operand{Addr: addr, W: kernels.Weight{Data: addr, DType: code}, DType: dt, Shape: shape}
+}
+
+// runOnGPU launches a case the way a plan would: the op as one kernel when the GPU
+// lowering supports it for these operands, else its expansion (what expand-for-backend
+// makes of it), or attention's split form; each dispatch through gpu.CUDA.Lower, in
+// order, with fresh outputs (or the aliased input, for in-place state updates). It
+// returns the case's result operands.
+func runOnGPU(g *device, c opCase, in []gpu.Operand, alloc func(graph.Type) (gpu.Operand, error), steps uint64) ([]gpu.Operand, error) {
+	gr := graph.New(c.op)
+	b := graph.NewBuilder(gr, ops.Default)
+	vals := map[*graph.Value][]gpu.Operand{}
+	srcs := make([]*graph.Value, len(c.in))
+	for i, tns := range c.in {
+		srcs[i] = b.Source("input", fmt.Sprintf("a%d", i), typeOf(tns), nil)
+		vals[srcs[i]] = []gpu.Operand{in[i]}
+	}
+	root := b.Op(c.op, c.attrs, srcs...)
+	results := []*graph.Value{root}
+	switch {
+	case c.splits > 0:
+		part := b.Op("attention_partial", graph.Attrs{"scale": c.attrs.Float("scale"), "splits": int64(c.splits), "key_block": int64(kernels.AttnKeyBlock)}, srcs...)
+		results = []*graph.Value{b.Op("attention_merge", nil, part)}
+	default:
+		ins, outs := make([]gpu.Operand, len(in)), []gpu.Operand{}
+		copy(ins, in)
+		elems := root.Type.Elems
+		if len(elems) == 0 {
+			elems = []graph.Type{root.Type}
+		}
+		for _, t := range elems {
+			outs = append(outs, gpu.Operand{Addr: 1 << 40, DType: t.DType, Shape: t.Shape.Eval(graph.Bindings{})})
+		}
+		if !gpu.CUDA.Supports(c.op, c.attrs, ins, outs) {
+			ex, err := ops.ExpandElems(b, root)
+			if err != nil {
+				return nil, err
+			}
+			results = ex
+		}
+	}
+	if err := b.Err(); err != nil {
+		return nil, err
+	}
+	aliasOf := func(v *graph.Value, elem int) (gpu.Operand, bool) {
+		// An in-place state update writes the state arg it was given.
+		if v == root || len(results) == 1 && v == results[0] {
+			if j, ok := c.alias[elem]; ok {
+				return in[j], true
+			}
+		}
+		return gpu.Operand{}, false
+	}
+	for _, v := range gr.Values {
+		if _, done := vals[v]; done || v.Op == "input" {
+			continue
+		}
+		if v == root && (c.splits > 0 || len(results) != 1 || results[0] != root) {
+			continue // replaced by its split or expanded form
+		}
+		args := make([]gpu.Operand, len(v.Args))
+		for i, a := range v.Args {
+			args[i] = vals[a][0]
+		}
+		switch v.Op {
+		case "reshape":
+			o := args[0]
+			o.Shape = v.Type.Shape.Eval(graph.Bindings{})
+			vals[v] = []gpu.Operand{o}
+			continue
+		case graph.OpSelect:
+			vals[v] = []gpu.Operand{vals[v.Args[0]][v.Attrs.Int("index")]}
+			continue
+		}
+		elems := v.Type.Elems
+		if len(elems) == 0 {
+			elems = []graph.Type{v.Type}
+		}
+		outs := make([]gpu.Operand, len(elems))
+		for i, t := range elems {
+			if o, ok := aliasOf(v, i); ok {
+				outs[i] = o
+				continue
+			}
+			o, err := alloc(t)
+			if err != nil {
+				return nil, err
+			}
+			outs[i] = o
+		}
+		d := &plan.Dispatch{Op: v.Op, Attrs: v.Attrs}
+		l, err := gpu.CUDA.Lower(d, args, outs, steps)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", v.Op, err)
+		}
+		ln, err := g.newLaunch(l.Kernel, l.Grid, l.Block, l.Args, l.ArgsPointer())
+		if err != nil {
+			return nil, err
+		}
+		if err := g.run(ln); err != nil {
+			return nil, err
+		}
+		vals[v] = outs
+	}
+	var out []gpu.Operand
+	for _, r := range results {
+		out = append(out, vals[r]...)
+	}
+	return out, nil
 }

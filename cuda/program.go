@@ -8,8 +8,10 @@ import (
 	"unsafe"
 
 	"pistil/exec"
+	"pistil/gpu"
 	"pistil/graph"
 	"pistil/ops"
+	"pistil/ops/kernels"
 	"pistil/plan"
 )
 
@@ -36,36 +38,33 @@ type program struct {
 	vocab      int
 
 	bound    *state
-	launches []*launch // every launch in plan order
+	launches []*launch // one per dispatch, in plan order
 	ops      []string  // the dispatch op of each launch (for profiles)
-	// stages lists, per dispatch, its launches as consecutive stages of launch indexes:
-	// one stage of one launch for most ops; composite ops have more.
-	stages   [][][]int
 	graph    uintptr
 	exec     uintptr
 	stepHost []int32
-	work     map[workKey]workspace // private device scratch of dispatches
-	events   []uintptr             // for profiled runs: one before each launch, one after the last
+	events   []uintptr // for profiled runs: one before each launch, one after the last
 }
 
 func (p *program) Tokens() int { return p.p.Tokens }
 
 // lower resolves every dispatch's operands against st (nil: state addresses are zero,
-// for the shape checks at Load) and records one launch per dispatch.
+// for the shape checks at Load) and makes its launch through the shared GPU lowering.
+// The launch must be the one the plan names (kernel, grid, group size): the plan is what
+// runs, one launch per dispatch and nothing besides.
 func (p *program) lower(st *state) (*lowered, error) {
 	capacity := 1
 	if st != nil {
 		capacity = st.capacity
 	}
 	bind := graph.Bindings{T: p.p.Tokens, N: capacity}
-	c := &lowerCtx{g: p.b.dev, steps: p.steps}
-	resolve := func(o plan.Operand) (operand, error) {
+	resolve := func(o plan.Operand) (gpu.Operand, error) {
 		buf := &p.p.Buffers[o.Buffer]
-		r := operand{dtype: o.Type.DType, shape: o.Type.Shape.Eval(bind)}
+		r := gpu.Operand{DType: o.Type.DType, Shape: o.Type.Shape.Eval(bind)}
 		switch buf.Kind {
 		case plan.Weight:
 			w := p.bufs[o.Buffer].weight
-			r.w, r.addr = w.w, w.w.Data
+			r.W, r.Addr = w.w, w.w.Data
 			return r, nil
 		case plan.State:
 			if st != nil {
@@ -73,23 +72,23 @@ func (p *program) lower(st *state) (*lowered, error) {
 				if !ok {
 					return r, fmt.Errorf("session has no state %q", buf.Name)
 				}
-				r.addr = a + uint64(o.Offset)
+				r.Addr = a + uint64(o.Offset)
 			}
 		default:
-			r.addr = p.bufs[o.Buffer].addr + uint64(o.Offset)
+			r.Addr = p.bufs[o.Buffer].addr + uint64(o.Offset)
 		}
-		code, err := dtypeCode(o.Type.DType)
+		code, err := gpu.DTypeCode(o.Type.DType)
 		if err != nil {
 			return r, err
 		}
-		r.w = weightOf(r.addr, code)
+		r.W = kernels.Weight{Data: r.Addr, DType: code}
 		return r, nil
 	}
 	out := &lowered{}
 	for i := range p.p.Dispatches {
 		d := &p.p.Dispatches[i]
-		in := make([]operand, len(d.Args))
-		res := make([]operand, len(d.Results))
+		in := make([]gpu.Operand, len(d.Args))
+		res := make([]gpu.Operand, len(d.Results))
 		for j, a := range d.Args {
 			o, err := resolve(a)
 			if err != nil {
@@ -104,45 +103,28 @@ func (p *program) lower(st *state) (*lowered, error) {
 			}
 			res[j] = o
 		}
-		slot := 0
-		c.work = func(n int64) (uint64, error) {
-			slot++
-			return p.workspace(workKey{i, slot}, n)
+		l, err := gpu.CUDA.Lower(d, in, res, p.steps)
+		if err != nil {
+			return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
 		}
-		var stages [][]*launch
-		if lw, ok := lowerings[d.Op]; ok {
-			l, err := lw(c, d, in, res)
-			if err != nil {
-				return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
-			}
-			stages = [][]*launch{{l}}
-		} else {
-			st, err := composites[d.Op](c, d, in, res)
-			if err != nil {
-				return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
-			}
-			stages = st
+		if l.Kernel != d.Kernel || l.Grid != d.Grid || l.Block != d.Block {
+			return nil, fmt.Errorf("plan %s: dispatch %d (%s) names kernel %s grid %v block %d, but lowers to %s grid %v block %d here: recompile the plan for cuda",
+				p.p.Phase, d.Index, d.Op, d.Kernel, d.Grid, d.Block, l.Kernel, l.Grid, l.Block)
 		}
-		var idx [][]int
-		for _, stage := range stages {
-			var ids []int
-			for _, l := range stage {
-				ids = append(ids, len(out.launches))
-				out.launches = append(out.launches, l)
-				out.ops = append(out.ops, d.Op)
-			}
-			idx = append(idx, ids)
+		ln, err := p.b.dev.newLaunch(l.Kernel, l.Grid, l.Block, l.Args, l.ArgsPointer())
+		if err != nil {
+			return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
 		}
-		out.stages = append(out.stages, idx)
+		out.launches = append(out.launches, ln)
+		out.ops = append(out.ops, d.Op)
 	}
 	return out, nil
 }
 
-// lowered is a plan turned into launches.
+// lowered is a plan turned into launches, one per dispatch.
 type lowered struct {
 	launches []*launch
 	ops      []string
-	stages   [][][]int
 }
 
 // Run implements exec.Program.
@@ -223,7 +205,7 @@ func (p *program) bind(s *state) error {
 		return err
 	}
 	p.dropGraph()
-	p.launches, p.ops, p.stages, p.bound = low.launches, low.ops, low.stages, s
+	p.launches, p.ops, p.bound = low.launches, low.ops, s
 	if !p.b.graphs {
 		return nil
 	}
@@ -244,39 +226,21 @@ func (p *program) bind(s *state) error {
 		}
 		preds[to] = append(preds[to], from)
 	}
-	// A dispatch's first stage waits for the last stage of each dispatch it depends on;
-	// each later stage waits for the stage before it.
+	// One kernel node per dispatch, waiting for the dispatches the plan's edges name.
 	nodes := make([]uintptr, len(p.launches))
-	add := func(li int, deps []uintptr) error {
-		l := p.launches[li]
+	for i, l := range p.launches {
+		deps := make([]uintptr, 0, len(preds[i]))
+		for _, f := range preds[i] {
+			deps = append(deps, nodes[f])
+		}
 		var depPtr unsafe.Pointer
 		if len(deps) > 0 {
 			depPtr = unsafe.Pointer(&deps[0])
 		}
 		params := kernelNodeParams{fn: l.fn, gridX: l.grid[0], gridY: l.grid[1], gridZ: l.grid[2], blockX: l.block, blockY: 1, blockZ: 1,
 			kernelParams: l.params}
-		return g.d.check("cuGraphAddKernelNode "+l.name, g.d.cuGraphAddKernelNode(&nodes[li], p.graph, depPtr, uintptr(len(deps)), &params))
-	}
-	for i, stages := range p.stages {
-		var deps []uintptr
-		for _, f := range preds[i] {
-			last := p.stages[f][len(p.stages[f])-1]
-			for _, li := range last {
-				deps = append(deps, nodes[li])
-			}
-		}
-		for si, stage := range stages {
-			if si > 0 {
-				deps = deps[:0:0]
-				for _, li := range stages[si-1] {
-					deps = append(deps, nodes[li])
-				}
-			}
-			for _, li := range stage {
-				if err := add(li, deps); err != nil {
-					return err
-				}
-			}
+		if err := g.d.check("cuGraphAddKernelNode "+l.name, g.d.cuGraphAddKernelNode(&nodes[i], p.graph, depPtr, uintptr(len(deps)), &params)); err != nil {
+			return err
 		}
 	}
 	return g.d.check("cuGraphInstantiateWithFlags", g.d.cuGraphInstantiateWithFlags(&p.exec, p.graph, 0))
@@ -312,31 +276,4 @@ func (p *program) Output(name string) ([]float32, bool) {
 		return nil, false
 	}
 	return (&ops.Tensor{DType: graph.F32, Data: p.logitsHost}).F32(), true
-}
-
-// workspace is device scratch owned by one dispatch.
-type workspace struct {
-	addr  uint64
-	bytes int64
-}
-
-// workKey names a dispatch's k-th scratch request (in lowering order).
-type workKey struct{ dispatch, slot int }
-
-// workspace returns the scratch of key, n bytes, allocating it (zeroed) the first time;
-// the caller holds the device.
-func (p *program) workspace(key workKey, n int64) (uint64, error) {
-	if w, ok := p.work[key]; ok && w.bytes >= n {
-		return w.addr, nil
-	}
-	addr, err := p.b.dev.alloc(n)
-	if err != nil {
-		return 0, err
-	}
-	if p.work == nil {
-		p.work = map[workKey]workspace{}
-	}
-	p.work[key] = workspace{addr, n}
-	p.owned = append(p.owned, addr)
-	return addr, nil
 }

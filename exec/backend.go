@@ -83,18 +83,31 @@ func RegisterBackend(name string, f BackendFactory) {
 
 // NewBackend makes an instance of a registered backend, or says which ones exist.
 func NewBackend(name string, o BackendOptions) (Backend, error) {
+	if err := checkRegistered(name); err != nil {
+		return nil, err
+	}
 	backendsMu.Lock()
-	f, ok := backends[name]
+	f := backends[name]
+	backendsMu.Unlock()
+	return f(o)
+}
+
+// checkRegistered says which backends exist when name is not one of them ("" is cpu).
+func checkRegistered(name string) error {
+	if name == "" {
+		name = "cpu"
+	}
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	if _, ok := backends[name]; ok {
+		return nil
+	}
 	names := make([]string, 0, len(backends))
 	for n := range backends {
 		names = append(names, n)
 	}
-	backendsMu.Unlock()
-	if !ok {
-		sort.Strings(names)
-		return nil, fmt.Errorf("backend %q is not available (have %v)", name, names)
-	}
-	return f(o)
+	sort.Strings(names)
+	return fmt.Errorf("backend %q is not available (have %v)", name, names)
 }
 
 func bindN(n int) graph.Bindings { return graph.Bindings{N: n} }

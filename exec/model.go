@@ -25,6 +25,9 @@ type Options struct {
 	Passes []string
 	// PipelineFile is the pipeline.toml to read; empty means the built-in defaults.
 	PipelineFile string
+	// CostContext is the context length the plans' reported costs assume (0:
+	// passes.DefaultCostContext); `pistil compile` prints the same plans at its default.
+	CostContext int
 }
 
 // Weights is what a model reads its weights through: a checkpoint.
@@ -50,6 +53,7 @@ type Model struct {
 
 	mu       sync.Mutex
 	programs map[int]Program
+	plans    map[int]*plan.Plan
 }
 
 // Name is the model's name (its directory's base name).
@@ -95,6 +99,17 @@ func (m *Model) pieceSize(n int) int {
 	return 1 << (bits.Len(uint(n)) - 1)
 }
 
+// Plan is the plan the model runs for steps of tokens (compiled and loaded on first use):
+// what `pistil compile --backend` prints for the same options.
+func (m *Model) Plan(tokens int) (*plan.Plan, error) {
+	if _, err := m.program(tokens); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.plans[tokens], nil
+}
+
 // program returns the loaded plan for T tokens, compiling it on first use.
 func (m *Model) program(tokens int) (Program, error) {
 	m.mu.Lock()
@@ -106,6 +121,10 @@ func (m *Model) program(tokens int) (Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile the %d-token plan: %w", tokens, err)
 	}
+	if m.plans == nil {
+		m.plans = map[int]*plan.Plan{}
+	}
+	m.plans[tokens] = pl
 	prog, err := m.backend.Load(pl, m.weights.Tensor)
 	if err != nil {
 		return nil, fmt.Errorf("load the %d-token plan on %s: %w", tokens, m.backend.Name(), err)

@@ -17,6 +17,63 @@ import (
 // graph is declared once with the checkpoint's weight types; plans are compiled per token
 // count on first use.
 func Open(dir string, o Options) (*Model, error) {
+	if err := checkRegistered(o.Backend); err != nil {
+		return nil, err
+	}
+	pr, err := prepare(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	o = pr.opts
+	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: pr.pipe.CPU.Kernels, Graphs: pr.pipe.CUDA.Graphs})
+	if err != nil {
+		pr.ck.Close()
+		return nil, err
+	}
+	m := &Model{
+		name: filepath.Base(filepath.Clean(dir)), cfg: pr.ck.Config(), opts: o, backend: backend, weights: pr.ck,
+		chunk: pr.chunk, programs: map[int]Program{}, compile: pr.compile,
+	}
+	for _, v := range pr.graph.Values {
+		if v.Op == "state" {
+			m.states = append(m.states, StateSpec{Name: v.Name, Type: v.Type})
+		}
+	}
+	// The decode plan and the full prefill chunk are the ones every session uses: compile
+	// them now so the first request does not pay for it (and a plan that cannot be
+	// compiled or loaded fails Open, not a request). Remainder pieces compile on first use.
+	for _, tokens := range []int{1, pr.chunk} {
+		if _, err := m.program(tokens); err != nil {
+			pr.ck.Close()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// CompilePlan compiles the plan Open would load for steps of tokens, without a backend:
+// what `pistil compile --backend` is checked against on machines without the GPU.
+func CompilePlan(dir string, o Options, tokens int) (*plan.Plan, error) {
+	pr, err := prepare(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	defer pr.ck.Close()
+	return pr.compile(tokens)
+}
+
+// prepared is a checkpoint opened and its graph declared for the backend, with the
+// compiler set up: everything of Open before a backend is involved.
+type prepared struct {
+	opts    Options
+	pipe    *pipeline.Pipeline
+	ck      *checkpoint.Checkpoint
+	graph   *graph.Graph
+	chunk   int
+	compile func(tokens int) (*plan.Plan, error)
+}
+
+func prepare(dir string, o Options) (*prepared, error) {
 	if o.Backend == "" {
 		o.Backend = "cpu"
 	}
@@ -31,10 +88,6 @@ func Open(dir string, o Options) (*Model, error) {
 	if o.Workers == 0 {
 		o.Workers = pipe.CPU.Workers
 	}
-	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: pipe.CPU.Kernels, Graphs: pipe.CUDA.Graphs})
-	if err != nil {
-		return nil, err
-	}
 	chunk := o.Chunk
 	if chunk == 0 {
 		chunk = pipe.Phases.PrefillChunk
@@ -47,14 +100,10 @@ func Open(dir string, o Options) (*Model, error) {
 		return nil, err
 	}
 	cfg := ck.Config()
-	// The CPU keeps the KV cache and the conv state in float32, so its answers match the
-	// float32 references to rounding; GPU backends will store them in bf16.
-	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{
-		WeightType: ck.WeightType, KVDType: graph.F32, ConvStateDType: graph.F32, AllLogits: o.AllLogits,
-	})
+	g, err := DeclareGraph(cfg, ck.WeightType, o.Backend, o.AllLogits)
 	if err != nil {
 		ck.Close()
-		return nil, fmt.Errorf("declare the model graph: %w", err)
+		return nil, err
 	}
 	// Bind every weight up front so a checkpoint that lacks a tensor, or has one the model
 	// does not use, fails here with the full list rather than at the first step.
@@ -62,30 +111,39 @@ func Open(dir string, o Options) (*Model, error) {
 		ck.Close()
 		return nil, err
 	}
-	m := &Model{
-		name: filepath.Base(filepath.Clean(dir)), cfg: cfg, opts: o, backend: backend, weights: ck,
-		chunk: chunk, programs: map[int]Program{},
+	compile := func(tokens int) (*plan.Plan, error) {
+		return passes.Compile(g, ops.Default, PhaseFor(o.Backend, tokens, o.AllLogits, o.CostContext), passCfg)
 	}
-	for _, v := range g.Values {
-		if v.Op == "state" {
-			m.states = append(m.states, StateSpec{Name: v.Name, Type: v.Type})
-		}
+	return &prepared{opts: o, pipe: pipe, ck: ck, graph: g, chunk: chunk, compile: compile}, nil
+}
+
+// DeclareGraph declares the model graph for a backend: weights of the checkpoint's types,
+// state of the types the backend's compile target holds (passes.TargetFor). `pistil
+// compile` declares its graph here too, so the plan it prints is the plan Open loads.
+func DeclareGraph(cfg *qwen35moe.Config, weightType func(string, graph.Shape) (graph.Type, error), backend string, allLogits bool) (*graph.Graph, error) {
+	t, err := passes.TargetFor(backend)
+	if err != nil {
+		return nil, err
 	}
-	m.compile = func(tokens int) (*plan.Plan, error) {
-		phase := passes.Phase{Name: "prefill", Tokens: tokens, LastLogitsOnly: !o.AllLogits}
-		if tokens == 1 {
-			phase.Name = "decode"
-		}
-		return passes.Compile(g, ops.Default, phase, passCfg)
+	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{
+		WeightType: weightType, KVDType: t.KVDType, ConvStateDType: t.ConvStateDType, AllLogits: allLogits,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("declare the model graph: %w", err)
 	}
-	// The decode plan and the full prefill chunk are the ones every session uses: compile
-	// them now so the first request does not pay for it (and a plan that cannot be
-	// compiled or loaded fails Open, not a request). Remainder pieces compile on first use.
-	for _, tokens := range []int{1, chunk} {
-		if _, err := m.program(tokens); err != nil {
-			ck.Close()
-			return nil, err
-		}
+	return g, nil
+}
+
+// PhaseFor is the phase Open compiles for a step of tokens (1: decode, else a prefill
+// piece) on a backend. costContext is the context the plan's reported costs assume (0:
+// passes.DefaultCostContext); it does not change what runs.
+func PhaseFor(backend string, tokens int, allLogits bool, costContext int) passes.Phase {
+	if costContext == 0 {
+		costContext = passes.DefaultCostContext
 	}
-	return m, nil
+	phase := passes.Phase{Name: "prefill", Tokens: tokens, Context: costContext, LastLogitsOnly: !allLogits, Backend: backend}
+	if tokens == 1 {
+		phase.Name, phase.LastLogitsOnly = "decode", false
+	}
+	return phase
 }

@@ -18,6 +18,8 @@ var contractOps = []string{
 	"matmuls", "matmul_swiglu", "matmul_gated_add", "matmul_router", "expert_matmul_swiglu",
 	"expert_matmul_combine", "add_rms_norm", "gdn_gates", "conv1d_silu", "slice_l2_norm",
 	"rms_norm_rope", "sigmoid_gate_matmul", "gated_rms_norm_matmul",
+	// the GPU form of attention for decode (split-attention)
+	"attention_partial", "attention_merge",
 }
 
 func TestTableCoversContract(t *testing.T) {

@@ -12,6 +12,9 @@ import (
 // Compile runs the pass table over a copy of g for one phase and returns the plan. The
 // input graph is left unchanged, so one built graph serves every phase.
 func Compile(g *graph.Graph, ops OpTable, phase Phase, cfg Config) (*plan.Plan, error) {
+	if _, err := TargetFor(phase.Backend); err != nil {
+		return nil, err
+	}
 	u := &Unit{Graph: g.Clone(), Phase: phase, Ops: ops}
 	if err := Run(u, cfg, ""); err != nil {
 		return nil, err

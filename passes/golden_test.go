@@ -70,6 +70,15 @@ func TestGoldens(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkGolden(t, filepath.Join("testdata", layout, "plan_"+ph.Name+".json.golden"), string(data)+"\n")
+			// The CUDA plan of the same phase: fused ops expanded where CUDA has no
+			// kernel, attention split for decode, every dispatch's kernel and grid.
+			gpuPhase := ph
+			gpuPhase.Backend = "cuda"
+			gp, err := passes.Compile(g, ops.Default, gpuPhase, passes.Config{Check: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, filepath.Join("testdata", layout, "plan_"+ph.Name+".cuda.golden"), gp.Text())
 		}
 	}
 }

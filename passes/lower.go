@@ -26,6 +26,7 @@ func lower(u *Unit) error {
 		Groups:  append([]plan.Group(nil), s.Groups...),
 		Edges:   append([]plan.Edge(nil), s.Edges...),
 		Passes:  append(append([]string(nil), u.Ran...), "lower"),
+		Backend: u.Phase.Backend,
 	}
 	group := make([]int, len(s.Dispatches))
 	for gi, g := range s.Groups {

@@ -410,3 +410,63 @@ func checkPlanSteps(t *testing.T, g *graph.Graph, ck *checkpoint.Checkpoint, cfg
 		pos += p.Tokens
 	}
 }
+
+// TestGPUPlansComputeTheGraph runs the GPU targets' plans (fused ops expanded where the
+// target has no kernel, decode attention split into key ranges and merged) over their
+// planned buffers with the op references, and compares each step with the CPU target's
+// plan: expansion and splitting change rounding, never the answer.
+func TestGPUPlansComputeTheGraph(t *testing.T) {
+	for _, layout := range []string{"mlx-q4", "hf"} {
+		ck := openTiny(t, layout)
+		g := buildTiny(t, ck, false)
+		for _, target := range []string{"cuda", "metal"} {
+			for _, o0 := range []bool{false, true} {
+				cfg := passes.Config{Check: true}
+				if o0 {
+					cfg = passes.O0()
+					cfg.Check = true
+				}
+				t.Run(fmt.Sprintf("%s/%s/O0=%v", layout, target, o0), func(t *testing.T) {
+					compile := func(backend, phase string, tokens int) *plan.Plan {
+						p, err := passes.Compile(g, ops.Default, passes.Phase{Name: phase, Tokens: tokens, LastLogitsOnly: phase == "prefill", Backend: backend}, cfg)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return p
+					}
+					const capacity, prompt = 40, 24
+					gpuSteps := []*plan.Plan{compile(target, "prefill", prompt), compile(target, "decode", 1), compile(target, "decode", 1)}
+					cpuSteps := []*plan.Plan{compile("cpu", "prefill", prompt), compile("cpu", "decode", 1), compile("cpu", "decode", 1)}
+					if n := countPlanOps(gpuSteps[1], "attention_merge"); n == 0 && !o0 {
+						t.Errorf("the %s decode plan has no split attention", target)
+					}
+					rng := rand.New(rand.NewSource(5))
+					gpuStates := zeroStates(g, graph.Bindings{N: capacity})
+					cpuStates := zeroStates(g, graph.Bindings{N: capacity})
+					pos := 0
+					for step := range gpuSteps {
+						bind := graph.Bindings{T: gpuSteps[step].Tokens, C: pos, N: capacity}
+						tokens := randomTokens(rng, gpuSteps[step].Tokens, ck.Config().VocabSize)
+						got := newExecutor(t, gpuSteps[step], ck).run(t, tokens, gpuStates, bind)
+						want := newExecutor(t, cpuSteps[step], ck).run(t, tokens, cpuStates, bind)
+						compareOutputs(t, fmt.Sprintf("step %d (%s)", step, gpuSteps[step].Phase), got, want, 1e-4)
+						for name := range cpuStates {
+							gpuStates[name], cpuStates[name] = copyTensor(got[name]), copyTensor(want[name])
+						}
+						pos += gpuSteps[step].Tokens
+					}
+				})
+			}
+		}
+	}
+}
+
+func countPlanOps(p *plan.Plan, op string) int {
+	n := 0
+	for _, d := range p.Dispatches {
+		if d.Op == op {
+			n++
+		}
+	}
+	return n
+}

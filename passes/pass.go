@@ -31,6 +31,10 @@ type Phase struct {
 	// LastLogitsOnly computes logits for the last token only: specialise-phase moves a
 	// last_row in front of the lm_head matmul when the graph computes every row.
 	LastLogitsOnly bool
+	// Backend names the target the plan is for ("cpu", "cuda", "metal"; "" is the CPU):
+	// a GPU target's plan expands the fused ops it has no kernel for and names the
+	// kernel, grid and group size of every dispatch.
+	Backend string
 }
 
 // Unit is what the passes transform: the graph, then the analyses that later passes add.
@@ -97,6 +101,10 @@ var Passes = []Pass{
 		Doc: "projections that read the same input become one matmuls dispatch (horizontal fusion)"},
 	{Name: "fuse-add-norm", Fn: fuseAddNorm,
 		Doc: "a residual add→rms_norm of its sum becomes add_rms_norm"},
+	{Name: "expand-for-backend", Fn: expandForBackend, Required: true,
+		Doc: "a GPU target: fused ops it has no single kernel for (by shape) become the ops they fuse, each a planned dispatch"},
+	{Name: "split-attention", Fn: splitAttention,
+		Doc: "a GPU target: attention with few (kv head, token) pairs becomes attention_partial over key ranges + attention_merge"},
 	{Name: "reorder", Fn: reorderByDepth,
 		Doc: "sort dispatches by dependency level (as late as possible): one concurrent group per level"},
 	{Name: "plan-memory", Fn: planMemory, Required: true,
@@ -105,6 +113,8 @@ var Passes = []Pass{
 		Doc: "byte-range read/write sets, concurrent groups and barriers, minimal dependency DAG"},
 	{Name: "lower", Fn: lower, Required: true,
 		Doc: "emit the phase's plan with costs and totals"},
+	{Name: "select-kernels", Fn: selectKernels, Required: true,
+		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},
 }
 
 // Constraint says pass A must run before pass B, and why. This table documents the
@@ -163,6 +173,14 @@ var PassOrder = []Constraint{
 	{"fuse-shared-gate", "fuse-add-norm",
 		"the routed+shared add belongs to matmul_gated_add; only the residual add that follows it is the norm's"},
 	{"fuse-add-norm", "reorder", "fusion removes dispatches and so changes every value's level"},
+	{"fuse-add-norm", "expand-for-backend",
+		"every fusion pass must have run: expansion undoes the fusions a backend has no kernel for, and a later fusion would make new ones"},
+	{"fuse-projections", "expand-for-backend",
+		"every fusion pass must have run: expansion undoes the fusions a backend has no kernel for, and a later fusion would make new ones"},
+	{"expand-for-backend", "reorder", "expansion adds dispatches and so changes every value's level"},
+	{"split-attention", "reorder", "splitting adds a dispatch and so changes every value's level"},
+	{"expand-for-backend", "plan-memory", "expanded stages need arena space of their own"},
+	{"lower", "select-kernels", "kernels are chosen for the planned operands of each dispatch"},
 	{"reorder", "plan-memory",
 		"liveness follows list order: memory must be planned for the order the plan will run in"},
 	{"plan-memory", "schedule",

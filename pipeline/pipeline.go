@@ -55,7 +55,7 @@ type CUDA struct {
 // test keeps them in step), so a missing file changes nothing.
 func Default() *Pipeline {
 	return &Pipeline{
-		Phases: Phases{Compile: []string{"decode", "prefill"}, PrefillChunk: 512, CostContext: 4096, PrefillLogits: "last"},
+		Phases: Phases{Compile: []string{"decode", "prefill"}, PrefillChunk: 512, CostContext: passes.DefaultCostContext, PrefillLogits: "last"},
 		Passes: map[string]bool{
 			"fuse-dequant": true, "fuse-gdn-gates": true, "fuse-conv-silu": true, "fuse-slice-l2": true,
 			"fuse-swiglu": true, "fuse-router": true, "fuse-moe-combine": true, "fuse-shared-gate": true,

@@ -29,6 +29,8 @@ type Plan struct {
 	Totals Totals `json:"totals"`
 	// Passes records which passes ran, so a plan says how it was made.
 	Passes []string `json:"passes"`
+	// Backend is the target the plan was compiled for (empty: the CPU).
+	Backend string `json:"backend,omitempty"`
 }
 
 // BufferKind says who owns a buffer's bytes.
@@ -91,8 +93,12 @@ type Dispatch struct {
 	Results []Operand `json:"results"`
 	Reads   []Range   `json:"reads"`
 	Writes  []Range   `json:"writes"`
-	Grid    [3]int    `json:"grid"`
-	Group   int       `json:"group"`
+	// Grid is the launch grid in groups and Block the threads of a group, when a GPU
+	// target's select-kernels pass chose Kernel; otherwise Grid is the logical extent
+	// (the result's last dimension, then the product of the others).
+	Grid  [3]int `json:"grid"`
+	Block int    `json:"block,omitempty"`
+	Group int    `json:"group"`
 	// Cost of one execution (bytes of weights actually touched, activations, state).
 	BytesRead    int64 `json:"bytes_read"`
 	BytesWritten int64 `json:"bytes_written"`

@@ -70,7 +70,11 @@ func (p *Plan) StateSplit() map[string]int64 {
 func (p *Plan) Summary() string {
 	t := p.Totals
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "plan %s %s T=%d C=%d\n", p.Model, p.Phase, p.Tokens, p.Context)
+	fmt.Fprintf(&sb, "plan %s %s T=%d C=%d", p.Model, p.Phase, p.Tokens, p.Context)
+	if p.Backend != "" {
+		fmt.Fprintf(&sb, " backend %s", p.Backend)
+	}
+	sb.WriteString("\n")
 	fmt.Fprintf(&sb, "  passes: %s\n", strings.Join(p.Passes, " "))
 	fmt.Fprintf(&sb, "  dispatches %d, concurrent groups %d, barriers %d, longest dependency chain %d\n",
 		t.Dispatches, t.Groups, t.Barriers, t.LongestChain)
@@ -131,6 +135,9 @@ func (p *Plan) Text() string {
 			}
 			if g.Last > g.First {
 				sb.WriteString(" (concurrent)")
+			}
+			if d.Kernel != "" {
+				fmt.Fprintf(&sb, " [%s %dx%dx%d x%d]", d.Kernel, d.Grid[0], d.Grid[1], d.Grid[2], d.Block)
 			}
 			writes := make([]string, len(d.Writes))
 			for j, w := range d.Writes {

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"pistil/exec"
 	"pistil/graph"
+	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/passes"
@@ -25,13 +28,15 @@ func init() {
 // compileFlags are the flags compile and dump share.
 type compileFlags struct {
 	model, pipelineFile string
+	backend             string
 	chunk, context      int
 	passes              passList
 	o0                  bool
 }
 
 func (c *compileFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.model, "model", "", "model directory; only its config.json is read (default: the built-in Qwen3.6-35B-A3B, MLX 4-bit)")
+	fs.StringVar(&c.backend, "backend", "cpu", "the backend the plans are for: "+strings.Join(passes.TargetNames(), ", ")+" (its state types, and for a GPU its kernels)")
+	fs.StringVar(&c.model, "model", "", "model directory: its checkpoint's weight types, or its config.json alone when it holds no weights (default: the built-in Qwen3.6-35B-A3B, MLX 4-bit)")
 	fs.StringVar(&c.pipelineFile, "pipeline", "", "pipeline.toml to read (default: ./pipeline.toml if present, else built-in defaults)")
 	fs.IntVar(&c.chunk, "chunk", 0, "prefill chunk size, the prefill plan's T (0: pipeline.toml's)")
 	fs.IntVar(&c.context, "context", 0, "context length the reported costs assume (0: pipeline.toml's cost_context)")
@@ -65,47 +70,68 @@ func (c *compileFlags) setup(log io.Writer) (*pipeline.Pipeline, passes.Config, 
 		return nil, passes.Config{}, nil, "", err
 	}
 	cfg.Log = log
-	g, desc, err := buildModelGraph(c.model)
+	g, desc, err := buildModelGraph(c.model, c.backend)
 	if err != nil {
 		return nil, passes.Config{}, nil, "", err
 	}
 	if file == "" {
 		file = "built-in defaults"
 	}
-	return pl, cfg, g, fmt.Sprintf("%s; pipeline %s; %s", desc, file, cfg.Describe()), nil
+	return pl, cfg, g, fmt.Sprintf("%s; backend %s; pipeline %s; %s", desc, c.backend, file, cfg.Describe()), nil
 }
 
-// buildModelGraph declares the graph from the built-in config or DIR/config.json alone:
-// weight types come from the config's quantization block when it has one, else BF16.
-// KV cache and conv state are BF16 (the GPU plans' types).
-func buildModelGraph(dir string) (*graph.Graph, string, error) {
+// buildModelGraph declares the graph from the built-in config, or from DIR: with the
+// checkpoint's own weight types when DIR holds one (what exec.Open declares, so the plan
+// printed is the plan that runs), else from DIR/config.json alone (MLX types when the
+// config is quantized, else BF16). State types are the backend's (exec.DeclareGraph).
+func buildModelGraph(dir, backend string) (*graph.Graph, string, error) {
 	var cfg *qwen35moe.Config
 	var wt func(string, graph.Shape) (graph.Type, error)
 	var desc string
-	if dir == "" {
+	switch {
+	case dir == "":
 		cfg = qwen35moe.Default()
 		wt = qwen35moe.MLXWeightType(cfg)
 		desc = "built-in Qwen3.6-35B-A3B config, MLX affine 4-bit weights (8-bit router gates)"
-	} else {
+	case hasWeights(dir):
+		ck, err := checkpoint.Open(dir)
+		if err != nil {
+			return nil, "", err
+		}
+		defer ck.Close()
+		cfg, wt = ck.Config(), ck.WeightType
+		desc = fmt.Sprintf("%s, the checkpoint's weight types", dir)
+	default:
 		var err error
 		if cfg, err = qwen35moe.LoadConfig(dir); err != nil {
 			return nil, "", err
 		}
 		if cfg.Quant != nil {
 			wt = qwen35moe.MLXWeightType(cfg)
-			desc = fmt.Sprintf("%s/config.json, MLX affine %d-bit weights (group %d)", dir, cfg.Quant.Bits, cfg.Quant.GroupSize)
+			desc = fmt.Sprintf("%s/config.json (no weights), MLX affine %d-bit weights (group %d)", dir, cfg.Quant.Bits, cfg.Quant.GroupSize)
 		} else {
 			wt = func(name string, logical graph.Shape) (graph.Type, error) {
 				return graph.TensorType(graph.BF16, logical...), nil
 			}
-			desc = dir + "/config.json, BF16 weights"
+			desc = dir + "/config.json (no weights), BF16 weights"
 		}
 	}
-	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: wt, KVDType: graph.BF16, ConvStateDType: graph.BF16})
+	g, err := exec.DeclareGraph(cfg, wt, backend, false)
 	if err != nil {
-		return nil, "", fmt.Errorf("declare the model graph: %w", err)
+		return nil, "", err
 	}
 	return g, desc, nil
+}
+
+// hasWeights says whether dir holds a safetensors checkpoint (one file or shards).
+func hasWeights(dir string) bool {
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	for _, m := range matches {
+		if filepath.Base(m) != "reference.safetensors" {
+			return true
+		}
+	}
+	return false
 }
 
 // phaseList resolves --phase: one name, or all (the pipeline's compile list).
@@ -162,6 +188,9 @@ func runCompile(args []string) error {
 	phases, err := phaseList(pl, *phase, cf.chunk, cf.context)
 	if err != nil {
 		return err
+	}
+	for i := range phases {
+		phases[i].Backend = cf.backend
 	}
 	fmt.Fprintf(reportOut, "pistil compile: %s\n", desc)
 	var plans []*plan.Plan

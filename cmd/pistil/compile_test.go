@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"pistil/exec"
 	"pistil/plan"
 )
 
@@ -75,5 +77,54 @@ func TestCompileAndDumpTinyConfigs(t *testing.T) {
 	}
 	if err := runDump([]string{"--after", "fuse-dequant", "-O0"}); err == nil || !strings.Contains(err.Error(), "switched off") {
 		t.Errorf("dump after a disabled pass: %v", err)
+	}
+}
+
+// `pistil compile --backend B -o` writes, byte for byte, the plan exec.Open loads for
+// backend B: for the CPU the plan the opened model holds, for the GPUs (no GPU here) the
+// plan exec compiles for them with the same options.
+func TestCompilePrintsThePlanThatRuns(t *testing.T) {
+	reportOut = io.Discard
+	out := filepath.Join(t.TempDir(), "plan.json")
+	for _, layout := range []string{"hf", "mlx-q4"} {
+		dir := fixtures.Golden(layout)
+		m, err := exec.Open(dir, exec.Options{Backend: "cpu"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, backend := range []string{"cpu", "cuda", "metal"} {
+			for _, phase := range []struct {
+				name   string
+				tokens int
+			}{{"decode", 1}, {"prefill", m.Chunk()}} {
+				if err := runCompile([]string{"--model", dir, "--backend", backend, "--phase", phase.name, "-o", out}); err != nil {
+					t.Fatalf("%s %s %s: %v", layout, backend, phase.name, err)
+				}
+				printed, err := os.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var runs *plan.Plan
+				if backend == "cpu" {
+					runs, err = m.Plan(phase.tokens)
+				} else {
+					runs, err = exec.CompilePlan(dir, exec.Options{Backend: backend}, phase.tokens)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := plan.Marshal(runs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(printed, want) {
+					t.Errorf("%s %s %s: the printed plan differs from the plan that runs", layout, backend, phase.name)
+				}
+			}
+		}
+		m.Close()
+	}
+	if err := runCompile([]string{"--backend", "tpu", "--phase", "decode"}); err == nil || !strings.Contains(err.Error(), "tpu") {
+		t.Errorf("unknown backend: %v", err)
 	}
 }

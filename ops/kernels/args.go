@@ -157,8 +157,9 @@ type KVAppendArgs struct {
 	CacheDType      int32
 }
 
-// AttentionArgs: causal GQA of Q [T, NH, D] over cache rows 0..C+t. Work (attention_gqa
-// with Splits > 1) holds T*NH*Splits partial states of D+2 floats, then T*KVH counters.
+// AttentionArgs: causal GQA of Q [T, NH, D] over cache rows 0..C+t. With Splits > 1
+// (attention_gqa as the plan's attention_partial) the kernel writes Work instead of O:
+// T*NH*Splits partial states of D+2 floats (max, sum, unnormalised output).
 type AttentionArgs struct {
 	Q, K, V, O, Steps uint64
 	Work              uint64
@@ -166,6 +167,13 @@ type AttentionArgs struct {
 	CacheDType        int32
 	Scale             float32
 	Splits            int32
+}
+
+// AttentionMergeArgs: O [Rows, D] = the softmax-weighted merge of Work [Rows, Splits,
+// D+2], attention_gqa's partial states.
+type AttentionMergeArgs struct {
+	Work, O         uint64
+	Rows, D, Splits int32
 }
 
 // Conv1DArgs: causal depthwise conv of X [T, Ch] over [State; X] with W [Ch, K]; the
@@ -236,6 +244,6 @@ type ArgmaxArgs struct {
 // argTypes lists every args struct in declaration order (nested ones first).
 var argTypes = []any{
 	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
-	GatedRMSNormArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, Conv1DArgs{},
+	GatedRMSNormArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
 	GatedDeltaArgs{}, GDNGatesArgs{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
 }

@@ -43,6 +43,7 @@ const (
 	KernelKVAppend          = "kv_append"
 	KernelAttention         = "attention"
 	KernelAttentionGQA      = "attention_gqa"
+	KernelAttentionMerge    = "attention_merge"
 	KernelConv1D            = "conv1d"
 	KernelGatedDelta        = "gated_delta"
 	KernelGDNGates          = "gdn_gates"
@@ -58,7 +59,7 @@ const (
 // Names lists every kernel of the .k files.
 var Names = []string{
 	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
-	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA,
+	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax,
 }
@@ -73,6 +74,7 @@ const (
 	AttnMaxD      = 256 // ATT_MAX_D
 	AttnSIMDs     = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
 	AttnMaxSplits = 64  // ATT_MAX_SPLITS: attention_gqa's most key ranges
+	AttnKeyBlock  = 16  // FA_KEYS: attention_gqa's key ranges are whole blocks of this many keys
 	ConvMaxK      = 8   // CONV_MAX_K
 	DeltaMaxDk    = 128 // DELTA_LANES * DELTA_MAX_ROWS
 	DeltaLanes    = 8   // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes

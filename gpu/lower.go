@@ -1,0 +1,613 @@
+// Package gpu lowers a plan's dispatches to kernel launches for the GPU backends: which
+// kernel of ops/kernels runs a dispatch, on which grid and group size, with which
+// argument struct. It is backend-neutral: the CUDA backend and the Metal backend run the
+// same kernel sources (ops/kernels), so they share every decision made here and keep
+// only their device API (memory, compilation, command submission).
+//
+// The compiler calls it too (passes: expand-for-backend asks Supports which fused ops a
+// backend runs as one kernel, select-kernels records each dispatch's kernel, grid and
+// group size in the plan), so the plan says exactly what a backend launches, and a
+// backend checks at load time that its lowering agrees with the plan.
+package gpu
+
+import (
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"pistil/graph"
+	"pistil/ops/kernels"
+	"pistil/plan"
+)
+
+// Operand is a dispatch argument or result resolved to device memory.
+type Operand struct {
+	Addr  uint64         // device address of the first element
+	W     kernels.Weight // the operand as a weight (dense operands: Data = Addr)
+	DType graph.DType
+	Shape []int
+}
+
+// Launch is one kernel launch: the kernel, its grid of groups, the threads of a group
+// and the argument struct it takes by value.
+type Launch struct {
+	Kernel string
+	Grid   [3]int
+	Block  int
+	// Args is a pointer to one of the kernels.*Args structs, owned by the launch.
+	Args any
+}
+
+// ArgsPointer is the address of the argument struct, what a kernel launch passes.
+func (l *Launch) ArgsPointer() unsafe.Pointer { return reflect.ValueOf(l.Args).UnsafePointer() }
+
+// ArgsSize is the byte size of the argument struct.
+func (l *Launch) ArgsSize() uintptr { return reflect.TypeOf(l.Args).Elem().Size() }
+
+// Target describes what a GPU backend's kernel choices depend on beyond shapes.
+type Target struct {
+	Name string
+	// ParallelGroups is how many concurrent groups fill the GPU (twice its multiprocessor
+	// count): attention splits its keys when a step has fewer (kv head, token) pairs.
+	ParallelGroups int
+}
+
+// The GPU targets. Their choices are fixed per target, not read from the device, so a
+// plan compiled on a machine without the GPU is the plan the GPU runs.
+var (
+	// CUDA is tuned for the H200 (132 multiprocessors).
+	CUDA = &Target{Name: "cuda", ParallelGroups: 264}
+	// Metal is sized for the larger Apple GPUs (up to 40 cores).
+	Metal = &Target{Name: "metal", ParallelGroups: 80}
+)
+
+// ctx is what lowerings need beyond the operands: the target and the address of the
+// program's step-scalar buffer (kernels.StepArgs).
+type ctx struct {
+	t     *Target
+	steps uint64
+}
+
+// lowering turns one dispatch into one kernel launch. Every dispatch is exactly one
+// launch, so the plan's dependency edges are a backend's dependencies.
+type lowering func(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error)
+
+// Lower turns one dispatch into its launch. steps is the device address of the step
+// scalars (kernels.StepArgs). A fused op that has no single kernel for these operands is
+// an error: the compiler's expand-for-backend pass expands it before a plan gets here.
+func (t *Target) Lower(d *plan.Dispatch, in, out []Operand, steps uint64) (*Launch, error) {
+	lw, ok := lowerings[d.Op]
+	if !ok {
+		if f, fused := fusedKernels[d.Op]; fused {
+			if !f.supports(d.Attrs, in, out) {
+				return nil, fmt.Errorf("%s: no single %s kernel for these operands; the plan should have expanded it (expand-for-backend)", d.Op, t.Name)
+			}
+			lw = f.lower
+		} else {
+			return nil, fmt.Errorf("op %s has no %s kernel (%s)", d.Op, t.Name, whyNoKernel(d.Op))
+		}
+	}
+	return lw(&ctx{t: t, steps: steps}, d, in, out)
+}
+
+// Supports says whether a fused op with these operands runs as one kernel. Ops that are
+// not fused run as one kernel whenever HasKernel says so.
+func (t *Target) Supports(op string, attrs graph.Attrs, in, out []Operand) bool {
+	if _, ok := lowerings[op]; ok {
+		return true
+	}
+	f, ok := fusedKernels[op]
+	return ok && f.supports(attrs, in, out)
+}
+
+func whyNoKernel(op string) string {
+	if r, ok := noKernel[op]; ok {
+		return r
+	}
+	return "not in the GPU lowering table"
+}
+
+// lowerings is the op table of the GPU backends: ops that always run as one kernel.
+var lowerings = map[string]lowering{
+	"embed":             lowerEmbed,
+	"dequant":           lowerDequant,
+	"matmul":            lowerMatmul,
+	"qmatmul":           lowerMatmul,
+	"expert_matmul":     lowerExpert,
+	"expert_qmatmul":    lowerExpert,
+	"rms_norm":          lowerRMSNorm,
+	"l2_norm":           lowerL2Norm,
+	"gated_rms_norm":    lowerGatedRMSNorm,
+	"rope":              lowerRoPE,
+	"kv_append":         lowerKVAppend,
+	"attention":         lowerAttention,
+	"attention_partial": lowerAttentionPartial,
+	"attention_merge":   lowerAttentionMerge,
+	"conv1d":            lowerConv1D,
+	"gated_delta":       lowerGatedDelta,
+	"neg":               lowerUnary(kernels.UnaryNeg),
+	"exp":               lowerUnary(kernels.UnaryExp),
+	"sigmoid":           lowerUnary(kernels.UnarySigmoid),
+	"silu":              lowerUnary(kernels.UnarySiLU),
+	"softplus":          lowerUnary(kernels.UnarySoftplus),
+	"add":               lowerBinary(kernels.BinaryAdd),
+	"mul":               lowerBinary(kernels.BinaryMul),
+	"swiglu":            lowerBinary(kernels.BinarySwiGLU),
+	"slice":             lowerSlice,
+	"router":            lowerRouter,
+	"moe_combine":       lowerCombine,
+	"argmax":            lowerArgmax,
+}
+
+// noKernel names the ops of ops.Default that never become a launch, and why.
+var noKernel = map[string]string{
+	"input":    "a source: bound to the step buffer",
+	"weight":   "a source: bound to the uploaded weight",
+	"state":    "a source: bound to the session's state buffer",
+	"reshape":  "a view: aliases its argument, no dispatch",
+	"select":   "a view: aliases a tuple element, no dispatch",
+	"last_row": "a view: aliases the last row, no dispatch",
+}
+
+// newKernel records a launch of kernel name with args (copied; the launch owns it).
+func newKernel[A any](name string, grid [3]int, block int, args A) (*Launch, error) {
+	a := new(A)
+	*a = args
+	for i := range grid {
+		grid[i] = max(grid[i], 1)
+	}
+	if grid[1] > 65535 || grid[2] > 65535 {
+		return nil, fmt.Errorf("kernel %s: grid %v exceeds the y/z limit 65535", name, grid)
+	}
+	return &Launch{Kernel: name, Grid: grid, Block: block, Args: a}, nil
+}
+
+// DTypeCode maps a graph dtype to the kernels' DT_* code.
+func DTypeCode(dt graph.DType) (int32, error) {
+	switch dt {
+	case graph.F32:
+		return kernels.DTF32, nil
+	case graph.BF16:
+		return kernels.DTBF16, nil
+	case graph.F16:
+		return kernels.DTF16, nil
+	case graph.Q4:
+		return kernels.DTQ4, nil
+	case graph.Q8:
+		return kernels.DTQ8, nil
+	case graph.I32:
+		return kernels.DTI32, nil
+	}
+	return 0, fmt.Errorf("dtype %s has no GPU kernel support", dt)
+}
+
+func prod(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// elementGrid is a 1-D grid for n elements at 256 per group; kernels loop when capped.
+func elementGrid(n int) [3]int { return [3]int{min(max(ceilDiv(n, 256), 1), 1<<20), 1, 1} }
+
+// rowBlock is a group size for a row of d elements: a multiple of 32 in [32, 256].
+func rowBlock(d int) int { return min(max(ceilDiv(d, 32)*32, 32), 256) }
+
+func wantRank(d *plan.Dispatch, o Operand, what string, rank int) error {
+	if len(o.Shape) != rank {
+		return fmt.Errorf("%s: %s has shape %v, want rank %d", d.Op, what, o.Shape, rank)
+	}
+	return nil
+}
+
+// denseCode is the DT_* code of a dense (non-quantized) operand.
+func denseCode(d *plan.Dispatch, o Operand, what string) (int32, error) {
+	switch o.DType {
+	case graph.F32, graph.BF16, graph.F16:
+		return DTypeCode(o.DType)
+	}
+	return 0, fmt.Errorf("%s: %s is %s; the kernel reads f32, bf16 or f16", d.Op, what, o.DType)
+}
+
+func lowerEmbed(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	table, ids := in[0], in[1]
+	if err := wantRank(d, table, "table", 2); err != nil {
+		return nil, err
+	}
+	T := prod(ids.Shape)
+	return newKernel(kernels.KernelEmbed, [3]int{T, 1, 1}, rowBlock(table.Shape[1]), kernels.EmbedArgs{
+		W: table.W, Ids: ids.Addr, Out: out[0].Addr, T: int32(T), Cols: int32(table.Shape[1]), Vocab: int32(table.Shape[0])})
+}
+
+func lowerDequant(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	w := in[0]
+	cols := w.Shape[len(w.Shape)-1]
+	rows := prod(w.Shape) / cols
+	return newKernel(kernels.KernelDequant, elementGrid(rows*cols), 256, kernels.DequantArgs{
+		W: w.W, Out: out[0].Addr, Rows: int32(rows), Cols: int32(cols)})
+}
+
+// checkWide checks what the wide weight and activation loads need: rows of a multiple
+// of 8 elements, 16-byte aligned activations.
+func checkWide(d *plan.Dispatch, K int, x uint64) error {
+	if K%8 != 0 {
+		return fmt.Errorf("%s: inner dimension %d is not a multiple of 8", d.Op, K)
+	}
+	if x%16 != 0 {
+		return fmt.Errorf("%s: activations at device address %#x are not 16-byte aligned", d.Op, x)
+	}
+	return nil
+}
+
+func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x, w := in[0], in[1]
+	if err := wantRank(d, w, "weight", 2); err != nil {
+		return nil, err
+	}
+	M, K := w.Shape[0], w.Shape[1]
+	rows := prod(x.Shape) / K
+	if err := checkWide(d, K, x.Addr); err != nil {
+		return nil, err
+	}
+	args := kernels.MatmulArgs{W: w.W, X: x.Addr, Y: out[0].Addr, Rows: int32(rows), M: int32(M), K: int32(K)}
+	if rows == 1 && q4Matvec(w, K) {
+		return newKernel(kernels.KernelMatvecQ4, matvecGrid(M, 1), 128, args)
+	}
+	if rows <= kernels.MatmulMaxRows || K%kernels.TileK != 0 {
+		if rows > kernels.MatmulMaxRows {
+			return nil, fmt.Errorf("%s: %d rows need the tiled kernel, which needs K %% %d == 0 (K = %d)", d.Op, rows, kernels.TileK, K)
+		}
+		return newKernel(kernels.KernelMatmulRows, [3]int{ceilDiv(M, 8), 1, 1}, 256, args)
+	}
+	return newKernel(kernels.KernelMatmulTiled, [3]int{ceilDiv(M, kernels.TileM), ceilDiv(rows, kernels.TileN), 1}, 256, args)
+}
+
+// q4Matvec says whether the 16-byte q4 matrix-vector kernels apply: 32-code chunks
+// never straddle a quantization group.
+func q4Matvec(w Operand, K int) bool {
+	return w.DType == graph.Q4 && K%32 == 0 && w.W.Group%32 == 0
+}
+
+// expertTiledMinSlots is the routed-slot count from which experts are multiplied in
+// gathered tiles instead of one SIMD group per (row, slot).
+const expertTiledMinSlots = 64
+
+func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x, w, ids := in[0], in[1], in[2]
+	if err := wantRank(d, w, "weight", 3); err != nil {
+		return nil, err
+	}
+	if err := wantRank(d, ids, "ids", 2); err != nil {
+		return nil, err
+	}
+	E, M, K := w.Shape[0], w.Shape[1], w.Shape[2]
+	T, topK := ids.Shape[0], ids.Shape[1]
+	if err := checkWide(d, K, x.Addr); err != nil {
+		return nil, err
+	}
+	args := kernels.ExpertArgs{W: w.W, X: x.Addr, Ids: ids.Addr, Y: out[0].Addr, T: int32(T), TopK: int32(topK),
+		E: int32(E), M: int32(M), K: int32(K)}
+	if len(x.Shape) == 3 {
+		args.XPerSlot = 1
+	}
+	slots := T * topK
+	if slots < expertTiledMinSlots && q4Matvec(w, K) {
+		return newKernel(kernels.KernelExpertMVQ4, matvecGrid(M, slots), 128, args)
+	}
+	if slots < expertTiledMinSlots || K%kernels.TileK != 0 {
+		if slots > 65535 {
+			return nil, fmt.Errorf("%s: %d routed slots exceed the grid", d.Op, slots)
+		}
+		return newKernel(kernels.KernelExpertRows, [3]int{ceilDiv(M, 8), slots, 1}, 256, args)
+	}
+	return newKernel(kernels.KernelExpertTiled, [3]int{ceilDiv(M, kernels.ExpertTileM), E, 1}, 256, args)
+}
+
+func lowerRMSNorm(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x, w := in[0], in[1]
+	D := x.Shape[len(x.Shape)-1]
+	if _, err := denseCode(d, w, "weight"); err != nil {
+		return nil, err
+	}
+	return newKernel(kernels.KernelRMSNorm, [3]int{prod(x.Shape) / D, 1, 1}, rowBlock(D), kernels.RMSNormArgs{
+		X: x.Addr, Y: out[0].Addr, W: w.W, Rows: int32(prod(x.Shape) / D), D: int32(D), Eps: float32(d.Attrs.Float("eps"))})
+}
+
+func lowerL2Norm(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x := in[0]
+	D := x.Shape[len(x.Shape)-1]
+	return newKernel(kernels.KernelL2Norm, [3]int{prod(x.Shape) / D, 1, 1}, rowBlock(D), kernels.L2NormArgs{
+		X: x.Addr, Y: out[0].Addr, Rows: int32(prod(x.Shape) / D), D: int32(D),
+		Eps: float32(d.Attrs.Float("eps")), Scale: float32(d.Attrs.Float("scale")), RowsPerOuter: 1, OuterStride: int32(D)})
+}
+
+func lowerGatedRMSNorm(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x, z, w := in[0], in[1], in[2]
+	D := x.Shape[len(x.Shape)-1]
+	if _, err := denseCode(d, w, "weight"); err != nil {
+		return nil, err
+	}
+	return newKernel(kernels.KernelGatedRMSNorm, [3]int{prod(x.Shape) / D, 1, 1}, rowBlock(D), kernels.GatedRMSNormArgs{
+		X: x.Addr, Z: z.Addr, Y: out[0].Addr, W: w.W, Rows: int32(prod(x.Shape) / D), D: int32(D), Eps: float32(d.Attrs.Float("eps"))})
+}
+
+func lowerRoPE(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x := in[0]
+	if err := wantRank(d, x, "x", 3); err != nil {
+		return nil, err
+	}
+	T, heads, D := x.Shape[0], x.Shape[1], x.Shape[2]
+	dims := d.Attrs.Int("dims")
+	if dims%2 != 0 || dims > D || dims <= 0 {
+		return nil, fmt.Errorf("rope: dims %d must be even and within the head dim %d", dims, D)
+	}
+	return newKernel(kernels.KernelRoPE, [3]int{T * heads, 1, 1}, rowBlock(max(dims/2, D-dims)), kernels.RoPEArgs{
+		X: x.Addr, Y: out[0].Addr, Steps: c.steps, T: int32(T), Heads: int32(heads), D: int32(D), Dims: int32(dims),
+		Theta: float32(d.Attrs.Float("theta"))})
+}
+
+func lowerKVAppend(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	cache, x := in[0], in[1]
+	if err := wantRank(d, cache, "cache", 3); err != nil {
+		return nil, err
+	}
+	dt, err := stateCode(d, cache)
+	if err != nil {
+		return nil, err
+	}
+	T, row := x.Shape[0], cache.Shape[1]*cache.Shape[2]
+	return newKernel(kernels.KernelKVAppend, elementGrid(T*row), 256, kernels.KVAppendArgs{
+		Cache: out[0].Addr, X: x.Addr, Steps: c.steps, T: int32(T), Row: int32(row), CacheDType: dt})
+}
+
+// stateCode is the DT_* code of a KV cache or conv state (f32 or bf16).
+func stateCode(d *plan.Dispatch, o Operand) (int32, error) {
+	if o.DType != graph.F32 && o.DType != graph.BF16 {
+		return 0, fmt.Errorf("%s: state dtype %s (want f32 or bf16)", d.Op, o.DType)
+	}
+	return DTypeCode(o.DType)
+}
+
+// attentionArgs checks q [T, NH, D] and the caches [N, KVH, D] and fills the args every
+// attention kernel takes.
+func attentionArgs(c *ctx, d *plan.Dispatch, in []Operand) (kernels.AttentionArgs, error) {
+	q, k, v := in[0], in[1], in[2]
+	if err := wantRank(d, q, "q", 3); err != nil {
+		return kernels.AttentionArgs{}, err
+	}
+	if err := wantRank(d, k, "k_cache", 3); err != nil {
+		return kernels.AttentionArgs{}, err
+	}
+	T, NH, D := q.Shape[0], q.Shape[1], q.Shape[2]
+	if D%32 != 0 || D > kernels.AttnMaxD {
+		return kernels.AttentionArgs{}, fmt.Errorf("%s: head dim %d must be a multiple of 32 and at most %d", d.Op, D, kernels.AttnMaxD)
+	}
+	if k.DType != v.DType {
+		return kernels.AttentionArgs{}, fmt.Errorf("%s: k cache %s and v cache %s differ in dtype", d.Op, k.DType, v.DType)
+	}
+	dt, err := stateCode(d, k)
+	if err != nil {
+		return kernels.AttentionArgs{}, err
+	}
+	if T > 65535 {
+		return kernels.AttentionArgs{}, fmt.Errorf("%s: %d tokens exceed the grid", d.Op, T)
+	}
+	return kernels.AttentionArgs{Q: q.Addr, K: k.Addr, V: v.Addr, Steps: c.steps, T: int32(T), NH: int32(NH),
+		KVH: int32(k.Shape[1]), D: int32(D), CacheDType: dt, Scale: float32(d.Attrs.Float("scale")), Splits: 1}, nil
+}
+
+// gqaKernel says whether attention_gqa serves NH query heads over KVH kv heads: one
+// SIMD group per query head of a kv head.
+func gqaKernel(NH, KVH int) bool { return KVH > 0 && NH%KVH == 0 && NH/KVH <= kernels.AttnSIMDs }
+
+func lowerAttention(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	args, err := attentionArgs(c, d, in)
+	if err != nil {
+		return nil, err
+	}
+	args.O = out[0].Addr
+	if !gqaKernel(int(args.NH), int(args.KVH)) {
+		return newKernel(kernels.KernelAttention, [3]int{int(args.NH), int(args.T), 1}, 256, args)
+	}
+	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), 1}, 256, args)
+}
+
+// AttentionSplits is how many key ranges attention over T tokens of NH query heads and
+// KVH kv heads is split into: enough (kv head, token, range) groups to fill the GPU
+// twice over when the tokens are few (decode), at most kernels.AttnMaxSplits; 1 when the
+// step has groups enough or the split kernel does not apply.
+func (t *Target) AttentionSplits(T, NH, KVH, D int) int {
+	if !gqaKernel(NH, KVH) || D%32 != 0 || D > kernels.AttnMaxD {
+		return 1
+	}
+	groups := T * KVH
+	if groups >= t.ParallelGroups {
+		return 1
+	}
+	return min(kernels.AttnMaxSplits, ceilDiv(t.ParallelGroups, groups))
+}
+
+// lowerAttentionPartial: attention_gqa over one key range per group, writing each range's
+// partial softmax state (max, sum, unnormalised output) for attention_merge.
+func lowerAttentionPartial(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	args, err := attentionArgs(c, d, in)
+	if err != nil {
+		return nil, err
+	}
+	splits := d.Attrs.Int("splits")
+	if !gqaKernel(int(args.NH), int(args.KVH)) || splits < 2 || splits > kernels.AttnMaxSplits {
+		return nil, fmt.Errorf("attention_partial: %d query heads over %d kv heads in %d ranges: the split kernel serves up to %d query heads per kv head and 2..%d ranges",
+			args.NH, args.KVH, splits, kernels.AttnSIMDs, kernels.AttnMaxSplits)
+	}
+	if d.Attrs.Int("key_block") != kernels.AttnKeyBlock {
+		return nil, fmt.Errorf("attention_partial: key ranges in blocks of %d keys; the kernel's are %d", d.Attrs.Int("key_block"), kernels.AttnKeyBlock)
+	}
+	args.Splits, args.Work = int32(splits), out[0].Addr
+	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), splits}, 256, args)
+}
+
+// lowerAttentionMerge: one SIMD group per (token, query head) merges its ranges.
+func lowerAttentionMerge(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	part, o := in[0], out[0]
+	if err := wantRank(d, part, "partials", 4); err != nil {
+		return nil, err
+	}
+	T, NH, S, W := part.Shape[0], part.Shape[1], part.Shape[2], part.Shape[3]
+	D := o.Shape[len(o.Shape)-1]
+	if W != D+2 || S > kernels.AttnMaxSplits || D%32 != 0 || D > kernels.AttnMaxD {
+		return nil, fmt.Errorf("attention_merge: partials %v for head dim %d (want [T, NH, S <= %d, D+2], D a multiple of 32 up to %d)", part.Shape, D, kernels.AttnMaxSplits, kernels.AttnMaxD)
+	}
+	rows := T * NH
+	return newKernel(kernels.KernelAttentionMerge, [3]int{ceilDiv(rows, 8), 1, 1}, 256, kernels.AttentionMergeArgs{
+		Work: part.Addr, O: o.Addr, Rows: int32(rows), D: int32(D), Splits: int32(S)})
+}
+
+func lowerConv1D(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x, st, w := in[0], in[1], in[2]
+	if err := wantRank(d, w, "weight", 2); err != nil {
+		return nil, err
+	}
+	T, Ch, K := x.Shape[0], x.Shape[1], w.Shape[1]
+	if K < 1 || K > kernels.ConvMaxK {
+		return nil, fmt.Errorf("conv1d: kernel size %d outside [1, %d]", K, kernels.ConvMaxK)
+	}
+	dt, err := stateCode(d, st)
+	if err != nil {
+		return nil, err
+	}
+	return newKernel(kernels.KernelConv1D, [3]int{ceilDiv(Ch, 128), 1, 1}, 128, kernels.Conv1DArgs{
+		X: x.Addr, State: out[1].Addr, Y: out[0].Addr, W: w.W, T: int32(T), Ch: int32(Ch), K: int32(K), StateDType: dt})
+}
+
+func lowerGatedDelta(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	if f := d.Attrs.String("form"); f != "" && f != "recurrent" {
+		return nil, fmt.Errorf("gated_delta: form %q has no CUDA kernel (only recurrent; compile with DeltaRule recurrent)", f)
+	}
+	q, v := in[0], in[2]
+	T, Hk, Dk := q.Shape[0], q.Shape[1], q.Shape[2]
+	Hv, Dv := v.Shape[1], v.Shape[2]
+	if Dk%kernels.DeltaLanes != 0 || Dk > kernels.DeltaMaxDk {
+		return nil, fmt.Errorf("gated_delta: key dim %d must be a multiple of %d and at most %d", Dk, kernels.DeltaLanes, kernels.DeltaMaxDk)
+	}
+	if Hv > 65535 {
+		return nil, fmt.Errorf("gated_delta: %d value heads exceed the grid", Hv)
+	}
+	return newKernel(kernels.KernelGatedDelta, [3]int{ceilDiv(Dv, 32/kernels.DeltaLanes), Hv, 1}, 32, kernels.GatedDeltaArgs{
+		Q: q.Addr, K: in[1].Addr, V: v.Addr, G: in[3].Addr, Beta: in[4].Addr, S: out[1].Addr, O: out[0].Addr,
+		T: int32(T), Hk: int32(Hk), Hv: int32(Hv), Dk: int32(Dk), Dv: int32(Dv)})
+}
+
+func lowerUnary(op int32) lowering {
+	return func(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+		dt, err := denseCode(d, in[0], "x")
+		if err != nil {
+			return nil, err
+		}
+		n := prod(out[0].Shape)
+		return newKernel(kernels.KernelUnary, elementGrid(n), 256, kernels.UnaryArgs{
+			X: in[0].Addr, Y: out[0].Addr, N: int32(n), Op: op, XDType: dt})
+	}
+}
+
+func lowerBinary(op int32) lowering {
+	return func(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+		a, b := in[0], in[1]
+		adt, err := denseCode(d, a, "a")
+		if err != nil {
+			return nil, err
+		}
+		bdt, err := denseCode(d, b, "b")
+		if err != nil {
+			return nil, err
+		}
+		shape, strides, err := broadcast(a.Shape, b.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", d.Op, err)
+		}
+		n := prod(a.Shape)
+		return newKernel(kernels.KernelBinary, elementGrid(n), 256, kernels.BinaryArgs{
+			A: a.Addr, B: b.Addr, Y: out[0].Addr, N: int32(n), Op: op, ADType: adt, BDType: bdt, Shape: shape, BStride: strides})
+	}
+}
+
+// broadcast right-aligns a's shape to MaxRank and gives b's element stride along each
+// dim (0 where b broadcasts: a dim b lacks, or a dim of 1 in b).
+func broadcast(a, b []int) (shape, strides [kernels.MaxRank]int32, err error) {
+	if len(a) > kernels.MaxRank || len(b) > len(a) {
+		return shape, strides, fmt.Errorf("shapes %v and %v: rank above %d or b wider than a", a, b, kernels.MaxRank)
+	}
+	off := kernels.MaxRank - len(a)
+	for i := range shape {
+		shape[i] = 1
+	}
+	for i, d := range a {
+		shape[off+i] = int32(d)
+	}
+	bOff := len(a) - len(b)
+	s := 1
+	for i := len(b) - 1; i >= 0; i-- {
+		ad := a[bOff+i]
+		switch {
+		case b[i] == ad:
+			strides[off+bOff+i] = int32(s)
+		case b[i] == 1:
+		default:
+			return shape, strides, fmt.Errorf("b %v does not broadcast to a %v", b, a)
+		}
+		s *= b[i]
+	}
+	return shape, strides, nil
+}
+
+func lowerSlice(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x := in[0]
+	if x.DType.Bits() != 32 {
+		return nil, fmt.Errorf("slice: %s elements (the kernel copies 4-byte elements)", x.DType)
+	}
+	axis, start, end := d.Attrs.Int("axis"), d.Attrs.Int("start"), d.Attrs.Int("end")
+	if axis < 0 || axis >= len(x.Shape) || start < 0 || end > x.Shape[axis] || start >= end {
+		return nil, fmt.Errorf("slice: axis %d [%d, %d) outside shape %v", axis, start, end, x.Shape)
+	}
+	outer, inner := prod(x.Shape[:axis]), prod(x.Shape[axis+1:])
+	return newKernel(kernels.KernelSlice, elementGrid(outer*(end-start)*inner), 256, kernels.SliceArgs{
+		X: x.Addr, Y: out[0].Addr, Outer: int32(outer), N: int32(x.Shape[axis]), Start: int32(start), Len: int32(end - start), Inner: int32(inner)})
+}
+
+func lowerRouter(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x := in[0]
+	if err := wantRank(d, x, "logits", 2); err != nil {
+		return nil, err
+	}
+	T, E, k := x.Shape[0], x.Shape[1], d.Attrs.Int("k")
+	if E > kernels.RouterMaxE || k > kernels.RouterMaxK || k < 1 || k > E {
+		return nil, fmt.Errorf("router: %d experts, top %d: the kernel takes at most %d experts and top %d", E, k, kernels.RouterMaxE, kernels.RouterMaxK)
+	}
+	return newKernel(kernels.KernelRouter, [3]int{ceilDiv(T, 4), 1, 1}, 128, kernels.RouterArgs{
+		Logits: x.Addr, Weights: out[0].Addr, Ids: out[1].Addr, T: int32(T), E: int32(E), K: int32(k)})
+}
+
+func lowerCombine(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	y := in[0]
+	if err := wantRank(d, y, "y", 3); err != nil {
+		return nil, err
+	}
+	T, k, H := y.Shape[0], y.Shape[1], y.Shape[2]
+	return newKernel(kernels.KernelMoECombine, elementGrid(T*H), 256, kernels.CombineArgs{
+		Y: y.Addr, W: in[1].Addr, Out: out[0].Addr, T: int32(T), K: int32(k), H: int32(H)})
+}
+
+func lowerArgmax(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
+	x := in[0]
+	V := x.Shape[len(x.Shape)-1]
+	T := prod(x.Shape) / V
+	return newKernel(kernels.KernelArgmax, [3]int{T, 1, 1}, 256, kernels.ArgmaxArgs{X: x.Addr, Out: out[0].Addr, T: int32(T), V: int32(V)})
+}
+
+// weightOf describes a dense buffer at addr with the Weight struct the kernels take.
+func weightOf(addr uint64, code int32) kernels.Weight {
+	return kernels.Weight{Data: addr, DType: code}
+}

@@ -1,0 +1,120 @@
+package passes
+
+import (
+	"fmt"
+
+	"pistil/graph"
+	"pistil/ops"
+	"pistil/ops/kernels"
+)
+
+// expandForBackend rewrites every fused op the target has no single kernel for into the
+// ops it fuses (its Expand in the op table), so each stage is a dispatch of the plan with
+// its own planned scratch, barriers and dependency edges. The CPU runs every op and is
+// left as it is.
+func expandForBackend(u *Unit) error {
+	t := u.target()
+	if t.GPU == nil {
+		return nil
+	}
+	bind := graph.Bindings{T: u.Phase.Tokens, N: 1}
+	// An expansion yields primitive ops, but loop in case one yields a fused op; each
+	// round removes a fused op, so the loop ends.
+	for round := 0; ; round++ {
+		if round > 8 {
+			return fmt.Errorf("expand-for-backend: expansions did not settle after %d rounds", round)
+		}
+		r := newRewriter(u, "expand-for-backend")
+		users := u.Graph.Users()
+		b := graph.NewBuilder(u.Graph, u.Ops)
+		expanded := 0
+		for _, v := range append([]*graph.Value(nil), u.Graph.Values...) {
+			def, ok := u.Ops.Lookup(v.Op)
+			if !ok || def.Has(graph.Source) || def.Has(graph.View) {
+				continue
+			}
+			in, out := valueOperands(v, bind)
+			if t.GPU.Supports(v.Op, v.Attrs, in, out) {
+				continue
+			}
+			if info, ok := u.Ops.Info(v.Op); !ok || (info.Expand == nil && info.ExpandTuple == nil) {
+				return fmt.Errorf("%s (%s): the %s backend has no kernel for it and it is not a fused op that expands", v.Ref(), v.Op, t.Name)
+			}
+			elems, err := ops.ExpandElems(b, v)
+			if err != nil {
+				return fmt.Errorf("expand-for-backend: %s: %w", v.Ref(), err)
+			}
+			if err := b.Err(); err != nil {
+				return fmt.Errorf("expand-for-backend: %s: %w", v.Ref(), err)
+			}
+			if err := replaceExpanded(r, v, elems, users[v.ID]); err != nil {
+				return err
+			}
+			u.count("expand-for-backend: "+v.Op, 1)
+			expanded++
+		}
+		r.finish()
+		if expanded == 0 {
+			return nil
+		}
+	}
+}
+
+// replaceExpanded makes an expansion's values replace v: the value itself, or for a
+// tuple result each select of an element.
+func replaceExpanded(r *rewriter, v *graph.Value, elems []*graph.Value, users []*graph.Value) error {
+	if len(v.Type.Elems) == 0 {
+		return r.replace(v, elems[0])
+	}
+	r.claimed[v] = true
+	for _, s := range users {
+		if s.Op != graph.OpSelect || len(s.Args) != 1 || s.Args[0] != v {
+			return fmt.Errorf("expand-for-backend: %s uses the tuple %s other than through select", s.Ref(), v.Ref())
+		}
+		i := s.Attrs.Int("index")
+		if i < 0 || i >= len(elems) {
+			return fmt.Errorf("expand-for-backend: %s selects element %d of %d", s.Ref(), i, len(elems))
+		}
+		if err := r.replace(s, elems[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// splitAttention, for a GPU target, cuts the keys of attention steps with few (kv head,
+// token) pairs (decode) into ranges that separate groups compute concurrently: attention
+// becomes attention_partial then attention_merge, two planned dispatches. Off, every
+// attention runs as one group per (kv head, token): correct, and slow for decode at long
+// context.
+func splitAttention(u *Unit) error {
+	t := u.target()
+	if t.GPU == nil {
+		return nil
+	}
+	r := newRewriter(u, "split-attention")
+	bind := graph.Bindings{T: u.Phase.Tokens, N: 1}
+	for _, v := range append([]*graph.Value(nil), u.Graph.Values...) {
+		if v.Op != "attention" {
+			continue
+		}
+		q, k := v.Args[0].Type.Shape.Eval(bind), v.Args[1].Type.Shape.Eval(bind)
+		if len(q) != 3 || len(k) != 3 {
+			continue
+		}
+		splits := t.GPU.AttentionSplits(q[0], q[1], k[1], q[2])
+		if splits < 2 {
+			continue
+		}
+		attrs := graph.Attrs{"scale": v.Attrs.Float("scale"), "splits": int64(splits), "key_block": int64(kernels.AttnKeyBlock)}
+		part, err := r.fuse("split", "attention_partial", sibling(v.Name, "attn_partial"), attrs, v.Args)
+		if err != nil {
+			return err
+		}
+		if err := r.fuseInto(v, "merge", "attention_merge", v.Name, nil, []*graph.Value{part}); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}

@@ -46,6 +46,7 @@ type program struct {
 	stepHost []int32
 	work     map[workKey]workspace // private device scratch of dispatches
 	events   []uintptr             // for profiled runs: one before each launch, one after the last
+	closed   bool
 }
 
 func (p *program) Tokens() int { return p.p.Tokens }
@@ -147,6 +148,9 @@ type lowered struct {
 
 // Run implements exec.Program.
 func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos int) ([]float32, error) {
+	if p.closed {
+		return nil, errProgramClosed
+	}
 	s, ok := st.(*state)
 	if !ok {
 		return nil, fmt.Errorf("cuda: state of another backend")

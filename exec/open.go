@@ -9,7 +9,6 @@ import (
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/passes"
-	"pistil/pipeline"
 	"pistil/plan"
 )
 
@@ -20,30 +19,25 @@ func Open(dir string, o Options) (*Model, error) {
 	if o.Backend == "" {
 		o.Backend = "cpu"
 	}
-	pipe, err := pipeline.Load(o.PipelineFile)
-	if err != nil {
-		return nil, err
-	}
-	passCfg, err := pipe.PassConfig(o.Passes)
-	if err != nil {
-		return nil, err
-	}
-	if o.Workers == 0 {
-		o.Workers = pipe.CPU.Workers
-	}
-	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: pipe.CPU.Kernels, Graphs: pipe.CUDA.Graphs})
-	if err != nil {
-		return nil, err
+	switch o.Kernels {
+	case "", "fast", "reference":
+	default:
+		return nil, fmt.Errorf("kernels %q: want \"fast\" or \"reference\"", o.Kernels)
 	}
 	chunk := o.Chunk
 	if chunk == 0 {
-		chunk = pipe.Phases.PrefillChunk
+		chunk = DefaultChunk
 	}
 	if chunk <= 0 {
 		return nil, fmt.Errorf("prefill chunk %d must be positive", chunk)
 	}
+	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: o.Kernels, Graphs: o.Graphs})
+	if err != nil {
+		return nil, err
+	}
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
+		backend.Close()
 		return nil, err
 	}
 	cfg := ck.Config()
@@ -53,12 +47,14 @@ func Open(dir string, o Options) (*Model, error) {
 		WeightType: ck.WeightType, KVDType: graph.F32, ConvStateDType: graph.F32, AllLogits: o.AllLogits,
 	})
 	if err != nil {
+		backend.Close()
 		ck.Close()
 		return nil, fmt.Errorf("declare the model graph: %w", err)
 	}
 	// Bind every weight up front so a checkpoint that lacks a tensor, or has one the model
 	// does not use, fails here with the full list rather than at the first step.
 	if _, err := ck.Bind(qwen35moe.WeightNames(cfg)); err != nil {
+		backend.Close()
 		ck.Close()
 		return nil, err
 	}
@@ -76,14 +72,14 @@ func Open(dir string, o Options) (*Model, error) {
 		if tokens == 1 {
 			phase.Name = "decode"
 		}
-		return passes.Compile(g, ops.Default, phase, passCfg)
+		return passes.Compile(g, ops.Default, phase, o.Passes)
 	}
 	// The decode plan and the full prefill chunk are the ones every session uses: compile
 	// them now so the first request does not pay for it (and a plan that cannot be
 	// compiled or loaded fails Open, not a request). Remainder pieces compile on first use.
 	for _, tokens := range []int{1, chunk} {
 		if _, err := m.program(tokens); err != nil {
-			ck.Close()
+			m.Close()
 			return nil, err
 		}
 	}

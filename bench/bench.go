@@ -163,28 +163,23 @@ func measureDecode(ctx context.Context, s *exec.Session, spec Spec, context []in
 		if err := s.Restore(snap); err != nil {
 			return 0, err
 		}
-		start := time.Now()
-		for range spec.DecodeTokens {
-			if err := s.Decode(ctx, nextToken(s.Logits())); err != nil {
-				return 0, err
-			}
+		// The generation loop feeds back all but its last token, so DecodeTokens+1 tokens
+		// are DecodeTokens decode steps. An empty context starts from token 0, whose
+		// one-token prefill runs the decode plan too.
+		var first []int32
+		tokens := spec.DecodeTokens + 1
+		if s.Len() == 0 {
+			first, tokens = []int32{0}, spec.DecodeTokens
 		}
-		return time.Since(start), nil
+		start := time.Now()
+		res, err := s.Generate(ctx, first, exec.GenerateOptions{MaxTokens: tokens})
+		if steps := res.DecodeSteps + len(first); err == nil && steps != spec.DecodeTokens {
+			err = fmt.Errorf("%d decode steps ran, want %d", steps, spec.DecodeTokens)
+		}
+		return time.Since(start), err
 	})
 	meas.Context = len(context)
 	return meas, err
-}
-
-// nextToken is the greedy choice after logits; an empty session (no logits yet) starts
-// from token 0.
-func nextToken(logits []float32) int32 {
-	best := 0
-	for i, v := range logits {
-		if v > logits[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }
 
 // measure runs timed Warmup times untimed, then Repeats times timed.

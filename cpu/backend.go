@@ -49,6 +49,7 @@ type program struct {
 	outputs map[string]int      // output buffer name -> buffer ID
 	outBufs map[int][]byte      // output buffer ID -> storage
 	tokens  int                 // input buffer ID of "tokens"
+	closed  bool
 }
 
 type step struct {
@@ -107,6 +108,9 @@ func (p *program) Tokens() int { return p.p.Tokens }
 
 // Run implements exec.Program.
 func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos int) ([]float32, error) {
+	if p.closed {
+		return nil, errProgramClosed
+	}
 	s, ok := st.(*state)
 	if !ok {
 		return nil, fmt.Errorf("cpu: state of another backend")

@@ -83,3 +83,10 @@ func int32Bytes(v []int32) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
 }
+
+// Close drops the buffers so their memory is freed even while the state value is still
+// referenced; the state has no buffers afterwards (a Run on it fails).
+func (s *state) Close() error {
+	s.bufs, s.sizes, s.rowBytes = map[string]*ops.Tensor{}, map[string]int64{}, map[string]int64{}
+	return nil
+}

@@ -6,12 +6,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
 	"pistil/exec"
+	"pistil/pipeline"
 )
 
 // Speed on a real checkpoint: PISTIL_BENCH_MODEL names its folder (for example the
@@ -48,20 +47,16 @@ func benchModel(b *testing.B, cfg benchConfig) *exec.Model {
 	if m, ok := benchModels.Load(key); ok {
 		return m.(*exec.Model)
 	}
-	toml, err := os.ReadFile("../pipeline.toml")
+	var passFlags []string
+	if !cfg.fused {
+		passFlags = NoFusion
+	}
+	o, err := pipeline.Default().ExecOptions("cuda", passFlags)
 	if err != nil {
 		b.Fatal(err)
 	}
-	text := strings.Replace(string(toml), "graphs = true", fmt.Sprintf("graphs = %v", cfg.graphs), 1)
-	file := filepath.Join(b.TempDir(), "pipeline.toml")
-	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	var passes []string
-	if !cfg.fused {
-		passes = NoFusion
-	}
-	m, err := exec.Open(dir, exec.Options{Backend: "cuda", Passes: passes, PipelineFile: file})
+	o.Graphs = cfg.graphs
+	m, err := exec.Open(dir, o)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -44,6 +44,7 @@ type program struct {
 	exec     uintptr
 	stepHost []int32
 	events   []uintptr // for profiled runs: one before each launch, one after the last
+	closed   bool
 }
 
 func (p *program) Tokens() int { return p.p.Tokens }
@@ -129,6 +130,9 @@ type lowered struct {
 
 // Run implements exec.Program.
 func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos int) ([]float32, error) {
+	if p.closed {
+		return nil, errProgramClosed
+	}
 	s, ok := st.(*state)
 	if !ok {
 		return nil, fmt.Errorf("cuda: state of another backend")

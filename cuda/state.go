@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 
 	"pistil/exec"
@@ -134,3 +135,14 @@ func (s *state) Zero() {
 		s.err = err
 	}
 }
+
+// Close frees the state's device buffers; a Run on it afterwards fails.
+func (s *state) Close() error {
+	s.free()
+	if s.err == nil {
+		s.err = errStateClosed
+	}
+	return nil
+}
+
+var errStateClosed = errors.New("the session state is closed")

@@ -23,6 +23,9 @@ type Backend interface {
 	// NewState allocates a session's state buffers, zeroed, with the context capacity N
 	// bound.
 	NewState(specs []StateSpec, capacity int) (State, error)
+	// Close frees what the backend holds for its model (a GPU backend's uploaded weights).
+	// The model closes its programs and states first; nothing may run afterwards.
+	Close() error
 }
 
 // Program is one loaded plan.
@@ -33,6 +36,8 @@ type Program interface {
 	// updating st in place. It returns the logits rows the plan produces (T rows, or the
 	// last only), row-major, valid until the next Run.
 	Run(ctx context.Context, st State, tokens []int32, pos int) ([]float32, error)
+	// Close frees the program's host and device memory; Run fails afterwards.
+	Close() error
 }
 
 // StateSpec names one state buffer and its type (N symbolic in KV caches).
@@ -52,6 +57,8 @@ type State interface {
 	Import(data map[string][]byte) error
 	// Zero clears every buffer (a fresh session).
 	Zero()
+	// Close frees the buffers; every other method fails (or does nothing) afterwards.
+	Close() error
 }
 
 // BackendOptions configure a backend instance for one model.
@@ -60,8 +67,8 @@ type BackendOptions struct {
 	Workers int
 	// Kernels picks the CPU backend's kernels: "fast" (or empty) or "reference".
 	Kernels string
-	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs;
-	// pipeline.toml [cuda] graphs) instead of launching its kernels one by one.
+	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs)
+	// instead of launching its kernels one by one.
 	Graphs bool
 }
 

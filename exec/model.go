@@ -1,30 +1,41 @@
 package exec
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
 
 	"pistil/models/qwen35moe"
 	"pistil/ops"
+	"pistil/passes"
 	"pistil/plan"
 )
 
-// Options open a model.
+// DefaultChunk is the prefill chunk a zero Options.Chunk means (pipeline.toml's built-in
+// prefill_chunk).
+const DefaultChunk = 512
+
+// Options open a model. The runtime reads no settings file: the caller (the CLI, from
+// pipeline.toml through package pipeline) says everything here. The zero value is the
+// built-in configuration: CPU, every optional pass on, DefaultChunk, fast kernels.
 type Options struct {
 	// Backend is a registered backend name ("cpu"); empty means "cpu".
 	Backend string
 	// Workers bounds the CPU backend's goroutines (0: every core).
 	Workers int
-	// Chunk is the prefill chunk size (0: pipeline.toml's).
+	// Chunk is the prefill chunk size (0: DefaultChunk).
 	Chunk int
 	// AllLogits compiles plans that return logits for every token (pistil check);
 	// otherwise only the last token's logits are computed.
 	AllLogits bool
-	// Passes are -pass flags applied on top of pipeline.toml (e.g. "fuse-dequant/off").
-	Passes []string
-	// PipelineFile is the pipeline.toml to read; empty means the built-in defaults.
-	PipelineFile string
+	// Passes is the compiler configuration (which optional passes run, dumps, checks).
+	Passes passes.Config
+	// Kernels picks the CPU backend's kernels: "fast" (or empty) or "reference".
+	Kernels string
+	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
+	// launching its kernels one by one.
+	Graphs bool
 	// CostContext is the context length the plans' reported costs assume (0:
 	// passes.DefaultCostContext); `pistil compile` prints the same plans at its default.
 	CostContext int
@@ -54,6 +65,7 @@ type Model struct {
 	mu       sync.Mutex
 	programs map[int]Program
 	plans    map[int]*plan.Plan
+	closed   bool
 }
 
 // Name is the model's name (its directory's base name).
@@ -69,17 +81,45 @@ func (m *Model) Backend() Backend { return m.backend }
 // Chunk is the prefill chunk size.
 func (m *Model) Chunk() int { return m.chunk }
 
-// Close releases the weights.
-func (m *Model) Close() error { return m.weights.Close() }
+// Close frees everything the model holds: its programs, the backend's copy of the
+// weights and the checkpoint mapping. Sessions belong to their callers, who close them
+// first (a GPU session's memory is not the garbage collector's). It is safe to call
+// twice; the model's sessions cannot run afterwards (calls return errors).
+func (m *Model) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	programs := m.programs
+	// The graph (held by compile) and the state specs go too: a closed model that is
+	// still referenced keeps nothing large alive.
+	m.programs, m.plans, m.compile, m.states = nil, nil, nil, nil
+	m.mu.Unlock()
+	var errs []error
+	for _, p := range programs {
+		errs = append(errs, p.Close())
+	}
+	errs = append(errs, m.backend.Close(), m.weights.Close())
+	return errors.Join(errs...)
+}
 
 // NewSession allocates state for up to capacity tokens of context.
 func (m *Model) NewSession(capacity int) (*Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errModelClosed
+	}
 	st, err := m.backend.NewState(m.states, capacity)
 	if err != nil {
 		return nil, fmt.Errorf("new session of %d tokens: %w", capacity, err)
 	}
 	return &Session{m: m, st: st, capacity: capacity}, nil
 }
+
+var errModelClosed = errors.New("the model is closed")
 
 // StateBytes is the state a session of capacity tokens allocates.
 func (m *Model) StateBytes(capacity int) int64 {
@@ -114,6 +154,9 @@ func (m *Model) Plan(tokens int) (*plan.Plan, error) {
 func (m *Model) program(tokens int) (Program, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errModelClosed
+	}
 	if p, ok := m.programs[tokens]; ok {
 		return p, nil
 	}

@@ -9,7 +9,6 @@ import (
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/passes"
-	"pistil/pipeline"
 	"pistil/plan"
 )
 
@@ -25,7 +24,7 @@ func Open(dir string, o Options) (*Model, error) {
 		return nil, err
 	}
 	o = pr.opts
-	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: pr.pipe.CPU.Kernels, Graphs: pr.pipe.CUDA.Graphs})
+	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: o.Kernels, Graphs: o.Graphs})
 	if err != nil {
 		pr.ck.Close()
 		return nil, err
@@ -44,7 +43,7 @@ func Open(dir string, o Options) (*Model, error) {
 	// compiled or loaded fails Open, not a request). Remainder pieces compile on first use.
 	for _, tokens := range []int{1, pr.chunk} {
 		if _, err := m.program(tokens); err != nil {
-			pr.ck.Close()
+			m.Close()
 			return nil, err
 		}
 	}
@@ -66,7 +65,6 @@ func CompilePlan(dir string, o Options, tokens int) (*plan.Plan, error) {
 // compiler set up: everything of Open before a backend is involved.
 type prepared struct {
 	opts    Options
-	pipe    *pipeline.Pipeline
 	ck      *checkpoint.Checkpoint
 	graph   *graph.Graph
 	chunk   int
@@ -77,20 +75,14 @@ func prepare(dir string, o Options) (*prepared, error) {
 	if o.Backend == "" {
 		o.Backend = "cpu"
 	}
-	pipe, err := pipeline.Load(o.PipelineFile)
-	if err != nil {
-		return nil, err
-	}
-	passCfg, err := pipe.PassConfig(o.Passes)
-	if err != nil {
-		return nil, err
-	}
-	if o.Workers == 0 {
-		o.Workers = pipe.CPU.Workers
+	switch o.Kernels {
+	case "", "fast", "reference":
+	default:
+		return nil, fmt.Errorf("kernels %q: want \"fast\" or \"reference\"", o.Kernels)
 	}
 	chunk := o.Chunk
 	if chunk == 0 {
-		chunk = pipe.Phases.PrefillChunk
+		chunk = DefaultChunk
 	}
 	if chunk <= 0 {
 		return nil, fmt.Errorf("prefill chunk %d must be positive", chunk)
@@ -112,9 +104,9 @@ func prepare(dir string, o Options) (*prepared, error) {
 		return nil, err
 	}
 	compile := func(tokens int) (*plan.Plan, error) {
-		return passes.Compile(g, ops.Default, PhaseFor(o.Backend, tokens, o.AllLogits, o.CostContext), passCfg)
+		return passes.Compile(g, ops.Default, PhaseFor(o.Backend, tokens, o.AllLogits, o.CostContext), o.Passes)
 	}
-	return &prepared{opts: o, pipe: pipe, ck: ck, graph: g, chunk: chunk, compile: compile}, nil
+	return &prepared{opts: o, ck: ck, graph: g, chunk: chunk, compile: compile}, nil
 }
 
 // DeclareGraph declares the model graph for a backend: weights of the checkpoint's types,

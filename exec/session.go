@@ -5,18 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
+	"sync/atomic"
 )
 
 // Session is one conversation's state on a model: the tokens it has consumed (as KV
 // cache, conv and recurrent state) and the logits after the last one. A session is not
-// safe for concurrent use.
+// safe for concurrent use, except DecodeSteps.
 type Session struct {
 	m        *Model
 	st       State
 	capacity int
 	n        int
 	logits   []float32
+	// decodeSteps counts decode steps run; read from other goroutines (the server's
+	// cancellation bookkeeping).
+	decodeSteps atomic.Int64
 }
 
 // Snapshot is a host copy of a session's state at a token boundary. The Gated DeltaNet
@@ -37,12 +40,21 @@ func (s *Snapshot) Bytes() int64 {
 	return n
 }
 
-// PrefillOptions ask for snapshots while prefilling.
+// PrefillOptions say where a prefill is cut into pieces and where it is snapshotted.
+// Floating-point results depend on how a prompt is cut into pieces, so a caller that
+// reuses snapshots across prompts cuts every prompt at points that depend only on the
+// tokens before them (message headers, multiples of SnapshotEvery).
 type PrefillOptions struct {
-	// SnapshotEvery > 0 takes a snapshot whenever the session length reaches a multiple of
-	// it, and one at the end of the prefill.
+	// Cuts are session positions at which a prefill piece must end (any order; those
+	// outside the prefill are ignored).
+	Cuts []int
+	// SnapshotEvery > 0 cuts at every multiple of it and snapshots there.
 	SnapshotEvery int
-	OnSnapshot    func(*Snapshot)
+	// SnapshotAt are further session positions to cut and snapshot at.
+	SnapshotAt []int
+	// OnSnapshot receives the snapshots, in order: at the multiples of SnapshotEvery, at
+	// SnapshotAt, and at the end of the prefill. None are taken when it is nil.
+	OnSnapshot func(*Snapshot)
 }
 
 // Len is the number of tokens the session has consumed.
@@ -56,10 +68,29 @@ func (s *Session) Logits() []float32 { return s.logits }
 
 // Reset empties the session.
 func (s *Session) Reset() {
-	s.st.Zero()
+	if s.st != nil {
+		s.st.Zero()
+	}
 	s.n = 0
 	s.logits = nil
 }
+
+// DecodeSteps is how many decode steps the session has run in its life. Unlike the
+// other methods it may be called from any goroutine.
+func (s *Session) DecodeSteps() int64 { return s.decodeSteps.Load() }
+
+// Close frees the session's state (host and device memory). It is safe to call twice;
+// the session cannot be used afterwards (calls return errors).
+func (s *Session) Close() error {
+	if s.st == nil {
+		return nil
+	}
+	err := s.st.Close()
+	s.st, s.n, s.logits = nil, 0, nil
+	return err
+}
+
+var errSessionClosed = errors.New("the session is closed")
 
 // Prefill consumes tokens in chunks, checking ctx between chunks.
 func (s *Session) Prefill(ctx context.Context, tokens []int32, opts PrefillOptions) error {
@@ -82,6 +113,10 @@ func (s *Session) Decode(ctx context.Context, token int32) error {
 	if err := s.validate(tokens); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.decodeSteps.Add(1)
 	_, err := s.run(ctx, tokens, false)
 	return err
 }
@@ -92,16 +127,17 @@ func (s *Session) forward(ctx context.Context, tokens []int32, opts PrefillOptio
 	if err := s.validate(tokens); err != nil {
 		return nil, err
 	}
-	every := opts.SnapshotEvery
-	snapshots := every > 0 && opts.OnSnapshot != nil
+	end := s.n + len(tokens)
+	cuts := opts.cutsIn(s.n, end)
 	var all []float32
 	for len(tokens) > 0 {
 		size := s.m.pieceSize(len(tokens))
-		if snapshots {
-			// End the piece at the next snapshot boundary so the snapshot lands exactly there.
-			if toBoundary := every - s.n%every; toBoundary < size {
-				size = s.m.pieceSize(toBoundary)
-			}
+		// End the piece at the next cut so the pieces between two cuts depend only on them.
+		for len(cuts) > 0 && cuts[0] <= s.n {
+			cuts = cuts[1:]
+		}
+		if len(cuts) > 0 && cuts[0]-s.n < size {
+			size = s.m.pieceSize(cuts[0] - s.n)
 		}
 		rows, err := s.run(ctx, tokens[:size], keep)
 		if err != nil {
@@ -109,7 +145,7 @@ func (s *Session) forward(ctx context.Context, tokens []int32, opts PrefillOptio
 		}
 		all = append(all, rows...)
 		tokens = tokens[size:]
-		if snapshots && (s.n%every == 0 || len(tokens) == 0) {
+		if opts.OnSnapshot != nil && (len(tokens) == 0 || opts.snapshotAt(s.n)) {
 			snap, err := s.Snapshot()
 			if err != nil {
 				return nil, err
@@ -120,11 +156,33 @@ func (s *Session) forward(ctx context.Context, tokens []int32, opts PrefillOptio
 	return all, nil
 }
 
+// cutsIn lists, ascending and unique, the cut positions strictly inside (from, to).
+func (o *PrefillOptions) cutsIn(from, to int) []int {
+	var cuts []int
+	for _, c := range append(slices.Clone(o.Cuts), o.SnapshotAt...) {
+		if c > from && c < to {
+			cuts = append(cuts, c)
+		}
+	}
+	if o.SnapshotEvery > 0 {
+		for c := (from/o.SnapshotEvery + 1) * o.SnapshotEvery; c < to; c += o.SnapshotEvery {
+			cuts = append(cuts, c)
+		}
+	}
+	slices.Sort(cuts)
+	return slices.Compact(cuts)
+}
+
+func (o *PrefillOptions) snapshotAt(n int) bool {
+	return (o.SnapshotEvery > 0 && n%o.SnapshotEvery == 0) || slices.Contains(o.SnapshotAt, n)
+}
+
 // run executes one program of exactly len(tokens) tokens, already validated.
 func (s *Session) run(ctx context.Context, tokens []int32, keep bool) ([]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+
 	vocab := s.m.cfg.VocabSize
 	prog, err := s.m.program(len(tokens))
 	if err != nil {
@@ -147,6 +205,9 @@ func (s *Session) run(ctx context.Context, tokens []int32, keep bool) ([]float32
 }
 
 func (s *Session) validate(tokens []int32) error {
+	if s.st == nil {
+		return errSessionClosed
+	}
 	vocab := s.m.cfg.VocabSize
 	for i, id := range tokens {
 		if id < 0 || int(id) >= vocab {
@@ -161,6 +222,9 @@ func (s *Session) validate(tokens []int32) error {
 
 // Snapshot copies the session's state.
 func (s *Session) Snapshot() (*Snapshot, error) {
+	if s.st == nil {
+		return nil, errSessionClosed
+	}
 	data, err := s.st.Export(s.n)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot at %d tokens: %w", s.n, err)
@@ -170,6 +234,9 @@ func (s *Session) Snapshot() (*Snapshot, error) {
 
 // Restore makes the session exactly as it was when snap was taken (from this model).
 func (s *Session) Restore(snap *Snapshot) error {
+	if s.st == nil {
+		return errSessionClosed
+	}
 	if snap.Len > s.capacity {
 		return fmt.Errorf("snapshot of %d tokens exceeds the session capacity %d", snap.Len, s.capacity)
 	}
@@ -179,86 +246,4 @@ func (s *Session) Restore(snap *Snapshot) error {
 	s.n = snap.Len
 	s.logits = append(s.logits[:0], snap.logits...)
 	return nil
-}
-
-// ErrStop, returned by GenerateOptions.OnToken, ends generation normally with finish
-// reason "stop" (a stop string matched).
-var ErrStop = errors.New("stop")
-
-// GenerateOptions control one generation.
-type GenerateOptions struct {
-	MaxTokens  int
-	Sampling   SamplingParams
-	StopTokens []int32
-	Prefill    PrefillOptions
-	// OnToken sees each generated token (stop tokens included) as it is chosen. A non-nil
-	// error stops generation; ErrStop stops it as a normal "stop".
-	OnToken func(id int32) error
-}
-
-// GenerateResult describes a finished generation.
-type GenerateResult struct {
-	Tokens       []int32
-	FinishReason string // "stop" or "length"
-	PromptTokens int
-	// Prefill and decode speeds of this call (tokens per second of wall time).
-	PrefillTokensPerSec, DecodeTokensPerSec float64
-	PrefillTime, DecodeTime                 time.Duration
-}
-
-// Generate prefills prompt (which may be empty when the session already holds tokens)
-// and samples up to MaxTokens tokens. The last generated token is not fed back, so
-// afterwards Len() counts the prompt and all but the last generated token.
-func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOptions) (GenerateResult, error) {
-	res := GenerateResult{PromptTokens: len(prompt), FinishReason: "length"}
-	if len(prompt) == 0 && s.n == 0 {
-		return res, errors.New("empty prompt: nothing to continue from")
-	}
-	if o.MaxTokens <= 0 {
-		return res, fmt.Errorf("max tokens %d must be positive", o.MaxTokens)
-	}
-	start := time.Now()
-	if len(prompt) > 0 {
-		if err := s.Prefill(ctx, prompt, o.Prefill); err != nil {
-			return res, err
-		}
-	}
-	res.PrefillTime = time.Since(start)
-	if len(prompt) > 0 && res.PrefillTime > 0 {
-		res.PrefillTokensPerSec = float64(len(prompt)) / res.PrefillTime.Seconds()
-	}
-	sampler := NewSampler(o.Sampling)
-	start = time.Now()
-	for len(res.Tokens) < o.MaxTokens {
-		id := sampler.Sample(s.logits, res.Tokens)
-		res.Tokens = append(res.Tokens, id)
-		stop := slices.Contains(o.StopTokens, id)
-		if o.OnToken != nil {
-			if err := o.OnToken(id); err != nil {
-				if errors.Is(err, ErrStop) {
-					res.FinishReason = "stop"
-					break
-				}
-				return res, err
-			}
-		}
-		if stop {
-			res.FinishReason = "stop"
-			break
-		}
-		if len(res.Tokens) == o.MaxTokens {
-			break
-		}
-		if s.n >= s.capacity {
-			break // the context is full: finish with "length"
-		}
-		if err := s.Decode(ctx, id); err != nil {
-			return res, err
-		}
-	}
-	res.DecodeTime = time.Since(start)
-	if n := len(res.Tokens) - 1; n > 0 && res.DecodeTime > 0 {
-		res.DecodeTokensPerSec = float64(n) / res.DecodeTime.Seconds()
-	}
-	return res, nil
 }

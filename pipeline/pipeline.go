@@ -1,7 +1,7 @@
 // Package pipeline reads pipeline.toml, the engine's settings: which phases to compile,
 // the prefill chunk, the pass switches, the CPU backend's workers and the server's table.
-// It turns them into passes.Config and passes.Phase values, so the CLI, the runtime and
-// the server all compile the same way.
+// It turns them into passes.Config, passes.Phase and exec.Options values, so the CLI, the
+// benchmarks and the server all compile the same way; the runtime itself never reads it.
 package pipeline
 
 import (
@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"pistil/exec"
 	"pistil/passes"
 )
 
@@ -188,6 +189,18 @@ func (p *Pipeline) Phase(name string, tokens, context int) (passes.Phase, error)
 		return passes.Phase{Name: "prefill", Tokens: tokens, Context: context, LastLogitsOnly: p.Phases.PrefillLogits == "last"}, nil
 	}
 	return passes.Phase{}, fmt.Errorf("unknown phase %q (want decode or prefill)", name)
+}
+
+// ExecOptions are the runtime options this pipeline gives a model opened on backend,
+// with the -pass flag values applied on top of [passes]: the runtime reads no file, the
+// caller hands it these.
+func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options, error) {
+	cfg, err := p.PassConfig(passFlags)
+	if err != nil {
+		return exec.Options{}, err
+	}
+	return exec.Options{Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
+		Passes: cfg, Kernels: p.CPU.Kernels, Graphs: p.CUDA.Graphs}, nil
 }
 
 // DecodeServer decodes the [server] table into v (a struct of the server's settings).

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"pistil/exec"
 )
 
 // The repository's pipeline.toml and Default must agree, so running without the file
@@ -79,5 +81,28 @@ func TestServerTableIsTheServers(t *testing.T) {
 	}
 	if err := Default().DecodeServer(&s); err != nil {
 		t.Errorf("Default has no server table: %v", err)
+	}
+}
+
+// The zero exec.Options (what tests and library callers without a file get) compile what
+// the built-in pipeline compiles: the same chunk, no optional pass off, fast kernels.
+func TestDefaultExecOptionsMatchTheRuntimeDefaults(t *testing.T) {
+	o, err := Default().ExecOptions("cpu", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Chunk != exec.DefaultChunk {
+		t.Errorf("prefill chunk %d, exec.DefaultChunk %d", o.Chunk, exec.DefaultChunk)
+	}
+	for name, off := range o.Passes.Off {
+		if off {
+			t.Errorf("pass %s is off in the built-in pipeline but on in the zero exec.Options", name)
+		}
+	}
+	if o.Kernels != "fast" || o.Workers != 0 || !o.Graphs || o.Backend != "cpu" {
+		t.Errorf("exec options %+v", o)
+	}
+	if _, err := Default().ExecOptions("cpu", []string{"no-such-pass/off"}); err == nil {
+		t.Error("an unknown -pass flag was accepted")
 	}
 }

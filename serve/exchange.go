@@ -42,7 +42,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, p *prepared) {
 	stopOnShutdown := context.AfterFunc(s.base, cancel)
 	defer stopOnShutdown()
 
-	x := &exchange{s: s, p: p, client: r.Context(), created: time.Now().Unix(), model: s.model.Name(), callIndex: map[int]int{}, announced: map[int]bool{}}
+	x := &exchange{s: s, p: p, client: r.Context(), created: time.Now().Unix(), model: s.name, callIndex: map[int]int{}, announced: map[int]bool{}}
 	if p.chat {
 		x.id = newID("chatcmpl-")
 	} else {
@@ -82,7 +82,7 @@ func (x *exchange) run(ctx context.Context, events chan<- []outDelta) {
 		prompt:     p.prompt,
 		splits:     p.splits,
 		maxTokens:  p.maxTokens,
-		sampler:    s.model.NewSampler(p.gen.Sampling),
+		sampler:    newSampler(p.gen.Sampling),
 		stopTokens: stopTokens,
 		onToken: func(id int32) bool {
 			ds, stop := pipe.push(id)

@@ -185,7 +185,7 @@ func TestHealthWhileLoading(t *testing.T) {
 	if bresp.StatusCode != 400 {
 		t.Fatalf("invalid request while loading: %d", bresp.StatusCode)
 	}
-	if err := s.Load(func() (Model, error) { return WrapModel(tiny.model, testModel), nil }); err != nil {
+	if err := s.Load(func() (*exec.Model, error) { return tiny.model, nil }); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { s.sched.close(); <-s.sched.idle() }()
@@ -238,12 +238,12 @@ func TestBrokenModelFailsLoad(t *testing.T) {
 			cfg := testConfig()
 			cfg.ModelDir = dir
 			s := New(cfg)
-			err := s.Load(func() (Model, error) {
+			err := s.Load(func() (*exec.Model, error) {
 				m, err := exec.Open(dir, exec.Options{Backend: "cpu"})
 				if err != nil {
 					return nil, err
 				}
-				return WrapModel(m, testModel), nil
+				return m, nil
 			})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("load error %v, want one naming %q", err, c.want)
@@ -268,7 +268,7 @@ func TestShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(testConfig())
-	if err := s.Load(func() (Model, error) { return WrapModel(model, testModel), nil }); err != nil {
+	if err := s.Load(func() (*exec.Model, error) { return model, nil }); err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(s.Handler())

@@ -6,18 +6,18 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"pistil/exec"
 )
 
 // runner owns the engine session. Only the scheduler's goroutine calls run, so the
-// session is never used concurrently.
+// session is never used concurrently. Generation is exec's one loop (Session.Generate);
+// the runner adds the prefix cache around it.
 type runner struct {
-	model         Model
-	sess          Session
+	sess          *exec.Session
 	cache         *prefixCache
 	snapshotEvery int
 	metrics       *metrics
-	// steps counts decode steps; read by the cancellation bookkeeping.
-	steps atomic.Int64
 }
 
 // genTask is one generation: the prompt, limits, and where its tokens go.
@@ -27,7 +27,7 @@ type genTask struct {
 	// multiples of snapshotEvery (ascending).
 	splits     []int
 	maxTokens  int
-	sampler    Sampler
+	sampler    exec.TokenSampler
 	stopTokens map[int32]bool
 	// onToken receives every generated token except stop tokens; true ends generation
 	// with "stop" (a stop string matched).
@@ -50,16 +50,31 @@ type genResult struct {
 	StepsAfterCancel int64
 }
 
+// newSampler is the engine's sampler for a request's sampling parameters.
+func newSampler(p sampling) *exec.Sampler {
+	return exec.NewSampler(exec.SamplingParams{
+		Temperature:      p.Temperature,
+		TopK:             p.TopK,
+		TopP:             p.TopP,
+		MinP:             p.MinP,
+		Seed:             p.Seed,
+		PresencePenalty:  p.PresencePenalty,
+		FrequencyPenalty: p.FrequencyPenalty,
+	})
+}
+
 func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error) {
 	res.PromptTokens = len(t.prompt)
 	res.StepsAfterCancel = -1
+	// The session's decode-step count, read when ctx is cancelled and again at the end,
+	// is how the tests prove a cancelled request stops within one decode step.
 	var stepsAtCancel atomic.Int64
 	stepsAtCancel.Store(-1)
-	stopWatch := context.AfterFunc(ctx, func() { stepsAtCancel.Store(r.steps.Load()) })
+	stopWatch := context.AfterFunc(ctx, func() { stepsAtCancel.Store(r.sess.DecodeSteps()) })
 	defer func() {
 		stopWatch()
 		if at := stepsAtCancel.Load(); at >= 0 {
-			res.StepsAfterCancel = r.steps.Load() - at
+			res.StepsAfterCancel = r.sess.DecodeSteps() - at
 			r.metrics.noteStepsAfterCancel(res.StepsAfterCancel)
 		}
 	}()
@@ -72,61 +87,41 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 	r.metrics.promptTokens.Add(int64(len(t.prompt)))
 	r.metrics.cachedTokens.Add(int64(start))
 
-	defer func() { res.Prefilled = min(r.sess.Len(), len(t.prompt)) - start }()
-
-	prefillStart := time.Now()
 	// Snapshots cost a copy of the state, so they are taken only where a later request is
 	// likely to restore: every snapshotEvery tokens, at the generation prompt's header (the
-	// last split, where the next turn diverges) and at the end of the prompt.
-	lastSplit := -1
+	// last split, where the next turn diverges) and at the end of the prompt. The prefill
+	// is cut at every split, so the pieces before a split depend only on the tokens
+	// before it.
+	prefill := exec.PrefillOptions{Cuts: t.splits, SnapshotEvery: r.snapshotEvery,
+		OnSnapshot: func(snap *exec.Snapshot) { r.cache.add(t.prompt[:snap.Len], snap) }}
 	if len(t.splits) > 0 {
-		lastSplit = t.splits[len(t.splits)-1]
+		prefill.SnapshotAt = t.splits[len(t.splits)-1:]
 	}
-	for _, seg := range prefillSegments(start, r.cutPoints(t.splits, start, len(t.prompt)), len(t.prompt)) {
-		if err := r.sess.Prefill(ctx, t.prompt[seg[0]:seg[1]], 0, nil); err != nil {
-			return res, fmt.Errorf("prefill: %w", err)
-		}
-		r.metrics.prefillTokens.Add(int64(seg[1] - seg[0]))
-		if end := seg[1]; end == len(t.prompt) || end == lastSplit || r.onGrid(end) {
-			snap, err := r.sess.Snapshot()
-			if err != nil {
-				return res, fmt.Errorf("prefill: %w", err)
+	var stops []int32
+	for id := range t.stopTokens {
+		stops = append(stops, id)
+	}
+	gen, err := r.sess.Generate(ctx, t.prompt[start:], exec.GenerateOptions{
+		MaxTokens: t.maxTokens, Sampler: t.sampler, StopTokens: stops, Prefill: prefill,
+		OnToken: func(id int32) error {
+			if t.stopTokens[id] {
+				return nil // the loop ends on it; stop tokens are not text
 			}
-			r.cache.add(t.prompt[:end], snap)
-		}
-	}
-	res.PrefillTime = time.Since(prefillStart)
-
-	decodeStart := time.Now()
-	res.Finish = "length"
-	logits := r.sess.Logits()
-	for len(res.Tokens) < t.maxTokens {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		id := t.sampler.Sample(logits, res.Tokens)
-		res.Tokens = append(res.Tokens, id)
-		if t.stopTokens[id] {
-			res.Finish = "stop"
-			break
-		}
-		if t.onToken(id) {
-			res.Finish = "stop"
-			break
-		}
-		if len(res.Tokens) == t.maxTokens || r.sess.Len() >= r.sess.Capacity() {
-			break
-		}
-		// The last sampled token is only fed back when another one is wanted.
-		r.steps.Add(1)
-		r.metrics.decodeSteps.Add(1)
-		if err := r.sess.Decode(ctx, id); err != nil {
-			return res, fmt.Errorf("decode: %w", err)
-		}
-		logits = r.sess.Logits()
-	}
-	res.DecodeTime = time.Since(decodeStart)
+			if t.onToken(id) {
+				return exec.ErrStop
+			}
+			return nil
+		},
+	})
+	res.Tokens, res.Finish = gen.Tokens, gen.FinishReason
+	res.PrefillTime, res.DecodeTime = gen.PrefillTime, gen.DecodeTime
+	res.Prefilled = max(min(r.sess.Len(), len(t.prompt))-start, 0)
+	r.metrics.prefillTokens.Add(int64(res.Prefilled))
+	r.metrics.decodeSteps.Add(int64(gen.DecodeSteps))
 	r.metrics.generatedTokens.Add(int64(len(res.Tokens)))
+	if err != nil {
+		return res, fmt.Errorf("generate: %w", err)
+	}
 	return res, nil
 }
 
@@ -161,33 +156,3 @@ func (r *runner) restore(prompt []int32, splits []int) (int, error) {
 }
 
 func (r *runner) onGrid(n int) bool { return r.snapshotEvery > 0 && n%r.snapshotEvery == 0 }
-
-// cutPoints merges the prompt's split points with the multiples of snapshotEvery inside
-// (start, end), ascending and unique. Every cut depends only on the tokens before it, so
-// two prompts with a common prefix are cut alike within it.
-func (r *runner) cutPoints(splits []int, start, end int) []int {
-	var pts []int
-	if r.snapshotEvery > 0 {
-		for p := (start/r.snapshotEvery + 1) * r.snapshotEvery; p < end; p += r.snapshotEvery {
-			pts = append(pts, p)
-		}
-	}
-	pts = append(pts, splits...)
-	slices.Sort(pts)
-	return slices.Compact(pts)
-}
-
-// prefillSegments cuts prompt[start:end] at every split point strictly inside it.
-func prefillSegments(start int, splits []int, end int) [][2]int {
-	var segs [][2]int
-	for _, p := range splits {
-		if p > start && p < end {
-			segs = append(segs, [2]int{start, p})
-			start = p
-		}
-	}
-	if start < end {
-		segs = append(segs, [2]int{start, end})
-	}
-	return segs
-}

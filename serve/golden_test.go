@@ -38,7 +38,7 @@ func TestGoldenLayouts(t *testing.T) {
 			cfg := testConfig()
 			cfg.ModelDir = dir
 			s := New(cfg)
-			if err := s.Load(func() (Model, error) { return WrapModel(model, testModel), nil }); err != nil {
+			if err := s.Load(func() (*exec.Model, error) { return model, nil }); err != nil {
 				t.Fatal(err)
 			}
 			hs := httptest.NewServer(s.Handler())

@@ -65,7 +65,7 @@ type testServer struct {
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func testConfig() Config {
-	return Config{ModelDir: tiny.dir, Context: 2048, SnapshotEvery: 64, CacheBytes: 64 << 20,
+	return Config{ModelDir: tiny.dir, ModelName: testModel, Context: 2048, SnapshotEvery: 64, CacheBytes: 64 << 20,
 		Logger: quietLogger(), PingInterval: 5 * time.Second}
 }
 
@@ -83,7 +83,7 @@ func startServer(t testing.TB, edit func(*Config)) *testServer {
 		ts.traces = append(ts.traces, g)
 		ts.mu.Unlock()
 	}
-	if err := s.Load(func() (Model, error) { return WrapModel(tiny.model, testModel), nil }); err != nil {
+	if err := s.Load(func() (*exec.Model, error) { return tiny.model, nil }); err != nil {
 		t.Fatalf("load: %v", err)
 	}
 	hs := httptest.NewServer(s.Handler())

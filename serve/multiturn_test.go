@@ -3,6 +3,8 @@ package serve
 import (
 	"slices"
 	"testing"
+
+	"pistil/exec"
 )
 
 // C15: a conversation's later turns restore the cached prefix they share with earlier
@@ -85,27 +87,28 @@ func TestPrefixCacheBudget(t *testing.T) {
 	sess := ts.runner.sess
 	sess.Reset()
 	prompt := ts.tok.Encode("a prompt long enough for two snapshots")
-	var snaps []Snapshot
-	if err := sess.Prefill(t.Context(), prompt, 8, func(s Snapshot) { snaps = append(snaps, s) }); err != nil {
+	var snaps []*exec.Snapshot
+	every8 := exec.PrefillOptions{SnapshotEvery: 8, OnSnapshot: func(s *exec.Snapshot) { snaps = append(snaps, s) }}
+	if err := sess.Prefill(t.Context(), prompt, every8); err != nil {
 		t.Fatal(err)
 	}
 	if len(snaps) < 3 {
 		t.Fatalf("%d snapshots", len(snaps))
 	}
-	budget := entryBytes(prompt[:snaps[0].Len()], snaps[0]) + entryBytes(prompt[:snaps[1].Len()], snaps[1])
+	budget := entryBytes(prompt[:snaps[0].Len], snaps[0]) + entryBytes(prompt[:snaps[1].Len], snaps[1])
 	c := newPrefixCache(budget)
 	for _, s := range snaps[:3] {
-		c.add(prompt[:s.Len()], s)
+		c.add(prompt[:s.Len], s)
 	}
 	st := c.stats()
 	if st.Bytes > budget || st.Entries >= 3 {
 		t.Fatalf("over budget: %+v (budget %d)", st, budget)
 	}
 	// The oldest entry (the shortest prefix) was evicted; the longest is found.
-	if e := c.lookup(prompt, anyLength); e == nil || len(e.tokens) != snaps[2].Len() {
+	if e := c.lookup(prompt, anyLength); e == nil || len(e.tokens) != snaps[2].Len {
 		t.Fatalf("lookup found %v", e)
 	}
-	if e := c.lookup(prompt[:snaps[0].Len()], anyLength); e != nil {
+	if e := c.lookup(prompt[:snaps[0].Len], anyLength); e != nil {
 		t.Fatalf("evicted entry still found (len %d)", len(e.tokens))
 	}
 	// Restoring a cached snapshot reproduces the state: the logits match a fresh prefill
@@ -116,7 +119,7 @@ func TestPrefixCacheBudget(t *testing.T) {
 	}
 	restored := append([]float32(nil), sess.Logits()...)
 	sess.Reset()
-	if err := sess.Prefill(t.Context(), prompt[:ent.snap.Len()], 8, func(Snapshot) {}); err != nil {
+	if err := sess.Prefill(t.Context(), prompt[:ent.snap.Len], exec.PrefillOptions{SnapshotEvery: 8, OnSnapshot: func(*exec.Snapshot) {}}); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range sess.Logits() {

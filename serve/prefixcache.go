@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"slices"
 	"sync"
+
+	"pistil/exec"
 )
 
 // prefixCache keeps snapshots of session state keyed by the exact token sequence they
@@ -22,7 +24,7 @@ type prefixCache struct {
 
 type cacheEntry struct {
 	tokens []int32
-	snap   Snapshot
+	snap   *exec.Snapshot
 	bytes  int64
 }
 
@@ -31,14 +33,14 @@ func newPrefixCache(budget int64) *prefixCache {
 }
 
 // entryBytes counts the snapshot and its token key.
-func entryBytes(tokens []int32, snap Snapshot) int64 {
+func entryBytes(tokens []int32, snap *exec.Snapshot) int64 {
 	return snap.Bytes() + int64(len(tokens))*4
 }
 
-// add stores a snapshot for tokens (len(tokens) must equal snap.Len()). It keeps its own
+// add stores a snapshot for tokens (len(tokens) must equal snap.Len). It keeps its own
 // copy of tokens. A snapshot larger than the whole budget is not stored.
-func (c *prefixCache) add(tokens []int32, snap Snapshot) {
-	if c == nil || c.budget <= 0 || len(tokens) == 0 || len(tokens) != snap.Len() {
+func (c *prefixCache) add(tokens []int32, snap *exec.Snapshot) {
+	if c == nil || c.budget <= 0 || len(tokens) == 0 || len(tokens) != snap.Len {
 		return
 	}
 	size := entryBytes(tokens, snap)

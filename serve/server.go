@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"pistil/exec"
 	"pistil/models/chat"
 	"pistil/models/tokenizer"
 )
@@ -93,7 +94,8 @@ type Server struct {
 	created int64
 
 	// Set once by Load, before ready becomes true.
-	model      Model
+	model      *exec.Model
+	name       string // the served model id
 	tok        *tokenizer.Tokenizer
 	tmpl       *chat.Template
 	runner     *runner
@@ -132,8 +134,8 @@ func New(cfg Config) *Server {
 
 // Load reads the tokenizer and chat template from cfg.ModelDir, opens the model with
 // open, and makes the server ready. It may run in a goroutine while the server already
-// answers /health with 503.
-func (s *Server) Load(open func() (Model, error)) error {
+// answers /health with 503. The server owns the model from then on: Shutdown closes it.
+func (s *Server) Load(open func() (*exec.Model, error)) error {
 	err := errors.New("Load called twice")
 	s.loadOnce.Do(func() { err = s.load(open) })
 	if err != nil {
@@ -143,7 +145,7 @@ func (s *Server) Load(open func() (Model, error)) error {
 	return err
 }
 
-func (s *Server) load(open func() (Model, error)) error {
+func (s *Server) load(open func() (*exec.Model, error)) error {
 	tok, err := tokenizer.Load(s.cfg.ModelDir)
 	if err != nil {
 		return fmt.Errorf("load tokenizer: %w", err)
@@ -161,10 +163,11 @@ func (s *Server) load(open func() (Model, error)) error {
 		return err
 	}
 	ctxLen := s.cfg.Context
+	maxContext := model.Config().MaxPositionEmbeddings
 	if ctxLen <= 0 {
-		ctxLen = min(model.MaxContext(), 32768)
+		ctxLen = min(maxContext, 32768)
 	}
-	if max := model.MaxContext(); max > 0 && ctxLen > max {
+	if max := maxContext; max > 0 && ctxLen > max {
 		ctxLen = max
 	}
 	sess, err := model.NewSession(ctxLen)
@@ -173,6 +176,10 @@ func (s *Server) load(open func() (Model, error)) error {
 		return fmt.Errorf("allocate a session of %d tokens: %w", ctxLen, err)
 	}
 	s.model, s.tok, s.tmpl, s.samplingDefaults = model, tok, tmpl, defaults
+	s.name = s.cfg.ModelName
+	if s.name == "" {
+		s.name = model.Name()
+	}
 	s.stopTokens = map[int32]bool{}
 	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
 		if id, ok := tok.TokenID(name); ok {
@@ -185,11 +192,11 @@ func (s *Server) load(open func() (Model, error)) error {
 	if id, ok := tok.TokenID("<|im_start|>"); ok {
 		s.imStart = id
 	}
-	s.runner = &runner{model: model, sess: sess, cache: newPrefixCache(s.cfg.CacheBytes),
+	s.runner = &runner{sess: sess, cache: newPrefixCache(s.cfg.CacheBytes),
 		snapshotEvery: s.cfg.SnapshotEvery, metrics: s.metrics}
 	s.sched = newScheduler(s.cfg.Queue)
 	s.ready.Store(true)
-	s.cfg.Logger.Info("model ready", "model", model.Name(), "context", ctxLen)
+	s.cfg.Logger.Info("model ready", "model", s.name, "context", ctxLen)
 	return nil
 }
 
@@ -208,7 +215,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.cancelBase()
 		<-s.sched.idle()
 	}
-	return s.model.Close()
+	// Nothing runs any more: release the session and the model (device memory included).
+	return errors.Join(s.runner.sess.Close(), s.model.Close())
 }
 
 // Handler is the HTTP handler with every route and middleware.
@@ -282,7 +290,7 @@ type modelObject struct {
 }
 
 func (s *Server) modelObject() modelObject {
-	return modelObject{ID: s.model.Name(), Object: "model", Created: s.created, OwnedBy: "pistil"}
+	return modelObject{ID: s.name, Object: "model", Created: s.created, OwnedBy: "pistil"}
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
@@ -309,7 +317,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 // knownModel matches a requested name against the served names only: the name is never
 // used for anything else (no path, no lookup).
 func (s *Server) knownModel(name string) bool {
-	if name == s.model.Name() {
+	if name == s.name {
 		return true
 	}
 	for _, a := range s.cfg.Aliases {

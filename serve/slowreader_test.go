@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"pistil/exec"
 )
 
 // smallBufferListener shrinks each accepted connection's send buffer, so that a client
@@ -38,7 +40,7 @@ func TestSlowReaderIsCancelled(t *testing.T) {
 		ts.traces = append(ts.traces, g)
 		ts.mu.Unlock()
 	}
-	if err := s.Load(func() (Model, error) { return WrapModel(tiny.model, testModel), nil }); err != nil {
+	if err := s.Load(func() (*exec.Model, error) { return tiny.model, nil }); err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewUnstartedServer(s.Handler())

@@ -110,24 +110,27 @@ func Run(ctx context.Context, m *exec.Model, ref *Reference, o Options) (*Report
 			refNLL -= logSoftmax(ref.Logits[p], next)
 		}
 	}
-	// Greedy continuation: the engine follows its own argmax; the logits are compared
-	// only while the continuation still matches the reference's (after a divergence the
-	// contexts differ and the numbers would mean nothing).
+	// Greedy continuation through the generation loop (zero sampling parameters are
+	// greedy): the engine follows its own argmax; the logits are compared only while the
+	// continuation still matches the reference's (after a divergence the contexts differ
+	// and the numbers would mean nothing).
 	rep.GreedyMatch = true
-	for i := range ref.GenTokens {
-		got := s.Logits()
-		id := int32(argmax(got))
-		if rep.GreedyMatch {
-			compare(len(ref.Tokens)+i, got, ref.GenLogits[i])
-		}
-		rep.GreedyTokens = append(rep.GreedyTokens, id)
-		if id != ref.GenTokens[i] {
-			rep.GreedyMatch = false
-		}
-		if i+1 < len(ref.GenTokens) {
-			if err := s.Decode(ctx, id); err != nil {
-				return nil, err
-			}
+	if len(ref.GenTokens) > 0 {
+		_, err := s.Generate(ctx, nil, exec.GenerateOptions{
+			MaxTokens: len(ref.GenTokens),
+			OnLogits: func(id int32, logits []float32) {
+				i := len(rep.GreedyTokens)
+				if rep.GreedyMatch {
+					compare(len(ref.Tokens)+i, logits, ref.GenLogits[i])
+				}
+				rep.GreedyTokens = append(rep.GreedyTokens, id)
+				if id != ref.GenTokens[i] {
+					rep.GreedyMatch = false
+				}
+			},
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	rep.Top1Agree = float64(agree) / float64(rep.Positions)

@@ -13,6 +13,7 @@ import (
 	"pistil/exec"
 	"pistil/models/chat"
 	"pistil/models/tokenizer"
+	"pistil/pipeline"
 )
 
 func init() {
@@ -71,14 +72,43 @@ func (m *modelFlags) open(allLogits bool) (*exec.Model, error) {
 	if m.dir == "" {
 		return nil, errors.New("--model DIR is required")
 	}
-	pipeline := m.pipeline
-	if pipeline == "" {
+	o, err := m.options()
+	if err != nil {
+		return nil, err
+	}
+	o.AllLogits = allLogits
+	return exec.Open(m.dir, o)
+}
+
+// pipelineFile is --pipeline, else ./pipeline.toml if present, else "" (the built-in
+// defaults).
+func (m *modelFlags) pipelineFile() string {
+	if m.pipeline == "" {
 		if _, err := os.Stat("pipeline.toml"); err == nil {
-			pipeline = "pipeline.toml"
+			return "pipeline.toml"
 		}
 	}
-	return exec.Open(m.dir, exec.Options{Backend: m.backend, Workers: m.workers, Chunk: m.chunk,
-		AllLogits: allLogits, Passes: m.passes, PipelineFile: pipeline})
+	return m.pipeline
+}
+
+// options are the runtime options of pipeline.toml with the flags applied on top: the
+// runtime reads no file itself.
+func (m *modelFlags) options() (exec.Options, error) {
+	pipe, err := pipeline.Load(m.pipelineFile())
+	if err != nil {
+		return exec.Options{}, err
+	}
+	o, err := pipe.ExecOptions(m.backend, m.passes)
+	if err != nil {
+		return exec.Options{}, err
+	}
+	if m.chunk != 0 {
+		o.Chunk = m.chunk
+	}
+	if m.workers != 0 {
+		o.Workers = m.workers
+	}
+	return o, nil
 }
 
 func runGenerate(args []string) error {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"pistil/exec"
 	"pistil/pipeline"
 	"pistil/serve"
 )
@@ -93,13 +94,7 @@ func runServe(args []string) error {
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 	loadErr := make(chan error, 1)
 	go func() {
-		loadErr <- srv.Load(func() (serve.Model, error) {
-			m, err := mf.open(false)
-			if err != nil {
-				return nil, err
-			}
-			return serve.WrapModel(m, cfg.ModelName), nil
-		})
+		loadErr <- srv.Load(func() (*exec.Model, error) { return mf.open(false) })
 	}()
 
 	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

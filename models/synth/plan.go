@@ -16,17 +16,35 @@ type Layout string
 const (
 	// MLXQ4 is the mlx-community layout, MLX affine 4-bit with 8-bit router gates.
 	MLXQ4 Layout = "mlx-q4"
+	// MLXQ8 is the same layout at 8 bits (mlx_lm.convert -q --q-bits 8): affine, group
+	// 64, every quantizable matrix at 8 bits, the gates as in MLXQ4.
+	MLXQ8 Layout = "mlx-q8"
 	// HF is the official Hugging Face layout in bf16 (fused experts, norms stored as w).
 	HF Layout = "hf"
 )
 
+// Layouts lists the layouts synth writes.
+var Layouts = []Layout{MLXQ4, MLXQ8, HF}
+
 // ParseLayout checks a layout name.
 func ParseLayout(s string) (Layout, error) {
-	switch Layout(s) {
-	case MLXQ4, HF:
-		return Layout(s), nil
+	for _, l := range Layouts {
+		if Layout(s) == l {
+			return l, nil
+		}
 	}
-	return "", fmt.Errorf("unknown layout %q (have mlx-q4, hf)", s)
+	return "", fmt.Errorf("unknown layout %q (have mlx-q4, mlx-q8, hf)", s)
+}
+
+// bits is the default quantization width of an MLX layout, 0 for a dense one.
+func (l Layout) bits() int {
+	switch l {
+	case MLXQ4:
+		return 4
+	case MLXQ8:
+		return 8
+	}
+	return 0
 }
 
 const groupSize = 64
@@ -137,7 +155,7 @@ func plan(cfg *qwen35moe.Config, layout Layout, liveVocab int) []tensorPlan {
 		case strings.HasSuffix(w.Name, "linear_attn.dt_bias"):
 			dense(module, safetensors.BF16, w.Shape)
 		case len(w.Shape) >= 2 && w.Shape[len(w.Shape)-1]%groupSize == 0:
-			out = append(out, quantized(module, w, mean, std, seed)...)
+			out = append(out, quantized(module, w, layout.bits(), mean, std, seed)...)
 		default:
 			dense(module+".weight", safetensors.BF16, w.Shape)
 		}
@@ -180,10 +198,9 @@ func hfTensors(w qwen35moe.Weight, cfg *qwen35moe.Config, dense func(string, saf
 	}
 }
 
-// quantized lays out an MLX affine module: U32 codes [..., in*bits/32] and bf16 scales and
-// biases [..., in/64].
-func quantized(module string, w qwen35moe.Weight, mean, std float64, seed uint64) []tensorPlan {
-	bits := 4
+// quantized lays out an MLX affine module at the layout's width (the gates always at 8
+// bits): U32 codes [..., in*bits/32] and bf16 scales and biases [..., in/64].
+func quantized(module string, w qwen35moe.Weight, bits int, mean, std float64, seed uint64) []tensorPlan {
 	for _, m := range eightBitModules {
 		if strings.HasSuffix(module, "."+m) {
 			bits = 8

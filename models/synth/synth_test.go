@@ -199,8 +199,8 @@ func TestRefusesUsedFolderAndBadOptions(t *testing.T) {
 
 // The full preset's tensors add up to model-spec §6.2's MLX 4-bit size, without writing it.
 func TestFullPresetSize(t *testing.T) {
-	p, _ := LookupPreset("full")
-	_, cfg, err := configJSON(p, MLXQ4, 0)
+	d, _ := PresetDims("full")
+	_, cfg, err := configJSON(d, MLXQ4, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +240,8 @@ func TestTokenizerAndStopIDs(t *testing.T) {
 
 // lm_head rows past the tokenizer's ids are zero in both layouts, and nothing else is.
 func TestLMHeadPaddingRows(t *testing.T) {
-	p, _ := LookupPreset("tiny")
-	_, cfg, err := configJSON(p, MLXQ4, 0)
+	d, _ := PresetDims("tiny")
+	_, cfg, err := configJSON(d, MLXQ4, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,5 +277,120 @@ func TestLMHeadPaddingRows(t *testing.T) {
 		if want := map[Layout]int{MLXQ4: 3, HF: 1}[layout]; padded != want {
 			t.Errorf("%s: %d padded tensors, want %d", layout, padded, want)
 		}
+	}
+}
+
+// A checkpoint of any valid dimensions, in every layout, binds with no missing or unused
+// tensor and has the dimensions asked for; mlx-q8 quantizes every matrix at 8 bits.
+func TestAnyDimsRoundTrip(t *testing.T) {
+	d := Dims{Vocab: 400, Hidden: 128, Layers: 3, AttentionInterval: 2, Heads: 4, KVHeads: 2, HeadDim: 128,
+		LinearKeyHeads: 4, LinearValueHeads: 4, LinearKeyDim: 64, LinearValueDim: 32, ConvKernel: 3,
+		Experts: 8, TopK: 2, ExpertWidth: 128, SharedWidth: 64}
+	for _, layout := range Layouts {
+		dir := filepath.Join(t.TempDir(), "ck")
+		res, err := Write(Options{Dims: &d, Preset: "ignored", Layout: layout, Seed: 1, Out: dir})
+		if err != nil {
+			t.Fatalf("%s: %v", layout, err)
+		}
+		if res.Dims != d {
+			t.Errorf("%s: wrote %v", layout, res.Dims)
+		}
+		ck, ws := openBound(t, dir)
+		c := ck.Config()
+		got := Dims{Vocab: c.VocabSize, Hidden: c.HiddenSize, Layers: c.NumLayers, AttentionInterval: c.FullAttentionInterval,
+			Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, LinearKeyHeads: c.LinearNumKeyHeads,
+			LinearValueHeads: c.LinearNumValueHeads, LinearKeyDim: c.LinearKeyHeadDim, LinearValueDim: c.LinearValueHeadDim,
+			ConvKernel: c.LinearConvKernel, Experts: c.NumExperts, TopK: c.NumExpertsPerTok, ExpertWidth: c.MoEIntermediate,
+			SharedWidth: c.SharedIntermediate}
+		if got != d {
+			t.Errorf("%s: config reads back as %v", layout, got)
+		}
+		if want := []qwen35moe.LayerKind{qwen35moe.LinearAttention, qwen35moe.FullAttention, qwen35moe.LinearAttention}; !slices.Equal(c.Layers, want) {
+			t.Errorf("%s: layers %v", layout, c.Layers)
+		}
+		wantDT := map[Layout]graph.DType{MLXQ4: graph.Q4, MLXQ8: graph.Q8, HF: graph.BF16}[layout]
+		for name, dt := range map[string]graph.DType{
+			"layers.1.self_attn.q_proj": wantDT, "layers.0.mlp.experts.down_proj": wantDT, "lm_head": wantDT,
+			"layers.0.mlp.gate": map[Layout]graph.DType{MLXQ4: graph.Q8, MLXQ8: graph.Q8, HF: graph.BF16}[layout],
+		} {
+			if w := ws[name]; w.DType != dt {
+				t.Errorf("%s: %s is %s, want %s", layout, name, w.DType, dt)
+			}
+		}
+		if s := ws["layers.1.self_attn.q_proj"].Shape; !slices.Equal(s, []int{2 * 4 * 128, 128}) {
+			t.Errorf("%s: q_proj shape %v", layout, s)
+		}
+		if s := ws["layers.0.linear_attn.in_proj_qkv"].Shape; !slices.Equal(s, []int{2*4*64 + 4*32, 128}) {
+			t.Errorf("%s: in_proj_qkv shape %v", layout, s)
+		}
+		// 8-bit weights keep the promised scale too.
+		if m, s := stats(ws["layers.1.self_attn.q_proj"]); math.Abs(m) > 0.01 || math.Abs(s-1/math.Sqrt(128)) > 0.1/math.Sqrt(128) {
+			t.Errorf("%s: q_proj mean %.4f std %.4f", layout, m, s)
+		}
+	}
+}
+
+// Every invalid dimension is refused before anything is written, naming the flag.
+func TestInvalidDims(t *testing.T) {
+	base, _ := PresetDims("tiny")
+	for _, tc := range []struct {
+		change func(*Dims)
+		want   string
+	}{
+		{func(d *Dims) { d.Hidden = 0 }, "--hidden"},
+		{func(d *Dims) { d.Experts = -3 }, "--experts"},
+		{func(d *Dims) { d.Heads = 6; d.KVHeads = 4 }, "--kv-heads"},
+		{func(d *Dims) { d.LinearValueHeads = 3 }, "--linear-value-heads"},
+		{func(d *Dims) { d.TopK = 17 }, "--top-k"},
+		{func(d *Dims) { d.HeadDim = 36 }, "--head-dim"},
+		{func(d *Dims) { d.AttentionInterval = 9 }, "--attention-every"},
+	} {
+		d := base
+		tc.change(&d)
+		dir := filepath.Join(t.TempDir(), "ck")
+		_, err := Write(Options{Dims: &d, Layout: MLXQ4, Out: dir})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v does not name %s", d, err, tc.want)
+		}
+		if _, serr := os.Stat(dir); serr == nil {
+			t.Errorf("%v: the output folder was created", d)
+		}
+	}
+	d := base
+	d.Vocab = 100
+	if _, err := Write(Options{Dims: &d, Layout: MLXQ4, Out: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "--vocab 100") {
+		t.Errorf("vocab below the tokenizer's ids: %v", err)
+	}
+}
+
+// A dims file sets the keys it names; unknown keys are refused unless the file is a
+// model's config.json, whose text config is read.
+func TestReadDims(t *testing.T) {
+	d, _ := PresetDims("tiny")
+	if err := ReadDims([]byte(`{"hidden_size": 256, "num_experts": 32}`), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Hidden != 256 || d.Experts != 32 || d.Layers != 8 {
+		t.Errorf("dims file gave %v", d)
+	}
+	if err := ReadDims([]byte(`{"hidden": 256}`), &d); err == nil || !strings.Contains(err.Error(), "hidden") || !strings.Contains(err.Error(), "hidden_size") {
+		t.Errorf("unknown key: %v", err)
+	}
+	if err := ReadDims([]byte(`{"hidden_size": "wide"}`), &d); err == nil || !strings.Contains(err.Error(), "hidden_size") {
+		t.Errorf("a string dimension: %v", err)
+	}
+	if err := ReadDims([]byte(`[1]`), &d); err == nil {
+		t.Error("a JSON array was accepted")
+	}
+	cfg, err := os.ReadFile(filepath.Join(golden[HF], "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromCfg Dims
+	if err := ReadDims(cfg, &fromCfg); err != nil {
+		t.Fatal(err)
+	}
+	if tiny, _ := PresetDims("tiny"); fromCfg != tiny {
+		t.Errorf("the golden tiny config.json reads as %v, want the tiny preset %v", fromCfg, tiny)
 	}
 }

@@ -22,7 +22,9 @@ const chunkBytes = 4 << 20
 
 // Options says what to write.
 type Options struct {
+	// Preset names the dimensions; Dims, when set, replaces them (and Preset is ignored).
 	Preset   string
+	Dims     *Dims
 	Layout   Layout
 	Seed     uint64
 	Out      string
@@ -34,6 +36,7 @@ type Options struct {
 
 // Result describes what was written.
 type Result struct {
+	Dims    Dims
 	Config  *qwen35moe.Config
 	Tensors int
 	Bytes   int64
@@ -41,11 +44,19 @@ type Result struct {
 
 // Write writes to opts.Out a synthetic byte-level tokenizer (tokenizer.WriteSynthetic),
 // config.json, generation_config.json (stop on the tokenizer's <|im_end|> and
-// <|endoftext|>) and a random checkpoint of the preset's exact shapes, streaming: no
-// tensor is ever held whole.
+// <|endoftext|>) and a random checkpoint of the exact shapes, streaming: no tensor is
+// ever held whole. The dimensions and the layout are checked before anything is written.
 func Write(opts Options) (*Result, error) {
-	p, err := LookupPreset(opts.Preset)
-	if err != nil {
+	var d Dims
+	if opts.Dims != nil {
+		d = *opts.Dims
+	} else {
+		var err error
+		if d, err = PresetDims(opts.Preset); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.Validate(); err != nil {
 		return nil, err
 	}
 	if _, err := ParseLayout(string(opts.Layout)); err != nil {
@@ -55,9 +66,8 @@ func Write(opts Options) (*Result, error) {
 		return nil, err
 	}
 	// The byte-level tokenizer goes first: its end-of-turn ids become the model's stop ids.
-	vocab := p.Text["vocab_size"].(int)
-	if err := tokenizer.WriteSynthetic(opts.Out, vocab); err != nil {
-		return nil, fmt.Errorf("synth: %w", err)
+	if err := tokenizer.WriteSynthetic(opts.Out, d.Vocab); err != nil {
+		return nil, fmt.Errorf("synth: --vocab %d: %w", d.Vocab, err)
 	}
 	tok, err := tokenizer.Load(opts.Out)
 	if err != nil {
@@ -68,7 +78,7 @@ func Write(opts Options) (*Result, error) {
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("synth: the synthetic tokenizer lacks <|im_end|> or <|endoftext|>")
 	}
-	js, cfg, err := configJSON(p, opts.Layout, int(eot))
+	js, cfg, err := configJSON(d, opts.Layout, int(eot))
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +93,7 @@ func Write(opts Options) (*Result, error) {
 		return nil, fmt.Errorf("synth: reading back %s: %w", opts.Out, err)
 	}
 	plans := plan(cfg, opts.Layout, tok.VocabSize())
-	res := &Result{Config: cfg, Tensors: len(plans)}
+	res := &Result{Dims: d, Config: cfg, Tensors: len(plans)}
 	if err := writeTensors(opts, plans, res); err != nil {
 		return nil, err
 	}
@@ -199,7 +209,7 @@ func writeTensors(opts Options, plans []tensorPlan, res *Result) error {
 }
 
 func formatTag(l Layout) string {
-	if l == MLXQ4 {
+	if l.bits() > 0 {
 		return "mlx"
 	}
 	return "pt"

@@ -1,0 +1,28 @@
+#!/bin/bash
+# The differential shape grid (verify/grid.Shapes) on a GPU machine, from the repository
+# root, with the test binary carried in .dev/ (see cuda/README.md):
+#   CGO_ENABLED=0 go test -c -o .dev/cuda.test ./cuda
+# Every shape is written with synth into the test's temporary folder, its prompt run on
+# the CPU backend (the reference) and on CUDA whole, in chunks of 1, 7 and 64 and through
+# decode. Logs go to $OUT (the device tool's output folder) or /tmp/cuda-out; the exit
+# status is the default run's (0: every shape and path within tolerance).
+set -u
+OUT=${OUT:-/tmp/cuda-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"
+grid() { # grid LOG [test.run pattern]
+	local log=$1 run=${2:-TestGrid}
+	echo "== grid $run ${PISTIL_GRID_PIPELINE:+pipeline $PISTIL_GRID_PIPELINE} ${PISTIL_GRID_PASSES:+passes $PISTIL_GRID_PASSES}" | tee -a "$OUT/grid_summary.txt"
+	(cd cuda && ../.dev/cuda.test -test.run "$run" -test.v -test.count=1 -test.timeout 30m 2>&1) | tee "$OUT/$log" |
+		grep -E "(PASS|FAIL)$|^(--- |ok|FAIL|PASS)|panic|rror" | sed 's/^ *grid_test.go:[0-9]*: //' | tee -a "$OUT/grid_summary.txt"
+	return "${PIPESTATUS[0]}"
+}
+# Every shape with the default pipeline (every fusion pass on, CUDA graphs on).
+grid grid.log
+status=$?
+# The issue's shape and the CI shapes again with graphs off and with every optional pass
+# off (the plans of primitive ops), to tell a kernel from a fusion or a graph edge.
+sed 's/^graphs = true/graphs = false/' pipeline.toml > /tmp/nographs.toml
+PISTIL_GRID_PIPELINE=/tmp/nographs.toml grid grid_nographs.log 'TestGrid/(issue10|h64|h128)'
+PISTIL_GRID_PASSES=all/off grid grid_O0.log 'TestGrid/(issue10|h64|h128)'
+exit $status

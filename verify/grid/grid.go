@@ -17,6 +17,7 @@ import (
 
 	"pistil/exec"
 	"pistil/models/synth"
+	"pistil/pipeline"
 )
 
 // Shape is one checkpoint of the grid.
@@ -155,8 +156,19 @@ func Run(ctx context.Context, s Shape, dir string, o Options) ([]Result, error) 
 // logits feeds prompt to a fresh session of the checkpoint on backend along path p and
 // returns the logits after every token.
 func logits(ctx context.Context, dir, backend string, p Path, prompt []int32, o Options) ([][]float32, error) {
-	m, err := exec.Open(dir, exec.Options{Backend: backend, Chunk: p.Chunk, AllLogits: true, Passes: o.Passes,
-		PipelineFile: o.PipelineFile, Workers: o.Workers})
+	pipe, err := pipeline.Load(o.PipelineFile)
+	if err != nil {
+		return nil, err
+	}
+	eo, err := pipe.ExecOptions(backend, o.Passes)
+	if err != nil {
+		return nil, err
+	}
+	eo.Chunk, eo.AllLogits = p.Chunk, true
+	if o.Workers > 0 {
+		eo.Workers = o.Workers
+	}
+	m, err := exec.Open(dir, eo)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Correctness on a GPU machine, from the repository root, with the binaries and the
-# golden checkpoints carried in .dev/ (see cuda/README.md):
-#   .dev/pistil, .dev/cuda.test, .dev/golden/{mlx-q4,hf}
+# binaries carried in .dev/ (see cuda/README.md):
+#   .dev/pistil, .dev/cuda.test; the golden checkpoints are the repository's testdata/golden/tiny-s1
 # Logs go to $OUT (the device tool's output folder) or /tmp/cuda-out.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
@@ -16,15 +16,17 @@ check() {
 	./.dev/pistil check --backend cuda "$@" 2>&1 | tee -a "$OUT/check.log" | grep -E "max abs|top-1|greedy|PASS|FAIL|rror"
 }
 for layout in mlx-q4 hf; do
-	ref=".dev/golden/$layout/reference.safetensors"
+	dir="testdata/golden/tiny-s1/$layout"
+	ref="$dir/reference.safetensors"
 	# The default pipeline (every fusion pass on).
-	check --model ".dev/golden/$layout" --reference "$ref"
-	check --model ".dev/golden/$layout" --reference "$ref" --chunk 7
-	check --model ".dev/golden/$layout" --reference "$ref" --decode-from 50
-	check --model ".dev/golden/$layout" --reference "$ref" --decode-from 50 --pipeline /tmp/nographs.toml
+	check --model "$dir" --reference "$ref"
+	check --model "$dir" --reference "$ref" --chunk 7
+	check --model "$dir" --reference "$ref" --decode-from 40
+	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/nographs.toml
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=split-attention/off
 	# The primitive ops only.
-	check --model ".dev/golden/$layout" --reference "$ref" --chunk 7 $NOFUSE
-	check --model ".dev/golden/$layout" --reference "$ref" --decode-from 50 $NOFUSE
+	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
+	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE
 done
-check --model .dev/golden/mlx-q4 --reference .dev/golden/mlx-q4/reference.safetensors -pass=all/off
-check --model .dev/golden/hf --reference .dev/golden/hf/reference.safetensors -pass=all/off --decode-from 50
+check --model testdata/golden/tiny-s1/mlx-q4 --reference testdata/golden/tiny-s1/mlx-q4/reference.safetensors -pass=all/off
+check --model testdata/golden/tiny-s1/hf --reference testdata/golden/tiny-s1/hf/reference.safetensors -pass=all/off --decode-from 40

@@ -31,7 +31,12 @@ type Sampler struct {
 	p   SamplingParams
 	rng *rand.Rand
 	// scratch reused across calls so that sampling does not allocate per token.
-	cand []candidate
+	cand  []candidate
+	probs []float64
+	// penalty[id] is what the penalties subtract from token id's logit this call: set
+	// for the generated tokens only and cleared after, so a pass over the vocabulary
+	// costs one extra load per entry, not a map lookup.
+	penalty []float64
 }
 
 type candidate struct {
@@ -53,57 +58,62 @@ func NewSampler(p SamplingParams) *Sampler {
 // Sample picks the next token. history is the generated tokens so far (for penalties).
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	p := s.p
-	penalised := p.PresencePenalty != 0 || p.FrequencyPenalty != 0
-	var counts map[int32]int
-	if penalised && len(history) > 0 {
-		counts = make(map[int32]int, len(history))
-		for _, id := range history {
-			counts[id]++
-		}
+	penalised := (p.PresencePenalty != 0 || p.FrequencyPenalty != 0) && len(history) > 0
+	if !penalised && p.Temperature <= 0 {
+		return argmax(logits)
 	}
-	adjusted := func(id int32) float64 {
-		l := float64(logits[id])
-		if n := counts[id]; n > 0 {
-			l -= p.PresencePenalty + p.FrequencyPenalty*float64(n)
+	var pen []float64
+	if penalised {
+		if len(s.penalty) < len(logits) {
+			s.penalty = make([]float64, len(logits))
 		}
-		return l
+		pen = s.penalty[:len(logits)]
+		for _, id := range history {
+			if id >= 0 && int(id) < len(pen) {
+				pen[id] = p.PresencePenalty
+			}
+		}
+		for _, id := range history {
+			if id >= 0 && int(id) < len(pen) {
+				pen[id] += p.FrequencyPenalty
+			}
+		}
+		defer func() {
+			for _, id := range history {
+				if id >= 0 && int(id) < len(pen) {
+					pen[id] = 0
+				}
+			}
+		}()
+	}
+	adjusted := func(i int) float64 {
+		if pen != nil {
+			return float64(logits[i]) - pen[i]
+		}
+		return float64(logits[i])
 	}
 	if p.Temperature <= 0 {
 		best, bestL := int32(0), math.Inf(-1)
 		for i := range logits {
-			if l := adjusted(int32(i)); l > bestL {
+			if l := adjusted(i); l > bestL {
 				best, bestL = int32(i), l
 			}
 		}
 		return best
 	}
-	s.cand = s.cand[:0]
-	for i := range logits {
-		l := adjusted(int32(i))
-		if !math.IsInf(l, -1) && !math.IsNaN(l) {
-			s.cand = append(s.cand, candidate{int32(i), l})
-		}
-	}
-	if len(s.cand) == 0 {
+	c := s.candidates(len(logits), adjusted, p.TopK)
+	if len(c) == 0 {
 		return 0
 	}
-	sort.Slice(s.cand, func(a, b int) bool {
-		if s.cand[a].logit != s.cand[b].logit {
-			return s.cand[a].logit > s.cand[b].logit
-		}
-		return s.cand[a].id < s.cand[b].id
-	})
-	c := s.cand
-	if p.TopK > 0 && p.TopK < len(c) {
-		c = c[:p.TopK]
-	}
 	// Softmax of the tempered logits, shifted by the maximum for stability.
-	probs := make([]float64, len(c))
+	probs := s.probs[:0]
 	var sum float64
 	for i := range c {
-		probs[i] = math.Exp((c[i].logit - c[0].logit) / p.Temperature)
-		sum += probs[i]
+		pr := math.Exp((c[i].logit - c[0].logit) / p.Temperature)
+		probs = append(probs, pr)
+		sum += pr
 	}
+	s.probs = probs
 	for i := range probs {
 		probs[i] /= sum
 	}
@@ -139,4 +149,80 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 		}
 	}
 	return c[keep-1].id
+}
+
+// before orders candidates by logit, highest first, ties by the lower id.
+func (a candidate) before(b candidate) bool {
+	if a.logit != b.logit {
+		return a.logit > b.logit
+	}
+	return a.id < b.id
+}
+
+// candidates are the finite logits in sampling order; with topK > 0 only the first topK
+// of them, selected through a bounded heap (O(V log K), not a sort of the vocabulary).
+func (s *Sampler) candidates(n int, logit func(int) float64, topK int) []candidate {
+	c := s.cand[:0]
+	if topK <= 0 || topK >= n {
+		for i := range n {
+			if l := logit(i); !math.IsInf(l, -1) && !math.IsNaN(l) {
+				c = append(c, candidate{int32(i), l})
+			}
+		}
+		sort.Slice(c, func(a, b int) bool { return c[a].before(c[b]) })
+		s.cand = c
+		return c
+	}
+	// c is a min-heap (by sampling order) of the best topK so far: its root is the
+	// candidate that leaves first.
+	worse := func(a, b int) bool { return c[b].before(c[a]) }
+	down := func(i int) {
+		for {
+			l, w := 2*i+1, i
+			if l < len(c) && worse(l, w) {
+				w = l
+			}
+			if r := l + 1; r < len(c) && worse(r, w) {
+				w = r
+			}
+			if w == i {
+				return
+			}
+			c[i], c[w] = c[w], c[i]
+			i = w
+		}
+	}
+	for i := range n {
+		l := logit(i)
+		if math.IsInf(l, -1) || math.IsNaN(l) {
+			continue
+		}
+		cd := candidate{int32(i), l}
+		switch {
+		case len(c) < topK:
+			c = append(c, cd)
+			for j := len(c) - 1; j > 0 && worse(j, (j-1)/2); j = (j - 1) / 2 {
+				c[j], c[(j-1)/2] = c[(j-1)/2], c[j]
+			}
+		case cd.before(c[0]):
+			c[0] = cd
+			down(0)
+		}
+	}
+	sort.Slice(c, func(a, b int) bool { return c[a].before(c[b]) })
+	s.cand = c
+	return c
+}
+
+// argmax is greedy decoding without penalties: the first largest logit, in one tight
+// pass (a closure and a map lookup per entry cost about a millisecond over a 248,320-token
+// vocabulary, a seventh of a GPU decode step).
+func argmax(logits []float32) int32 {
+	best, bestV := 0, float32(math.Inf(-1))
+	for i, v := range logits {
+		if v > bestV {
+			best, bestV = i, v
+		}
+	}
+	return int32(best)
 }

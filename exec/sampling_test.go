@@ -2,6 +2,8 @@ package exec
 
 import (
 	"math"
+	"math/rand/v2"
+	"sort"
 	"testing"
 )
 
@@ -59,6 +61,135 @@ func TestSeededSamplingIsReproducibleAndMatchesSoftmax(t *testing.T) {
 		got := float64(a[i]) / 20000
 		if math.Abs(got-want) > 0.015 {
 			t.Errorf("token %d frequency %.3f, softmax says %.3f", i, got, want)
+		}
+	}
+}
+
+// Greedy decoding without penalties takes the first largest logit, as with them.
+func TestGreedyFastPathMatchesPenalisedPath(t *testing.T) {
+	logits := []float32{0.5, 2, -1, 2, float32(math.Inf(-1)), 1.5}
+	if got := NewSampler(SamplingParams{}).Sample(logits, []int32{5}); got != 1 {
+		t.Errorf("greedy picked %d, want 1 (the first of the tied maxima)", got)
+	}
+	// A zero-strength penalty takes the general path and must agree.
+	zero := NewSampler(SamplingParams{PresencePenalty: 1e-300})
+	if got := zero.Sample(logits, []int32{5}); got != 1 {
+		t.Errorf("penalised greedy picked %d, want 1", got)
+	}
+}
+
+// BenchmarkSampleGreedy is the host's share of a GPU decode step with greedy sampling:
+// one pass over the model's 248,320 logits (go test ./exec -bench SampleGreedy).
+func BenchmarkSampleGreedy(b *testing.B) {
+	logits := make([]float32, 248320)
+	for i := range logits {
+		logits[i] = float32(i%977) * 0.01
+	}
+	for _, c := range []struct {
+		name string
+		p    SamplingParams
+	}{{"plain", SamplingParams{}}, {"presence-penalty", SamplingParams{PresencePenalty: 0.5}}} {
+		s := NewSampler(c.p)
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				s.Sample(logits, []int32{1, 2, 3})
+			}
+		})
+	}
+}
+
+// referenceSample is the sampler written plainly (a map of counts, a sort of the whole
+// vocabulary): the fast one must pick exactly what it picks, draw for draw.
+func referenceSample(p SamplingParams, rng *rand.Rand, logits []float32, history []int32) int32 {
+	counts := map[int32]int{}
+	for _, id := range history {
+		counts[id]++
+	}
+	adj := func(id int) float64 {
+		l := float64(logits[id])
+		if n := counts[int32(id)]; n > 0 {
+			l -= p.PresencePenalty + p.FrequencyPenalty*float64(n)
+		}
+		return l
+	}
+	var c []candidate
+	for i := range logits {
+		if l := adj(i); !math.IsInf(l, -1) && !math.IsNaN(l) {
+			c = append(c, candidate{int32(i), l})
+		}
+	}
+	sort.Slice(c, func(a, b int) bool { return c[a].before(c[b]) })
+	if p.Temperature <= 0 {
+		return c[0].id
+	}
+	if p.TopK > 0 && p.TopK < len(c) {
+		c = c[:p.TopK]
+	}
+	probs := make([]float64, len(c))
+	var sum float64
+	for i := range c {
+		probs[i] = math.Exp((c[i].logit - c[0].logit) / p.Temperature)
+		sum += probs[i]
+	}
+	for i := range probs {
+		probs[i] /= sum
+	}
+	keep := len(c)
+	if p.TopP > 0 && p.TopP < 1 {
+		var cum float64
+		for i, pr := range probs {
+			if cum += pr; cum >= p.TopP {
+				keep = i + 1
+				break
+			}
+		}
+	}
+	if p.MinP > 0 {
+		for i := 1; i < keep; i++ {
+			if probs[i] < p.MinP*probs[0] {
+				keep = i
+				break
+			}
+		}
+	}
+	var total float64
+	for _, pr := range probs[:keep] {
+		total += pr
+	}
+	r := rng.Float64() * total
+	for i, pr := range probs[:keep] {
+		if r -= pr; r < 0 {
+			return c[i].id
+		}
+	}
+	return c[keep-1].id
+}
+
+func TestSamplerMatchesPlainReference(t *testing.T) {
+	gen := rand.New(rand.NewPCG(7, 8))
+	for trial := range 300 {
+		logits := make([]float32, 50+gen.IntN(400))
+		for i := range logits {
+			logits[i] = float32(gen.IntN(40)) * 0.25 // many ties
+		}
+		if trial%7 == 0 {
+			logits[gen.IntN(len(logits))] = float32(math.Inf(-1))
+		}
+		seed := int64(trial)
+		p := SamplingParams{Temperature: []float64{0, 0.3, 1, 2}[trial%4], TopK: []int{0, 1, 5, 40, 1000}[trial%5],
+			TopP: []float64{0, 0.5, 0.95}[trial%3], MinP: []float64{0, 0.05}[trial%2], Seed: &seed,
+			PresencePenalty: []float64{0, 1.5, -0.5}[trial%3], FrequencyPenalty: []float64{0, 0.3}[(trial/3)%2]}
+		history := make([]int32, gen.IntN(12))
+		for i := range history {
+			history[i] = int32(gen.IntN(20))
+		}
+		s := NewSampler(p)
+		ref := rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15))
+		for step := range 5 {
+			got, want := s.Sample(logits, history), referenceSample(p, ref, logits, history)
+			if got != want {
+				t.Fatalf("trial %d step %d (%+v): sampled %d, the plain sampler %d", trial, step, p, got, want)
+			}
 		}
 	}
 }

@@ -45,3 +45,58 @@ func TestOpenWithoutGPUFailsCleanly(t *testing.T) {
 		t.Errorf("error %q does not say CUDA is not available", err)
 	}
 }
+
+// On a GPU, the program launches exactly the plan's dispatches: one launch per
+// dispatch, in plan order, each the kernel with the grid and group size the plan names,
+// and with CUDA graphs one graph node per dispatch. Nothing runs that the plan does not
+// show (issue 8: no hidden stages).
+func TestProgramLaunchesExactlyThePlan(t *testing.T) {
+	if _, err := loadDriver(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	for _, layout := range []string{"mlx-q4", "hf"} {
+		m, err := exec.Open(fixtures.Golden(layout), exec.Options{Backend: "cuda", Graphs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := m.NewSession(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Prefill(t.Context(), []int32{1, 2, 3, 4, 5, 6, 7}, exec.PrefillOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tokens := range []int{1, 4, m.Chunk()} {
+			p, err := m.Plan(tokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := m.Program(tokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp := prog.(*program)
+			if len(cp.launches) != len(p.Dispatches) {
+				t.Fatalf("%s T=%d: %d launches for %d dispatches", layout, tokens, len(cp.launches), len(p.Dispatches))
+			}
+			for i, l := range cp.launches {
+				d := p.Dispatches[i]
+				grid := [3]uint32{uint32(d.Grid[0]), uint32(d.Grid[1]), uint32(d.Grid[2])}
+				if l.name != d.Kernel || l.grid != grid || l.block != uint32(d.Block) {
+					t.Errorf("%s T=%d dispatch %d (%s): launches %s %v x%d, the plan says %s %v x%d", layout, tokens, i, d.Op, l.name, l.grid, l.block, d.Kernel, d.Grid, d.Block)
+				}
+			}
+			if cp.graph != 0 {
+				var n uintptr
+				if err := cp.b.dev.d.check("cuGraphGetNodes", cp.b.dev.d.cuGraphGetNodes(cp.graph, nil, &n)); err != nil {
+					t.Fatal(err)
+				}
+				if int(n) != len(p.Dispatches) {
+					t.Errorf("%s T=%d: the CUDA graph has %d nodes for %d dispatches", layout, tokens, n, len(p.Dispatches))
+				}
+			}
+		}
+		s.Close()
+		m.Close()
+	}
+}

@@ -49,6 +49,7 @@ type driverAPI struct {
 	cuGraphLaunch               func(exec uintptr, stream uintptr) int32
 	cuGraphExecDestroy          func(exec uintptr) int32
 	cuGraphDestroy              func(g uintptr) int32
+	cuGraphGetNodes             func(g uintptr, nodes *uintptr, n *uintptr) int32
 	cuEventCreate               func(e *uintptr, flags uint32) int32
 	cuEventRecord               func(e uintptr, stream uintptr) int32
 	cuEventSynchronize          func(e uintptr) int32
@@ -132,6 +133,7 @@ func loadDriver() (*driverAPI, error) {
 			{&d.cuGraphLaunch, []string{"cuGraphLaunch"}},
 			{&d.cuGraphExecDestroy, []string{"cuGraphExecDestroy"}},
 			{&d.cuGraphDestroy, []string{"cuGraphDestroy"}},
+			{&d.cuGraphGetNodes, []string{"cuGraphGetNodes"}},
 			{&d.cuEventCreate, []string{"cuEventCreate"}},
 			{&d.cuEventRecord, []string{"cuEventRecord"}},
 			{&d.cuEventSynchronize, []string{"cuEventSynchronize"}},

@@ -150,6 +150,10 @@ func (m *Model) Plan(tokens int) (*plan.Plan, error) {
 	return m.plans[tokens], nil
 }
 
+// Program is the loaded plan for steps of tokens (compiled and loaded on first use), for
+// backend tests that check what a backend made of a plan.
+func (m *Model) Program(tokens int) (Program, error) { return m.program(tokens) }
+
 // program returns the loaded plan for T tokens, compiling it on first use.
 func (m *Model) program(tokens int) (Program, error) {
 	m.mu.Lock()

@@ -34,6 +34,7 @@ type driverAPI struct {
 	cuMemcpyHtoD                func(dst uint64, src unsafe.Pointer, n uint64) int32
 	cuMemcpyDtoH                func(dst unsafe.Pointer, src uint64, n uint64) int32
 	cuMemcpyHtoDAsync           func(dst uint64, src unsafe.Pointer, n uint64, stream uintptr) int32
+	cuMemcpyDtoDAsync           func(dst, src uint64, n uint64, stream uintptr) int32
 	cuMemcpyDtoHAsync           func(dst unsafe.Pointer, src uint64, n uint64, stream uintptr) int32
 	cuMemsetD8                  func(dst uint64, v uint8, n uint64) int32
 	cuMemsetD8Async             func(dst uint64, v uint8, n uint64, stream uintptr) int32
@@ -118,6 +119,7 @@ func loadDriver() (*driverAPI, error) {
 			{&d.cuMemcpyHtoD, []string{"cuMemcpyHtoD_v2"}},
 			{&d.cuMemcpyDtoH, []string{"cuMemcpyDtoH_v2"}},
 			{&d.cuMemcpyHtoDAsync, []string{"cuMemcpyHtoDAsync_v2"}},
+			{&d.cuMemcpyDtoDAsync, []string{"cuMemcpyDtoDAsync_v2"}},
 			{&d.cuMemcpyDtoHAsync, []string{"cuMemcpyDtoHAsync_v2"}},
 			{&d.cuMemsetD8, []string{"cuMemsetD8_v2"}},
 			{&d.cuMemsetD8Async, []string{"cuMemsetD8Async"}},

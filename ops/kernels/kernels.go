@@ -29,6 +29,7 @@ const (
 	KernelDequant           = "dequant"
 	KernelMatmulRows        = "matmul_rows"
 	KernelMatvecQ4          = "matvec_q4"
+	KernelMatvecQ4Batched   = "matvec_q4_batched"
 	KernelExpertMVQ4        = "expert_matvec_q4"
 	KernelExpertMVSwiGLUQ4  = "expert_matvec_swiglu_q4"
 	KernelExpertMVCombineQ4 = "expert_matvec_combine_q4"
@@ -58,7 +59,7 @@ const (
 
 // Names lists every kernel of the .k files.
 var Names = []string{
-	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
+	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ4Batched, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax,

@@ -59,11 +59,20 @@ func TestProgramLaunchesExactlyThePlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := m.NewSession(64)
+		// A full chunk, then pieces of 4, 2 and 1, then a decode step: every program
+		// checked below has run, so its launches are bound to the session's state.
+		s, err := m.NewSession(m.Chunk() + 16)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Prefill(t.Context(), []int32{1, 2, 3, 4, 5, 6, 7}, exec.PrefillOptions{}); err != nil {
+		prompt := make([]int32, m.Chunk()+7)
+		for i := range prompt {
+			prompt[i] = int32(i % 50)
+		}
+		if err := s.Prefill(t.Context(), prompt, exec.PrefillOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Decode(t.Context(), 3); err != nil {
 			t.Fatal(err)
 		}
 		for _, tokens := range []int{1, 4, m.Chunk()} {

@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -31,7 +33,7 @@ var matvecShapes = []struct {
 // reports the weight bytes it reads per second beside the device's own copy bandwidth
 // (a device-to-device copy of 1 GiB, read + write counted): the yardstick for "70% of
 // the measured copy bandwidth". PISTIL_MATVEC_KERNELS names kernels of the same
-// arguments and grid to compare (default: matvec_q4 and matvec_q4_batched).
+// arguments and grid to compare (default: matvec_q4); each further kernel's result is checked against the first's.
 //
 //	go test -c -o cuda.test ./cuda && ./cuda.test -test.run '^$' -test.bench MatvecBandwidth
 func BenchmarkMatvecBandwidth(b *testing.B) {
@@ -42,7 +44,7 @@ func BenchmarkMatvecBandwidth(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	names := []string{kernels.KernelMatvecQ4, kernels.KernelMatvecQ4Batched}
+	names := []string{kernels.KernelMatvecQ4}
 	if env := os.Getenv("PISTIL_MATVEC_KERNELS"); env != "" {
 		names = strings.Split(env, ",")
 	}
@@ -78,18 +80,29 @@ func BenchmarkMatvecBandwidth(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		var reference []byte
 		for _, name := range names {
 			b.Run(sh.name+"/"+name, func(b *testing.B) {
+				grid := l.Grid
 				var ln *launch
 				err := g.do(func() error {
 					var err error
-					ln, err = g.newLaunch(name, l.Grid, l.Block, l.Args, l.ArgsPointer())
+					ln, err = g.newLaunch(name, grid, l.Block, l.Args, l.ArgsPointer())
 					return err
 				})
 				if err != nil {
 					b.Fatal(err)
 				}
 				ms := timeLaunches(b, g, ln, b.N)
+				got := make([]byte, 4*sh.M)
+				if err := g.do(func() error { return g.download(got, ya) }); err != nil {
+					b.Fatal(err)
+				}
+				if name == names[0] {
+					reference = got
+				} else if d := maxAbsDiffF32(got, reference); d > 1e-3 {
+					b.Errorf("%s differs from %s by %g", name, names[0], d)
+				}
 				gbs := weightBytes * float64(b.N) / (ms / 1e3) / 1e9
 				b.ReportMetric(gbs, "GB/s")
 				b.ReportMetric(100*gbs/copyGBs, "%copy")
@@ -179,4 +192,14 @@ func copyBandwidth(b *testing.B, g *device) float64 {
 		b.Fatal(err)
 	}
 	return best
+}
+
+func maxAbsDiffF32(a, b []byte) float64 {
+	worst := 0.0
+	for i := 0; i+4 <= len(a) && i+4 <= len(b); i += 4 {
+		x := math.Float32frombits(binary.LittleEndian.Uint32(a[i:]))
+		y := math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))
+		worst = max(worst, math.Abs(float64(x-y)))
+	}
+	return worst
 }

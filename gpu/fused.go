@@ -146,8 +146,8 @@ func expertQ4(x, ids Operand, ws ...Operand) bool {
 	return len(ws) > 0
 }
 
-// matvecGrid covers M rows at MatvecRows per SIMD group and 4 groups per block.
-func matvecGrid(M, y int) [3]int { return [3]int{ceilDiv(M, kernels.MatvecRows*4), y, 1} }
+// matvecGrid covers M rows of inner dimension K with the q4 matrix-vector kernels' tiles.
+func matvecGrid(M, K, y int) [3]int { return [3]int{ceilDiv(M, kernels.MatvecRowsPerGroup(K)), y, 1} }
 
 func supportsMatmuls(_ graph.Attrs, in, _ []Operand) bool {
 	return len(in)-1 <= kernels.MaxFused && decodeQ4(in[0], in[1:]...)
@@ -162,7 +162,7 @@ func lowerMatmuls(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) 
 		args.W[i], args.Y[i], args.M[i] = w.W, out[i].Addr, int32(w.Shape[0])
 		maxM = max(maxM, w.Shape[0])
 	}
-	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(maxM, len(ws)), 128, args)
+	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(maxM, int(args.K), len(ws)), kernels.MatvecThreads, args)
 }
 
 func supportsMatmulSwiGLU(_ graph.Attrs, in, _ []Operand) bool {
@@ -174,7 +174,7 @@ func supportsMatmulSwiGLU(_ graph.Attrs, in, _ []Operand) bool {
 func lowerMatmulSwiGLU(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	x, wg, wu := in[0], in[1], in[2]
 	M := wg.Shape[0]
-	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(M, 1), 128, kernels.MatvecArgs{
+	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(M, wg.Shape[1], 1), kernels.MatvecThreads, kernels.MatvecArgs{
 		W: [kernels.MaxFused]kernels.Weight{wg.W, wu.W}, Y: [kernels.MaxFused]uint64{out[0].Addr}, M: [kernels.MaxFused]int32{int32(M), int32(M)},
 		X: x.Addr, K: int32(wg.Shape[1]), Mode: kernels.MatvecSwiGLU})
 }
@@ -193,7 +193,7 @@ func lowerExpertMatmulSwiGLU(c *ctx, d *plan.Dispatch, in, out []Operand) (*Laun
 	if len(x.Shape) == 3 {
 		args.XPerSlot = 1
 	}
-	return newKernel(kernels.KernelExpertMVSwiGLUQ4, matvecGrid(M, ids.Shape[0]*ids.Shape[1]), 128, args)
+	return newKernel(kernels.KernelExpertMVSwiGLUQ4, matvecGrid(M, K, ids.Shape[0]*ids.Shape[1]), kernels.MatvecThreads, args)
 }
 
 func supportsMatmulGatedAdd(_ graph.Attrs, in, out []Operand) bool {
@@ -205,7 +205,7 @@ func supportsMatmulGatedAdd(_ graph.Attrs, in, out []Operand) bool {
 func lowerMatmulGatedAdd(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	x, w, gate, other := in[0], in[1], in[2], in[3]
 	M := w.Shape[0]
-	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(M, 1), 128, kernels.MatvecArgs{
+	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(M, w.Shape[1], 1), kernels.MatvecThreads, kernels.MatvecArgs{
 		W: [kernels.MaxFused]kernels.Weight{w.W}, Y: [kernels.MaxFused]uint64{out[0].Addr}, M: [kernels.MaxFused]int32{int32(M)},
 		X: x.Addr, K: int32(w.Shape[1]), RowGate: gate.Addr, Other: other.Addr, Mode: kernels.MatvecSeparate})
 }
@@ -221,7 +221,7 @@ func lowerExpertCombine(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, e
 	if len(x.Shape) == 3 {
 		args.XPerSlot = 1
 	}
-	return newKernel(kernels.KernelExpertMVCombineQ4, matvecGrid(M, T), 128, args)
+	return newKernel(kernels.KernelExpertMVCombineQ4, matvecGrid(M, w.Shape[2], T), kernels.MatvecThreads, args)
 }
 
 func supportsSigmoidGateMatmul(_ graph.Attrs, in, _ []Operand) bool {
@@ -233,7 +233,7 @@ func supportsSigmoidGateMatmul(_ graph.Attrs, in, _ []Operand) bool {
 func lowerSigmoidGateMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	a, g, w := in[0], in[1], in[2]
 	M := w.Shape[0]
-	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(M, 1), 128, kernels.MatvecArgs{
+	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(M, w.Shape[1], 1), kernels.MatvecThreads, kernels.MatvecArgs{
 		W: [kernels.MaxFused]kernels.Weight{w.W}, Y: [kernels.MaxFused]uint64{out[0].Addr}, M: [kernels.MaxFused]int32{int32(M)},
 		X: a.Addr, XGate: g.Addr, K: int32(w.Shape[1]), Mode: kernels.MatvecSeparate})
 }

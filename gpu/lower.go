@@ -255,7 +255,7 @@ func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	}
 	args := kernels.MatmulArgs{W: w.W, X: x.Addr, Y: out[0].Addr, Rows: int32(rows), M: int32(M), K: int32(K)}
 	if rows == 1 && q4Matvec(w, K) {
-		return newKernel(kernels.KernelMatvecQ4, matvecGrid(M, 1), 128, args)
+		return newKernel(kernels.KernelMatvecQ4, matvecGrid(M, K, 1), kernels.MatvecThreads, args)
 	}
 	if rows <= kernels.MatmulMaxRows || K%kernels.TileK != 0 {
 		if rows > kernels.MatmulMaxRows {
@@ -296,7 +296,7 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	}
 	slots := T * topK
 	if slots < expertTiledMinSlots && q4Matvec(w, K) {
-		return newKernel(kernels.KernelExpertMVQ4, matvecGrid(M, slots), 128, args)
+		return newKernel(kernels.KernelExpertMVQ4, matvecGrid(M, K, slots), kernels.MatvecThreads, args)
 	}
 	if slots < expertTiledMinSlots || K%kernels.TileK != 0 {
 		if slots > 65535 {

@@ -29,7 +29,6 @@ const (
 	KernelDequant           = "dequant"
 	KernelMatmulRows        = "matmul_rows"
 	KernelMatvecQ4          = "matvec_q4"
-	KernelMatvecQ4Batched   = "matvec_q4_batched"
 	KernelExpertMVQ4        = "expert_matvec_q4"
 	KernelExpertMVSwiGLUQ4  = "expert_matvec_swiglu_q4"
 	KernelExpertMVCombineQ4 = "expert_matvec_combine_q4"
@@ -59,7 +58,7 @@ const (
 
 // Names lists every kernel of the .k files.
 var Names = []string{
-	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ4Batched, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
+	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax,
@@ -79,7 +78,8 @@ const (
 	ConvMaxK      = 8   // CONV_MAX_K
 	DeltaMaxDk    = 128 // DELTA_LANES * DELTA_MAX_ROWS
 	DeltaLanes    = 8   // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
-	MatvecRows    = 2   // MV_ROWS: matvec_q4 rows per SIMD group
+	MatvecThreads = 128 // MV_THREADS: the q4 matrix-vector kernels' group size
+	MatvecRows    = 4   // MV_ROWS: rows per row group of the q4 matrix-vector kernels
 	RouterMaxE    = 512 // ROUTER_MAX_E
 	RouterMaxK    = 32  // ROUTER_MAX_K
 )
@@ -112,4 +112,15 @@ func CUDASource() string {
 		panic("kernels: embedded prelude missing")
 	}
 	return string(prelude) + CDecls() + Dialect() + ProbeSource()
+}
+
+// MatvecRowsPerGroup is how many output rows one group of the q4 matrix-vector kernels
+// computes for inner dimension K (mv_lanes in matmul.k: row groups of the largest power
+// of two <= min(K/32, MatvecThreads) threads, MatvecRows rows each).
+func MatvecRowsPerGroup(K int) int {
+	lanes := MatvecThreads
+	for lanes > 1 && lanes > K/32 {
+		lanes >>= 1
+	}
+	return MatvecThreads / lanes * MatvecRows
 }

@@ -44,6 +44,8 @@ typedef float4 vec4f;
 #define LOAD_COHERENT(p) __ldcg(p)
 #define UNROLL4 _Pragma("unroll 4")
 
+// AS_F32 reinterprets the bits of a u32 as an f32.
+#define AS_F32(u) __uint_as_float(u)
 #define SIMD_BARRIER() __syncwarp()
 #define SIMD_XOR(x, m) __shfl_xor_sync(0xffffffffu, (x), (m))
 #define SIMD_BROADCAST(x, lane) __shfl_sync(0xffffffffu, (x), (lane))

@@ -244,4 +244,10 @@ func (t *Tokenizer) buildIDTable() {
 			t.idBytes[id] = tokenBytes(tok)
 		}
 	}
+	for _, id := range t.vocab {
+		if _, isAdded := t.addedByID[id]; !isAdded {
+			t.maxTokenBytes = max(t.maxTokenBytes, len(t.idBytes[id]))
+		}
+	}
+	t.maxTokenBytes = max(t.maxTokenBytes, 1)
 }

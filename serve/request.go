@@ -86,6 +86,9 @@ type completionRequest struct {
 	genRequest
 	Prompt       string
 	PromptTokens []int32 // set when the prompt was given as token ids
+	// ParseSpecial reads control-token text in Prompt as control tokens (default true:
+	// the client writes the raw prompt whole, template and all).
+	ParseSpecial bool
 }
 
 // rawCommon holds the fields both endpoints share. Optional fields are pointers or raw
@@ -129,6 +132,8 @@ type rawCompletion struct {
 	Suffix   *string         `json:"suffix"`
 	BestOf   *float64        `json:"best_of"`
 	Logprobs json.RawMessage `json:"logprobs"`
+	// ParseSpecial false tokenizes "<|im_end|>" in the prompt as text (llama-server's name).
+	ParseSpecial *bool `json:"parse_special"`
 }
 
 // decodeObject parses body as one JSON object into v. Anything else (arrays, scalars,
@@ -198,10 +203,9 @@ func isNull(raw json.RawMessage) bool {
 // max_tokens when the client sends none (0: up to the remaining context).
 func parseCommon(rc *rawCommon, defaultMax int) (genRequest, *apiError) {
 	var g genRequest
-	if rc.Model == nil {
-		return g, badRequest("model", "missing_required_parameter", "model is required")
+	if rc.Model != nil {
+		g.Model = *rc.Model // left out: the loaded model, as llama-server does
 	}
-	g.Model = *rc.Model
 
 	g.MaxTokens = defaultMax
 	maxParam, maxRaw := "max_tokens", rc.MaxTokens

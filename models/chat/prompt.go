@@ -229,7 +229,10 @@ func (e *escaper) tokenize(tok *tokenizer.Tokenizer, rendered string, limit int)
 		if start >= 0 {
 			segment = rendered[:start]
 		}
-		plain := e.restore.Replace(segment)
+		plain := segment
+		if strings.IndexByte(segment, 0xEE) >= 0 || strings.IndexByte(segment, 0xEF) >= 0 {
+			plain = e.restore.Replace(segment) // it may hold placeholders (U+E000-U+F8FF lead with EE or EF)
+		}
 		text.WriteString(plain)
 		var ok bool
 		if ids, ok = tok.AppendText(ids, plain, limit); !ok {

@@ -135,6 +135,12 @@ func (t *Tokenizer) Decode(ids []int32) string {
 	return lossyUTF8(buf)
 }
 
+// TokenBytes returns the bytes id decodes to (nil outside the vocabulary); a token may
+// hold part of a UTF-8 character.
+func (t *Tokenizer) TokenBytes(id int32) []byte {
+	return append([]byte(nil), t.tokenBytes(id)...)
+}
+
 func (t *Tokenizer) tokenBytes(id int32) []byte {
 	if id < 0 || int(id) >= len(t.idBytes) {
 		return nil

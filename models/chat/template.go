@@ -5,12 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
+
+	"pistil/internal/regularfile"
 )
+
+// maxConfigBytes bounds chat_template.jinja and tokenizer_config.json (a few kB to a few
+// hundred kB in practice).
+const maxConfigBytes = 16 << 20
 
 // Template is a compiled chat template. The Jinja engine is github.com/ardanlabs/jinja: a
 // pure-Go engine built for LLM chat templates that applies transformers' environment
@@ -36,9 +42,9 @@ type Template struct {
 func LoadTemplate(dir string) (*Template, error) {
 	cfg, cfgErr := readTokenizerConfig(dir)
 	jinjaPath := filepath.Join(dir, "chat_template.jinja")
-	if src, err := os.ReadFile(jinjaPath); err == nil {
+	if src, err := regularfile.Read(jinjaPath, maxConfigBytes); err == nil {
 		return newTemplate(string(src), cfg.specials, jinjaPath)
-	} else if !errors.Is(err, os.ErrNotExist) {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
 	if cfgErr != nil {
@@ -73,7 +79,7 @@ type tokenizerConfig struct {
 
 func readTokenizerConfig(dir string) (tokenizerConfig, error) {
 	path := filepath.Join(dir, "tokenizer_config.json")
-	data, err := os.ReadFile(path)
+	data, err := regularfile.Read(path, maxConfigBytes)
 	if err != nil {
 		return tokenizerConfig{}, err
 	}

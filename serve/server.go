@@ -205,7 +205,7 @@ func (s *Server) load(open func() (*exec.Model, error)) error {
 	s.bodyLimit.Store(defaultMaxBody(ctxLen))
 	memLimit := s.applyMemoryLimit()
 	s.ready.Store(true)
-	s.cfg.Logger.Info("model ready", "model", model.Name(), "context", ctxLen, "max_body", s.maxBody(), "memory_limit", memLimit)
+	s.cfg.Logger.Info("model ready", "model", s.name, "context", ctxLen, "max_body", s.maxBody(), "memory_limit", memLimit)
 	return nil
 }
 

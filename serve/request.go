@@ -149,21 +149,37 @@ func decodeObject(body []byte, v any) *apiError {
 	if !utf8.Valid(trimmed) {
 		return badRequest("", "invalid_json", "request body is not valid UTF-8")
 	}
+	// json.Unmarshal reads the body in place; a Decoder would copy it into a buffer it
+	// grows by doubling (several bodies' worth of garbage for a large request). The Decoder
+	// runs only on a syntax error, to word it.
+	err := json.Unmarshal(trimmed, v)
+	if err == nil {
+		return nil
+	}
+	var syntaxErr *json.SyntaxError
+	if !errors.As(err, &syntaxErr) {
+		return describeDecodeError(err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	if err := dec.Decode(v); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			// Fields of the embedded rawCommon are reported with its name in front.
-			typeErr.Field = strings.TrimPrefix(typeErr.Field, "rawCommon.")
-			return badRequest(typeErr.Field, "invalid_type", "%s: expected %s, got JSON %s",
-				fieldOrBody(typeErr.Field), jsonTypeName(typeErr.Type.Kind().String()), typeErr.Value)
-		}
-		return badRequest("", "invalid_json", "invalid JSON in request body: %v", err)
+		return describeDecodeError(err)
 	}
 	if dec.More() {
 		return badRequest("", "invalid_json", "request body has data after the JSON object")
 	}
-	return nil
+	return badRequest("", "invalid_json", "invalid JSON in request body: %v", err)
+}
+
+// describeDecodeError words a decoding error as a 400 naming the field.
+func describeDecodeError(err error) *apiError {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		// Fields of the embedded rawCommon are reported with its name in front.
+		typeErr.Field = strings.TrimPrefix(typeErr.Field, "rawCommon.")
+		return badRequest(typeErr.Field, "invalid_type", "%s: expected %s, got JSON %s",
+			fieldOrBody(typeErr.Field), jsonTypeName(typeErr.Type.Kind().String()), typeErr.Value)
+	}
+	return badRequest("", "invalid_json", "invalid JSON in request body: %v", err)
 }
 
 func fieldOrBody(f string) string {

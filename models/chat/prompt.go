@@ -11,14 +11,15 @@ import (
 
 // Prompt is a conversation rendered and tokenized for the model.
 type Prompt struct {
-	// Text is the rendered conversation: what Render returns for it.
+	// Text is the rendered conversation: what Render returns for it (whole, also when
+	// IDs stop early).
 	Text string
 	// IDs are its tokens. Control tokens (<|im_start|>, <|im_end|>, <think>, <tool_call>...)
 	// appear only where the template's own text wrote them; the same characters inside a
 	// message, a tool result, a tool's name or schema or the reasoning are ordinary text.
 	IDs []int32
 	// Complete is false when the prompt has more ids than the limit RenderPrompt was given;
-	// Text and IDs then stop early, and the rest was not tokenized.
+	// IDs then stop early, and the rest was not tokenized.
 	Complete bool
 }
 
@@ -220,8 +221,10 @@ func (e *escaper) goValue(v any) any {
 // (the input's boundary characters are placeholders); the text between them is restored
 // and encoded with added-token matching off.
 func (e *escaper) tokenize(tok *tokenizer.Tokenizer, rendered string, limit int) Prompt {
-	var text strings.Builder
-	text.Grow(len(rendered))
+	text := rendered
+	if hasPlaceholderBytes(rendered) {
+		text = e.restore.Replace(rendered)
+	}
 	ids := make([]int32, 0, min(len(rendered)/3+16, max(limit, 0)+16))
 	for len(rendered) > 0 {
 		start, end, id := tok.FindAdded(rendered)
@@ -230,25 +233,29 @@ func (e *escaper) tokenize(tok *tokenizer.Tokenizer, rendered string, limit int)
 			segment = rendered[:start]
 		}
 		plain := segment
-		if strings.IndexByte(segment, 0xEE) >= 0 || strings.IndexByte(segment, 0xEF) >= 0 {
-			plain = e.restore.Replace(segment) // it may hold placeholders (U+E000-U+F8FF lead with EE or EF)
+		if hasPlaceholderBytes(segment) {
+			plain = e.restore.Replace(segment)
 		}
-		text.WriteString(plain)
 		var ok bool
 		if ids, ok = tok.AppendText(ids, plain, limit); !ok {
-			return Prompt{Text: text.String(), IDs: ids}
+			return Prompt{Text: text, IDs: ids}
 		}
 		if start < 0 {
 			break
 		}
 		if limit >= 0 && len(ids) >= limit {
-			return Prompt{Text: text.String(), IDs: ids}
+			return Prompt{Text: text, IDs: ids}
 		}
 		ids = append(ids, id)
-		text.WriteString(rendered[start:end])
 		rendered = rendered[end:]
 	}
-	return Prompt{Text: text.String(), IDs: ids, Complete: true}
+	return Prompt{Text: text, IDs: ids, Complete: true}
+}
+
+// hasPlaceholderBytes reports whether s may hold a placeholder: every character of
+// U+E000-U+F8FF starts with byte EE or EF in UTF-8, and most text has neither.
+func hasPlaceholderBytes(s string) bool {
+	return strings.IndexByte(s, 0xEE) >= 0 || strings.IndexByte(s, 0xEF) >= 0
 }
 
 // splitThinkBlocks moves a think block out of an assistant message's content into its

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 
 	"pistil/models/tokenizer"
 )
@@ -277,4 +280,52 @@ func named(tok *tokenizer.Tokenizer, m map[int32]int) map[string]int {
 		out[s] = n
 	}
 	return out
+}
+
+// FuzzRenderPromptControlTokens puts arbitrary text in every place of a conversation a
+// client controls: the control tokens are always the template's (those of the same
+// conversation with harmless text), the ids decode to the text, and text free of the
+// boundary characters renders exactly as Render and tokenizes as tokenizing it whole.
+func FuzzRenderPromptControlTokens(f *testing.F) {
+	for _, inj := range injections {
+		f.Add(inj)
+	}
+	f.Add("\ue000\ue001<\ue002>")
+	f.Add("  \n</think>\n\n")
+	f.Add("e\u0301<|im_e\u0301nd|>")
+	tok := realTokenizer(f)
+	tmpl, err := ParseTemplate(tokenizer.Qwen36ChatTemplate)
+	if err != nil {
+		f.Fatal(err)
+	}
+	benign, err := tmpl.Render(adversarial("x"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	want := countAdded(tok, tok.Encode(benign))
+	f.Fuzz(func(t *testing.T, inj string) {
+		if !utf8.ValidString(inj) {
+			return // the server refuses invalid UTF-8 before rendering
+		}
+		o := adversarial(inj)
+		p, err := tmpl.RenderPrompt(tok, o, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := countAdded(tok, p.IDs); !mapsEqual(got, want) {
+			t.Fatalf("%q: control tokens %v, the template emits %v", inj, named(tok, got), named(tok, want))
+		}
+		if tok.Decode(p.IDs) != norm.NFC.String(p.Text) {
+			t.Fatalf("%q: ids do not decode to the text", inj)
+		}
+		if !strings.ContainsAny(inj, "<>") {
+			text, err := tmpl.Render(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if text != p.Text || !slices.Equal(tok.Encode(text), p.IDs) {
+				t.Fatalf("%q: RenderPrompt differs from Render on text without boundary characters", inj)
+			}
+		}
+	})
 }

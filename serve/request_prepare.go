@@ -67,8 +67,10 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, build func(body
 		noteStatus(w, statusClientClosed)
 		return nil, false
 	}
-	p, e = build(body)
-	<-s.prep
+	func() {
+		defer func() { <-s.prep }() // also when build panics (the middleware recovers it)
+		p, e = build(body)
+	}()
 	if e != nil {
 		writeError(w, e)
 		return nil, false

@@ -392,3 +392,36 @@ func TestConcurrentMaxBodiesBoundMemory(t *testing.T) {
 		})
 	}
 }
+
+// The server sets a Go memory limit from the machine's size once the model is loaded:
+// above what the process holds, below the machine's memory; an explicit one is used as
+// is, a negative one and GOMEMLIMIT leave the runtime alone.
+func TestMemoryLimit(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(before)
+	total := machineMemory()
+	if total == 0 {
+		t.Skip("machine memory unknown here")
+	}
+	t.Setenv("GOMEMLIMIT", "")
+	os.Unsetenv("GOMEMLIMIT")
+	startServer(t, func(c *Config) { c.MemoryLimit = 0 })
+	got := debug.SetMemoryLimit(-1)
+	if held := goMemory(); got <= held || got > max(total, held+256<<20) {
+		t.Fatalf("default limit %d: want above the %d held and at most the machine's %d", got, held, total)
+	}
+	startServer(t, func(c *Config) { c.MemoryLimit = 3 << 30 })
+	if got := debug.SetMemoryLimit(-1); got != 3<<30 {
+		t.Fatalf("explicit limit: %d", got)
+	}
+	debug.SetMemoryLimit(5 << 30)
+	startServer(t, func(c *Config) { c.MemoryLimit = -1 })
+	if got := debug.SetMemoryLimit(-1); got != 5<<30 {
+		t.Fatalf("MemoryLimit -1 changed the limit to %d", got)
+	}
+	t.Setenv("GOMEMLIMIT", "7GiB")
+	startServer(t, func(c *Config) { c.MemoryLimit = 0 })
+	if got := debug.SetMemoryLimit(-1); got != 5<<30 {
+		t.Fatalf("GOMEMLIMIT set, but the server changed the limit to %d", got)
+	}
+}

@@ -3,7 +3,6 @@ package serve
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"strings"
@@ -33,8 +32,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 				Message: fmt.Sprintf("Content-Type must be application/json, got %q", truncate(ct, 80))}
 		}
 	}
-	if r.ContentLength > s.cfg.MaxBody {
-		return nil, tooLarge(s.cfg.MaxBody)
+	limit := s.maxBody()
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
 	}
 	// The http.Server has no ReadTimeout (it would cut long streams), so a client that
 	// stops sending its body would hold the handler forever: bound the read here. The
@@ -42,12 +42,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 	// would wait for the rest of the body before sending the error.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+	body, err := readAllSized(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
 	if err != nil {
-		if _, ok := err.(*http.MaxBytesError); ok {
-			return nil, tooLarge(s.cfg.MaxBody)
-		}
-		return nil, badRequest("", "invalid_body", "reading the request body: %v", err)
+		return nil, bodyReadError(err, limit, s.cfg.WriteTimeout)
 	}
 	_ = rc.SetReadDeadline(time.Time{})
 	return body, nil
@@ -59,18 +56,16 @@ func tooLarge(limit int64) *apiError {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	body, e := s.readBody(w, r)
-	if e == nil {
-		var req *chatRequest
-		if req, e = parseChatRequest(body); e == nil {
-			var p *prepared
-			if p, e = s.prepareChat(req); e == nil {
-				s.execute(w, r, p)
-				return
-			}
+	p, ok := s.prepare(w, r, func(body []byte) (*prepared, *apiError) {
+		req, e := parseChatRequest(body)
+		if e != nil {
+			return nil, e
 		}
+		return s.prepareChat(req)
+	})
+	if ok {
+		s.execute(w, r, p)
 	}
-	writeError(w, e)
 }
 
 // prepareChat renders the template, tokenizes and checks the context: every way the
@@ -96,12 +91,12 @@ func (s *Server) prepareChat(req *chatRequest) (*prepared, *apiError) {
 		}
 		opts.Tools = tools
 	}
-	text, err := s.tmpl.Render(opts)
-	if err != nil {
-		return nil, invalidValue("messages", "the conversation cannot be rendered with the chat template: %v", err)
+	rendered, e := s.renderChat(opts, "messages")
+	if e != nil {
+		return nil, e
 	}
-	prompt := s.tok.Encode(text)
-	p := &prepared{chat: true, gen: req.genRequest, prompt: prompt, thinking: chat.PromptEndsInReasoning(text)}
+	prompt := rendered.IDs
+	p := &prepared{chat: true, gen: req.genRequest, prompt: prompt, thinking: chat.PromptEndsInReasoning(rendered.Text)}
 
 	p.splits = s.messageSplits(prompt)
 	thinking, parseTools := p.thinking, req.ToolsEnabled
@@ -143,9 +138,7 @@ func (s *Server) messageSplits(prompt []int32) []int {
 func (s *Server) fitContext(p *prepared, param string) *apiError {
 	capacity := s.runner.sess.Capacity()
 	if len(p.prompt) >= capacity {
-		return badRequest(param, "context_length_exceeded",
-			"This model's maximum context length is %d tokens. However, your %s resulted in %d tokens. Please reduce the length of the %s.",
-			capacity, param, len(p.prompt), param)
+		return contextExceeded(param, capacity, len(p.prompt), true)
 	}
 	left := capacity - len(p.prompt)
 	p.maxTokens = p.gen.MaxTokens
@@ -192,18 +185,16 @@ func convertDeltas(ds []chat.Delta) []outDelta {
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	body, e := s.readBody(w, r)
-	if e == nil {
-		var req *completionRequest
-		if req, e = parseCompletionRequest(body); e == nil {
-			var p *prepared
-			if p, e = s.prepareCompletion(req); e == nil {
-				s.execute(w, r, p)
-				return
-			}
+	p, ok := s.prepare(w, r, func(body []byte) (*prepared, *apiError) {
+		req, e := parseCompletionRequest(body)
+		if e != nil {
+			return nil, e
 		}
+		return s.prepareCompletion(req)
+	})
+	if ok {
+		s.execute(w, r, p)
 	}
-	writeError(w, e)
 }
 
 func (s *Server) prepareCompletion(req *completionRequest) (*prepared, *apiError) {
@@ -216,7 +207,11 @@ func (s *Server) prepareCompletion(req *completionRequest) (*prepared, *apiError
 	s.samplingDefaults.apply(&req.genRequest)
 	prompt := req.PromptTokens
 	if prompt == nil {
-		prompt = s.tok.Encode(req.Prompt)
+		capacity := s.runner.sess.Capacity()
+		var complete bool
+		if prompt, complete = s.encodeRaw(req.Prompt, req.ParseSpecial, capacity-1); !complete {
+			return nil, contextExceeded("prompt", capacity, 0, false)
+		}
 	}
 	if len(prompt) == 0 {
 		return nil, invalidValue("prompt", "prompt must not be empty")

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
+
+	"pistil/internal/regularfile"
 )
 
 // samplingDefaults are the sampling settings a model ships in generation_config.json.
@@ -29,7 +30,7 @@ type samplingGiven struct {
 func loadSamplingDefaults(dir string) (samplingDefaults, error) {
 	var d samplingDefaults
 	path := filepath.Join(dir, "generation_config.json")
-	data, err := os.ReadFile(path)
+	data, err := regularfile.Read(path, 16<<20)
 	if errors.Is(err, fs.ErrNotExist) {
 		return d, nil
 	}

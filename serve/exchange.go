@@ -235,8 +235,7 @@ func (x *exchange) respond(ctx context.Context, w http.ResponseWriter, j *job, e
 			writeError(w, errShuttingDown())
 			return
 		}
-		noteStatus(w, statusClientClosed)
-		x.s.logCancelled(x.id, err)
+		x.s.logCancelled(w, x.id, err)
 		return
 	}
 	if j.rejected != nil {
@@ -276,7 +275,10 @@ func (x *exchange) shutDown() bool {
 	return x.s.base.Err() != nil && x.client.Err() == nil
 }
 
-func (s *Server) logCancelled(id string, err error) {
+// logCancelled logs a request its client ended and counts it as 499, also when a stream's
+// 200 is already out.
+func (s *Server) logCancelled(w http.ResponseWriter, id string, err error) {
+	noteStatus(w, statusClientClosed)
 	if err == nil {
 		err = context.Canceled
 	}
@@ -300,7 +302,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, w http
 	abandon := func() {
 		cancel()
 		x.wait(ctx, j, events, func([]outDelta) error { return nil }, nil)
-		x.s.logCancelled(x.id, sse.failed)
+		x.s.logCancelled(w, x.id, sse.failed)
 	}
 	if err := sse.start(); err != nil {
 		abandon()
@@ -339,7 +341,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, w http
 	case (err != nil || (x.runErr != nil && ctx.Err() != nil)) && x.shutDown() && sse.failed == nil:
 		failure = errShuttingDown()
 	case err != nil || (x.runErr != nil && ctx.Err() != nil):
-		x.s.logCancelled(x.id, err)
+		x.s.logCancelled(w, x.id, err)
 		return
 	case j.rejected != nil:
 		failure = j.rejected

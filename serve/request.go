@@ -86,6 +86,9 @@ type completionRequest struct {
 	genRequest
 	Prompt       string
 	PromptTokens []int32 // set when the prompt was given as token ids
+	// ParseSpecial reads control-token text in Prompt as control tokens (default true:
+	// the client writes the raw prompt whole, template and all).
+	ParseSpecial bool
 }
 
 // rawCommon holds the fields both endpoints share. Optional fields are pointers or raw
@@ -129,6 +132,8 @@ type rawCompletion struct {
 	Suffix   *string         `json:"suffix"`
 	BestOf   *float64        `json:"best_of"`
 	Logprobs json.RawMessage `json:"logprobs"`
+	// ParseSpecial false tokenizes "<|im_end|>" in the prompt as text (llama-server's name).
+	ParseSpecial *bool `json:"parse_special"`
 }
 
 // decodeObject parses body as one JSON object into v. Anything else (arrays, scalars,
@@ -144,21 +149,37 @@ func decodeObject(body []byte, v any) *apiError {
 	if !utf8.Valid(trimmed) {
 		return badRequest("", "invalid_json", "request body is not valid UTF-8")
 	}
+	// json.Unmarshal reads the body in place; a Decoder would copy it into a buffer it
+	// grows by doubling (several bodies' worth of garbage for a large request). The Decoder
+	// runs only on a syntax error, to word it.
+	err := json.Unmarshal(trimmed, v)
+	if err == nil {
+		return nil
+	}
+	var syntaxErr *json.SyntaxError
+	if !errors.As(err, &syntaxErr) {
+		return describeDecodeError(err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	if err := dec.Decode(v); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			// Fields of the embedded rawCommon are reported with its name in front.
-			typeErr.Field = strings.TrimPrefix(typeErr.Field, "rawCommon.")
-			return badRequest(typeErr.Field, "invalid_type", "%s: expected %s, got JSON %s",
-				fieldOrBody(typeErr.Field), jsonTypeName(typeErr.Type.Kind().String()), typeErr.Value)
-		}
-		return badRequest("", "invalid_json", "invalid JSON in request body: %v", err)
+		return describeDecodeError(err)
 	}
 	if dec.More() {
 		return badRequest("", "invalid_json", "request body has data after the JSON object")
 	}
-	return nil
+	return badRequest("", "invalid_json", "invalid JSON in request body: %v", err)
+}
+
+// describeDecodeError words a decoding error as a 400 naming the field.
+func describeDecodeError(err error) *apiError {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		// Fields of the embedded rawCommon are reported with its name in front.
+		typeErr.Field = strings.TrimPrefix(typeErr.Field, "rawCommon.")
+		return badRequest(typeErr.Field, "invalid_type", "%s: expected %s, got JSON %s",
+			fieldOrBody(typeErr.Field), jsonTypeName(typeErr.Type.Kind().String()), typeErr.Value)
+	}
+	return badRequest("", "invalid_json", "invalid JSON in request body: %v", err)
 }
 
 func fieldOrBody(f string) string {
@@ -198,10 +219,9 @@ func isNull(raw json.RawMessage) bool {
 // max_tokens when the client sends none (0: up to the remaining context).
 func parseCommon(rc *rawCommon, defaultMax int) (genRequest, *apiError) {
 	var g genRequest
-	if rc.Model == nil {
-		return g, badRequest("model", "missing_required_parameter", "model is required")
+	if rc.Model != nil {
+		g.Model = *rc.Model // left out: the loaded model, as llama-server does
 	}
-	g.Model = *rc.Model
 
 	g.MaxTokens = defaultMax
 	maxParam, maxRaw := "max_tokens", rc.MaxTokens

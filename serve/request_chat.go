@@ -278,6 +278,9 @@ func parseContent(param string, raw json.RawMessage) (*string, *apiError) {
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return nil, invalidValue(param, "invalid message content type: %s must be a string or an array of text parts", param)
 	}
+	if len(parts) == 0 {
+		return nil, invalidValue(param, "%s: [] is too short - an array of content parts must hold at least one part", param)
+	}
 	var b strings.Builder
 	for j, p := range parts {
 		pp := fmt.Sprintf("%s[%d]", param, j)
@@ -371,7 +374,7 @@ func parseCompletionRequest(body []byte) (*completionRequest, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	req := &completionRequest{genRequest: g}
+	req := &completionRequest{genRequest: g, ParseSpecial: raw.ParseSpecial == nil || *raw.ParseSpecial}
 	if raw.Echo != nil && *raw.Echo {
 		return nil, unsupported("echo", "echo is not supported")
 	}

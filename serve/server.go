@@ -50,8 +50,12 @@ type Config struct {
 	// CORSOrigins are browser origins allowed to call the API ("*" allows any). None by
 	// default: no CORS headers are sent and foreign origins get 403.
 	CORSOrigins []string
-	// MaxBody is the largest request body in bytes (default 16 MiB).
+	// MaxBody is the largest request body in bytes (default: 32 bytes per context token
+	// plus 1 MiB, what a prompt that fits the context can need; see request_prepare.go).
 	MaxBody int64
+	// MemoryLimit is the Go memory limit in bytes (default: what the loaded process holds
+	// plus half of the machine's remaining memory; negative: leave it; see memlimit.go).
+	MemoryLimit int64
 	// PingInterval is the SSE keep-alive interval while a stream is silent (default 15s).
 	PingInterval time.Duration
 	// WriteTimeout bounds each write to a client (default 60s): a client that stops
@@ -71,9 +75,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.SnapshotEvery <= 0 {
 		c.SnapshotEvery = 512
-	}
-	if c.MaxBody <= 0 {
-		c.MaxBody = 16 << 20
 	}
 	if c.PingInterval <= 0 {
 		c.PingInterval = 15 * time.Second
@@ -114,6 +115,11 @@ type Server struct {
 	cancelBase context.CancelFunc
 	loadOnce   sync.Once
 
+	// prep holds a token per request being parsed, rendered or tokenized (prepSlots).
+	prep chan struct{}
+	// bodyLimit is the default body limit, set by Load from the context.
+	bodyLimit atomic.Int64
+
 	// onFinish, when set (tests), sees every finished generation.
 	onFinish func(genTrace)
 }
@@ -129,7 +135,8 @@ type genTrace struct {
 func New(cfg Config) *Server {
 	cfg.setDefaults()
 	base, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, metrics: &metrics{}, created: time.Now().Unix(), base: base, cancelBase: cancel, thinkClose: -1, imStart: -1}
+	return &Server{cfg: cfg, metrics: &metrics{}, created: time.Now().Unix(), base: base, cancelBase: cancel, thinkClose: -1, imStart: -1,
+		prep: make(chan struct{}, prepSlots())}
 }
 
 // Load reads the tokenizer and chat template from cfg.ModelDir, opens the model with
@@ -195,8 +202,10 @@ func (s *Server) load(open func() (*exec.Model, error)) error {
 	s.runner = &runner{sess: sess, cache: newPrefixCache(s.cfg.CacheBytes),
 		snapshotEvery: s.cfg.SnapshotEvery, metrics: s.metrics}
 	s.sched = newScheduler(s.cfg.Queue)
+	s.bodyLimit.Store(defaultMaxBody(ctxLen))
+	memLimit := s.applyMemoryLimit()
 	s.ready.Store(true)
-	s.cfg.Logger.Info("model ready", "model", s.name, "context", ctxLen)
+	s.cfg.Logger.Info("model ready", "model", s.name, "context", ctxLen, "max_body", s.maxBody(), "memory_limit", memLimit)
 	return nil
 }
 
@@ -228,6 +237,8 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle(prefix+"/models", s.get("models", s.handleModels))
 		mux.Handle(prefix+"/models/{id...}", s.get("models", s.handleModel))
 	}
+	mux.Handle("/tokenize", s.post("tokenize", s.handleTokenize))
+	mux.Handle("/detokenize", s.post("detokenize", s.handleDetokenize))
 	mux.Handle("/health", s.get("health", s.handleHealth))
 	mux.Handle("/metrics", s.get("metrics", s.handleMetrics))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -289,8 +300,20 @@ type modelObject struct {
 	OwnedBy string `json:"owned_by"`
 }
 
-func (s *Server) modelObject() modelObject {
-	return modelObject{ID: s.name, Object: "model", Created: s.created, OwnedBy: "pistil"}
+func (s *Server) modelObject(id string) modelObject {
+	return modelObject{ID: id, Object: "model", Created: s.created, OwnedBy: "pistil"}
+}
+
+// modelObjects lists the served model under its name and then each alias, so a client
+// that picks from the list finds every name the model field accepts.
+func (s *Server) modelObjects() []modelObject {
+	list := []modelObject{s.modelObject(s.name)}
+	for _, a := range s.cfg.Aliases {
+		if a != "" && a != s.name {
+			list = append(list, s.modelObject(a))
+		}
+	}
+	return list
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
@@ -298,7 +321,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelObject{s.modelObject()}})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": s.modelObjects()})
 }
 
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
@@ -307,17 +330,17 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if !s.knownModel(id) {
+	if id == "" || !s.knownModel(id) {
 		writeError(w, unknownModel(id))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.modelObject())
+	writeJSON(w, http.StatusOK, s.modelObject(id))
 }
 
 // knownModel matches a requested name against the served names only: the name is never
 // used for anything else (no path, no lookup).
 func (s *Server) knownModel(name string) bool {
-	if name == s.name {
+	if name == "" || name == s.name { // "": left out, the loaded model
 		return true
 	}
 	for _, a := range s.cfg.Aliases {
@@ -356,6 +379,9 @@ func newID(prefix string) string {
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	// clientGone: the client left before its response ended (a stream it abandoned after
+	// the 200): counted as 499, as the log says.
+	clientGone bool
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -380,12 +406,18 @@ const statusClientClosed = 499
 
 // noteStatus records a status for metrics without sending anything (the client is gone).
 func noteStatus(w http.ResponseWriter, code int) {
-	if r, ok := w.(*statusRecorder); ok && r.status == 0 {
-		r.status = code
+	if r, ok := w.(*statusRecorder); ok {
+		if r.status == 0 {
+			r.status = code
+		}
+		r.clientGone = r.clientGone || code == statusClientClosed
 	}
 }
 
 func (r *statusRecorder) statusOrOK() int {
+	if r.clientGone {
+		return statusClientClosed
+	}
 	if r.status == 0 {
 		return http.StatusOK
 	}

@@ -154,15 +154,20 @@ func runGenerate(args []string) error {
 				return err
 			}
 			think := !*noThink
-			text, err = tmpl.Render(chat.RenderOptions{
+			// The prompt is a user message: control-token text in it stays text.
+			rendered, err := tmpl.RenderPrompt(tok, chat.RenderOptions{
 				Messages:            []chat.Message{{Role: "user", Content: text}},
 				AddGenerationPrompt: true, EnableThinking: &think,
-			})
+			}, -1)
 			if err != nil {
 				return err
 			}
+			ids = rendered.IDs
+		} else {
+			// Without --chat the prompt is raw, written whole: "<|im_start|>" in it is the
+			// control token (as /v1/completions does by default).
+			ids = tok.Encode(text)
 		}
-		ids = tok.Encode(text)
 	}
 	if len(ids) == 0 {
 		return errors.New("the prompt is empty")

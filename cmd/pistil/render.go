@@ -79,7 +79,12 @@ func renderCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	encoded := tok.Encode(prompt)
+	// As the server does: control tokens only where the template writes them.
+	rendered, err := tmpl.RenderPrompt(tok, opts, -1)
+	if err != nil {
+		return err
+	}
+	encoded := rendered.IDs
 	parts := make([]string, len(encoded))
 	for i, id := range encoded {
 		parts[i] = strconv.Itoa(int(id))

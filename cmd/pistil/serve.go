@@ -52,7 +52,7 @@ func runServe(args []string) error {
 	fs.IntVar(&cfg.Context, "ctx", 0, "context capacity in tokens (0: min(model max, 32768))")
 	fs.Var(&allowed, "allowed-hosts", "Host header names to accept besides localhost and IP literals (comma-separated, * for any)")
 	fs.Var(&cors, "cors", "browser origins allowed to call the API (comma-separated, * for any; default none)")
-	fs.Int64Var(&cfg.MaxBody, "max-body", 16<<20, "largest request body in bytes")
+	fs.Int64Var(&cfg.MaxBody, "max-body", 0, "largest request body in bytes (0: 32 per context token + 1 MiB)")
 	fs.StringVar(&cfg.ModelName, "name", "", "served model id (default: the model directory's name)")
 	fs.Var(&aliases, "alias", "further model ids to accept (comma-separated)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGTERM, how long running requests may finish before they are cancelled")

@@ -5,12 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
+
+	"pistil/internal/regularfile"
 )
+
+// maxConfigBytes bounds chat_template.jinja and tokenizer_config.json (a few kB to a few
+// hundred kB in practice).
+const maxConfigBytes = 16 << 20
 
 // Template is a compiled chat template. The Jinja engine is github.com/ardanlabs/jinja: a
 // pure-Go engine built for LLM chat templates that applies transformers' environment
@@ -36,9 +42,9 @@ type Template struct {
 func LoadTemplate(dir string) (*Template, error) {
 	cfg, cfgErr := readTokenizerConfig(dir)
 	jinjaPath := filepath.Join(dir, "chat_template.jinja")
-	if src, err := os.ReadFile(jinjaPath); err == nil {
+	if src, err := regularfile.Read(jinjaPath, maxConfigBytes); err == nil {
 		return newTemplate(string(src), cfg.specials, jinjaPath)
-	} else if !errors.Is(err, os.ErrNotExist) {
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
 	if cfgErr != nil {
@@ -73,7 +79,7 @@ type tokenizerConfig struct {
 
 func readTokenizerConfig(dir string) (tokenizerConfig, error) {
 	path := filepath.Join(dir, "tokenizer_config.json")
-	data, err := os.ReadFile(path)
+	data, err := regularfile.Read(path, maxConfigBytes)
 	if err != nil {
 		return tokenizerConfig{}, err
 	}
@@ -119,17 +125,28 @@ type RenderOptions struct {
 
 // Render renders the template. A template error (raise_exception or an evaluation error)
 // is returned with the template line it comes from when that can be found.
+//
+// The text is what transformers' apply_chat_template returns; tokenizing it whole turns any
+// control-token text inside the content into control tokens. RenderPrompt renders and
+// tokenizes so that only the template's own text can.
 func (t *Template) Render(o RenderOptions) (string, error) {
+	return t.render(o, nil, nil)
+}
+
+// render renders with every string that comes from o passed through esc (nil: as is).
+// keepLead marks messages whose content gets esc's keep marker in front (see
+// splitThinkBlocks).
+func (t *Template) render(o RenderOptions, esc *escaper, keepLead []bool) (string, error) {
 	data := make(map[string]jinja.Value, 8+len(o.Extra))
 	for k, v := range o.Extra {
-		data[k] = jinja.FromGoValue(v)
+		data[esc.str(k)] = jinja.FromGoValue(esc.goValue(v))
 	}
 	for k, v := range t.specials {
 		data[k] = jinja.NewString(v)
 	}
 	msgs := make([]jinja.Value, len(o.Messages))
 	for i := range o.Messages {
-		v, err := messageValue(&o.Messages[i])
+		v, err := messageValue(&o.Messages[i], esc, i < len(keepLead) && keepLead[i])
 		if err != nil {
 			return "", fmt.Errorf("messages[%d]: %w", i, err)
 		}
@@ -139,7 +156,7 @@ func (t *Template) Render(o RenderOptions) (string, error) {
 	if o.Tools != nil {
 		tools := make([]jinja.Value, len(o.Tools))
 		for i, raw := range o.Tools {
-			v, err := jsonValue(raw)
+			v, err := jsonValue(raw, esc)
 			if err != nil {
 				return "", fmt.Errorf("tools[%d]: %w", i, err)
 			}
@@ -207,17 +224,20 @@ func PromptEndsInReasoning(prompt string) bool {
 
 // messageValue converts a message to the dict the template sees (keys only when set, as
 // an OpenAI request body would have them).
-func messageValue(m *Message) (jinja.Value, error) {
+func messageValue(m *Message, esc *escaper, keepLead bool) (jinja.Value, error) {
 	v := jinja.NewDict()
 	d := v.AsDict()
-	d.Set("role", jinja.NewString(m.Role))
-	content, err := contentValue(m.Content)
+	d.Set("role", jinja.NewString(esc.str(m.Role)))
+	content, err := contentValue(m.Content, esc)
 	if err != nil {
 		return v, err
 	}
+	if s, ok := m.Content.(string); ok && keepLead {
+		content = jinja.NewString(string(esc.keep) + esc.str(s))
+	}
 	d.Set("content", content)
 	if m.ReasoningContent != nil {
-		d.Set("reasoning_content", jinja.NewString(*m.ReasoningContent))
+		d.Set("reasoning_content", jinja.NewString(esc.str(*m.ReasoningContent)))
 	}
 	if len(m.ToolCalls) > 0 {
 		calls := make([]jinja.Value, len(m.ToolCalls))
@@ -225,17 +245,17 @@ func messageValue(m *Message) (jinja.Value, error) {
 			cv := jinja.NewDict()
 			c := cv.AsDict()
 			if tc.ID != "" {
-				c.Set("id", jinja.NewString(tc.ID))
+				c.Set("id", jinja.NewString(esc.str(tc.ID)))
 			}
 			typ := tc.Type
 			if typ == "" {
 				typ = "function"
 			}
-			c.Set("type", jinja.NewString(typ))
+			c.Set("type", jinja.NewString(esc.str(typ)))
 			fv := jinja.NewDict()
 			f := fv.AsDict()
-			f.Set("name", jinja.NewString(tc.Function.Name))
-			args, err := argumentsValue(tc.Function.Arguments)
+			f.Set("name", jinja.NewString(esc.str(tc.Function.Name)))
+			args, err := argumentsValue(tc.Function.Arguments, esc)
 			if err != nil {
 				return v, fmt.Errorf("tool_calls[%d] (%s): %w", i, tc.Function.Name, err)
 			}
@@ -246,33 +266,33 @@ func messageValue(m *Message) (jinja.Value, error) {
 		d.Set("tool_calls", jinja.NewList(calls))
 	}
 	if m.ToolCallID != "" {
-		d.Set("tool_call_id", jinja.NewString(m.ToolCallID))
+		d.Set("tool_call_id", jinja.NewString(esc.str(m.ToolCallID)))
 	}
 	if m.Name != "" {
-		d.Set("name", jinja.NewString(m.Name))
+		d.Set("name", jinja.NewString(esc.str(m.Name)))
 	}
 	return v, nil
 }
 
-func contentValue(c any) (jinja.Value, error) {
+func contentValue(c any, esc *escaper) (jinja.Value, error) {
 	switch c := c.(type) {
 	case nil:
 		return jinja.None(), nil
 	case string:
-		return jinja.NewString(c), nil
+		return jinja.NewString(esc.str(c)), nil
 	case []ContentPart:
 		parts := make([]jinja.Value, len(c))
 		for i, p := range c {
 			pv := jinja.NewDict()
 			d := pv.AsDict()
-			d.Set("type", jinja.NewString(p.Type))
+			d.Set("type", jinja.NewString(esc.str(p.Type)))
 			switch {
 			case p.Type == "text":
-				d.Set("text", jinja.NewString(p.Text))
+				d.Set("text", jinja.NewString(esc.str(p.Text)))
 			case p.ImageURL != nil:
-				d.Set("image_url", urlValue(p.ImageURL.URL))
+				d.Set("image_url", urlValue(esc.str(p.ImageURL.URL)))
 			case p.VideoURL != nil:
-				d.Set("video_url", urlValue(p.VideoURL.URL))
+				d.Set("video_url", urlValue(esc.str(p.VideoURL.URL)))
 			}
 			parts[i] = pv
 		}
@@ -289,27 +309,27 @@ func urlValue(url string) jinja.Value {
 
 // argumentsValue parses arguments JSON into a dict (as vLLM and transformers hand them to
 // templates, which iterate them with |items); text that is not a JSON object stays a string.
-func argumentsValue(args string) (jinja.Value, error) {
+func argumentsValue(args string, esc *escaper) (jinja.Value, error) {
 	trimmed := strings.TrimSpace(args)
 	if trimmed == "" {
 		return jinja.NewDict(), nil
 	}
 	if trimmed[0] != '{' {
-		return jinja.NewString(args), nil
+		return jinja.NewString(esc.str(args)), nil
 	}
-	v, err := jsonValue([]byte(trimmed))
+	v, err := jsonValue([]byte(trimmed), esc)
 	if err != nil {
-		return jinja.NewString(args), nil
+		return jinja.NewString(esc.str(args)), nil
 	}
 	return v, nil
 }
 
 // jsonValue decodes JSON into template values keeping object key order, which tojson must
 // reproduce.
-func jsonValue(raw []byte) (jinja.Value, error) {
+func jsonValue(raw []byte, esc *escaper) (jinja.Value, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	v, err := decodeValue(dec)
+	v, err := decodeValue(dec, esc)
 	if err != nil {
 		return v, fmt.Errorf("invalid JSON: %w", err)
 	}
@@ -319,7 +339,7 @@ func jsonValue(raw []byte) (jinja.Value, error) {
 	return v, nil
 }
 
-func decodeValue(dec *json.Decoder) (jinja.Value, error) {
+func decodeValue(dec *json.Decoder, esc *escaper) (jinja.Value, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return jinja.Undefined(), err
@@ -330,7 +350,7 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 		case '[':
 			var items []jinja.Value
 			for dec.More() {
-				item, err := decodeValue(dec)
+				item, err := decodeValue(dec, esc)
 				if err != nil {
 					return item, err
 				}
@@ -346,16 +366,18 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 				if err != nil {
 					return v, err
 				}
-				item, err := decodeValue(dec)
+				item, err := decodeValue(dec, esc)
 				if err != nil {
 					return v, err
 				}
-				d.Set(key.(string), item)
+				d.Set(esc.str(key.(string)), item)
 			}
 			_, err := dec.Token()
 			return v, err
 		}
 		return jinja.Undefined(), fmt.Errorf("unexpected %v", tok)
+	case string:
+		return jinja.NewString(esc.str(tok)), nil
 	default:
 		return jinja.FromGoValue(tok), nil
 	}

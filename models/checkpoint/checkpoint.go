@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -47,6 +48,10 @@ func Open(dir string) (*Checkpoint, error) {
 		set.Close()
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
+	if err := checkConfigAgainstTensors(cfg, set, layout); err != nil {
+		set.Close()
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
 	c := &Checkpoint{dir: dir, cfg: cfg, set: set, layout: layout, shapes: map[string][]int{}, cache: map[string]*ops.Tensor{}}
 	for _, w := range qwen35moe.Weights(cfg) {
 		c.shapes[w.Name] = w.Shape
@@ -56,6 +61,38 @@ func Open(dir string) (*Checkpoint, error) {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	return c, nil
+}
+
+// checkConfigAgainstTensors compares the sizes everything else is built from (layer
+// count, hidden size, vocabulary) with the tensors the files hold, before any of them is
+// used: a config that lies about them is refused here, with the evidence, instead of
+// sizing a graph and a session for a model that is not there. Bind checks every tensor's
+// shape later; this only makes sure the config's scale is the checkpoint's.
+func checkConfigAgainstTensors(cfg *qwen35moe.Config, set *safetensors.Set, layout Layout) error {
+	prefix := layout.modulePrefix()
+	layers := 0
+	for _, name := range set.Names() {
+		rest, ok := strings.CutPrefix(name, prefix+"layers.")
+		if !ok {
+			continue
+		}
+		digits, _, _ := strings.Cut(rest, ".")
+		if n, err := strconv.Atoi(digits); err == nil && n >= 0 && n < 1<<20 {
+			layers = max(layers, n+1)
+		}
+	}
+	if layers != cfg.NumLayers {
+		return fmt.Errorf("config.json says num_hidden_layers = %d but the tensors hold %d layers", cfg.NumLayers, layers)
+	}
+	embed := prefix + "embed_tokens.weight"
+	if t, f, ok := set.Info(embed); ok && (len(t.Shape) != 2 || t.Shape[0] != cfg.VocabSize) {
+		return fmt.Errorf("config.json says vocab_size = %d but %s (in %s) has shape %v", cfg.VocabSize, embed, f.Path, t.Shape)
+	}
+	norm := prefix + "layers.0.input_layernorm.weight"
+	if t, f, ok := set.Info(norm); ok && (len(t.Shape) != 1 || t.Shape[0] != cfg.HiddenSize) {
+		return fmt.Errorf("config.json says hidden_size = %d but %s (in %s) has shape %v", cfg.HiddenSize, norm, f.Path, t.Shape)
+	}
+	return nil
 }
 
 // crossCheckConv is the documented shape cross-check (model-spec §2.2): HF stores conv1d

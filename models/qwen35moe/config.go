@@ -5,10 +5,17 @@ package qwen35moe
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
+
+	"pistil/internal/regularfile"
 )
+
+// maxConfigBytes bounds config.json and generation_config.json (MLX's per-module
+// quantization overrides make the largest ones a few hundred kB).
+const maxConfigBytes = 16 << 20
 
 // LayerKind is what mixes tokens in a layer.
 type LayerKind int
@@ -110,7 +117,7 @@ func Default() *Config {
 // LoadConfig reads dir/config.json and, when present, dir/generation_config.json.
 func LoadConfig(dir string) (*Config, error) {
 	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
+	data, err := regularfile.Read(path, maxConfigBytes)
 	if err != nil {
 		return nil, fmt.Errorf("model config: %w", err)
 	}
@@ -118,16 +125,21 @@ func LoadConfig(dir string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if gen, err := os.ReadFile(filepath.Join(dir, "generation_config.json")); err == nil {
+	genPath := filepath.Join(dir, "generation_config.json")
+	gen, err := regularfile.Read(genPath, maxConfigBytes)
+	switch {
+	case err == nil:
 		var g struct {
 			EOS json.RawMessage `json:"eos_token_id"`
 		}
 		if err := json.Unmarshal(gen, &g); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "generation_config.json"), err)
+			return nil, fmt.Errorf("%s: %w", genPath, err)
 		}
 		if ids, err := parseIDs(g.EOS); err == nil && len(ids) > 0 {
 			c.EOSTokenIDs = mergeIDs(ids, c.EOSTokenIDs)
 		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("model config: %w", err)
 	}
 	return c, nil
 }
@@ -271,6 +283,11 @@ func (c *Config) finish(layerTypes []string) error {
 	if c.LinearConvKernel == 0 {
 		c.LinearConvKernel = 4
 	}
+	// Every size is bounded before anything is sized from it: a config is a file anyone
+	// can edit, and num_hidden_layers = 1e9 must be an error, not an allocation.
+	if err := c.checkBounds(); err != nil {
+		return err
+	}
 	if len(c.Layers) == 0 {
 		if c.FullAttentionInterval <= 0 {
 			return fmt.Errorf("config has neither layer_types nor full_attention_interval")
@@ -314,6 +331,66 @@ func (c *Config) finish(layerTypes []string) error {
 		return fmt.Errorf("num_experts_per_tok %d exceeds num_experts %d", c.NumExpertsPerTok, c.NumExperts)
 	case c.RotaryDim()%2 != 0 || c.RotaryDim() > c.HeadDim:
 		return fmt.Errorf("rotary dim %d (head_dim %d x partial_rotary_factor %g) must be even and at most head_dim", c.RotaryDim(), c.HeadDim, c.PartialRotaryFactor)
+	}
+	return nil
+}
+
+// Bounds on config sizes: far above any model of this family (35B-A3B has 40 layers,
+// hidden 2048, 256 experts, vocabulary 248,320), far below what would exhaust memory or
+// overflow the products the graph and the session compute from them.
+var configBounds = []struct {
+	name string
+	max  int
+	get  func(c *Config) int
+}{
+	{"hidden_size", 1 << 16, func(c *Config) int { return c.HiddenSize }},
+	{"num_hidden_layers", 1024, func(c *Config) int { return c.NumLayers }},
+	{"num_attention_heads", 1024, func(c *Config) int { return c.NumHeads }},
+	{"num_key_value_heads", 1024, func(c *Config) int { return c.NumKVHeads }},
+	{"head_dim", 4096, func(c *Config) int { return c.HeadDim }},
+	{"linear_num_key_heads", 1024, func(c *Config) int { return c.LinearNumKeyHeads }},
+	{"linear_num_value_heads", 1024, func(c *Config) int { return c.LinearNumValueHeads }},
+	{"linear_key_head_dim", 4096, func(c *Config) int { return c.LinearKeyHeadDim }},
+	{"linear_value_head_dim", 4096, func(c *Config) int { return c.LinearValueHeadDim }},
+	{"linear_conv_kernel_dim", 64, func(c *Config) int { return c.LinearConvKernel }},
+	{"num_experts", 4096, func(c *Config) int { return c.NumExperts }},
+	{"num_experts_per_tok", 4096, func(c *Config) int { return c.NumExpertsPerTok }},
+	{"moe_intermediate_size", 1 << 17, func(c *Config) int { return c.MoEIntermediate }},
+	{"shared_expert_intermediate_size", 1 << 17, func(c *Config) int { return c.SharedIntermediate }},
+	{"vocab_size", 1 << 22, func(c *Config) int { return c.VocabSize }},
+	{"full_attention_interval", 1024, func(c *Config) int { return c.FullAttentionInterval }},
+	{"max_position_embeddings", 1 << 24, func(c *Config) int { return c.MaxPositionEmbeddings }},
+}
+
+// checkBounds refuses sizes outside configBounds (and negative ones) and the
+// quantization's group sizes beyond what any format uses.
+func (c *Config) checkBounds() error {
+	for _, b := range configBounds {
+		if v := b.get(c); v < 0 || v > b.max {
+			return fmt.Errorf("config field %s = %d: must be between 0 and %d", b.name, v, b.max)
+		}
+	}
+	if len(c.Layers) > 0 && len(c.Layers) != c.NumLayers {
+		return fmt.Errorf("layer_types has %d entries but num_hidden_layers = %d", len(c.Layers), c.NumLayers)
+	}
+	if !(c.RMSNormEps > 0 && c.RMSNormEps < 1) {
+		return fmt.Errorf("config field rms_norm_eps = %g: must be between 0 and 1", c.RMSNormEps)
+	}
+	if !(c.PartialRotaryFactor > 0 && c.PartialRotaryFactor <= 1) {
+		return fmt.Errorf("config field partial_rotary_factor = %g: must be in (0, 1]", c.PartialRotaryFactor)
+	}
+	if !(c.RopeTheta > 0 && c.RopeTheta < 1e30) {
+		return fmt.Errorf("config field rope_theta = %g: must be positive and finite", c.RopeTheta)
+	}
+	if q := c.Quant; q != nil {
+		if q.GroupSize > 1<<16 {
+			return fmt.Errorf("quantization.group_size = %d: at most %d", q.GroupSize, 1<<16)
+		}
+		for k, p := range q.Overrides {
+			if p.GroupSize > 1<<16 {
+				return fmt.Errorf("quantization.%s.group_size = %d: at most %d", k, p.GroupSize, 1<<16)
+			}
+		}
 	}
 	return nil
 }

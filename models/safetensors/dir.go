@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"pistil/internal/regularfile"
 )
 
 // IndexFile and SingleFile are the names Hugging Face and MLX give a checkpoint's tensors.
@@ -16,6 +17,10 @@ const (
 	IndexFile  = "model.safetensors.index.json"
 	SingleFile = "model.safetensors"
 )
+
+// maxIndexBytes bounds model.safetensors.index.json (a few hundred kB for the largest
+// models: one line per tensor).
+const maxIndexBytes = 64 << 20
 
 // Set is the tensors of a checkpoint folder: one file, or the shards an index names.
 type Set struct {
@@ -35,7 +40,7 @@ type index struct {
 func OpenDir(dir string) (*Set, error) {
 	s := &Set{Dir: dir, where: map[string]*File{}}
 	idxPath := filepath.Join(dir, IndexFile)
-	raw, err := os.ReadFile(idxPath)
+	raw, err := regularfile.Read(idxPath, maxIndexBytes)
 	switch {
 	case err == nil:
 		if err := s.openIndexed(idxPath, raw); err != nil {
@@ -47,8 +52,10 @@ func OpenDir(dir string) (*Set, error) {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	single := filepath.Join(dir, SingleFile)
-	if _, err := os.Stat(single); err != nil {
+	if _, err := regularfile.Check(single); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("safetensors: %s has neither %s nor %s", dir, IndexFile, SingleFile)
+	} else if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	if err := s.add(single); err != nil {
 		s.Close()
@@ -79,8 +86,10 @@ func (s *Set) openIndexed(idxPath string, raw []byte) error {
 	sort.Strings(names)
 	var missing []string
 	for _, sh := range names {
-		if _, err := os.Stat(filepath.Join(s.Dir, sh)); errors.Is(err, fs.ErrNotExist) {
+		if _, err := regularfile.Check(filepath.Join(s.Dir, sh)); errors.Is(err, fs.ErrNotExist) {
 			missing = append(missing, sh)
+		} else if err != nil {
+			return fmt.Errorf("safetensors index %s: %w", idxPath, err)
 		}
 	}
 	if len(missing) > 0 {

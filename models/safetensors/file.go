@@ -4,7 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
+
+	"pistil/internal/regularfile"
 )
 
 // File is one open, mapped safetensors file. Slices it returns alias the read-only map and
@@ -19,15 +20,13 @@ type File struct {
 // Open validates path's header against the file's size and maps the file. Every error
 // names the file.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	// A regular file only: a FIFO would block the open (and the load) forever, and a
+	// device has no size to check the header against.
+	f, st, err := regularfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("safetensors %s: %w", path, err)
-	}
 	size := st.Size()
 	hdr, dataStart, err := readHeader(f, size)
 	if err != nil {

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
+
+	"pistil/internal/regularfile"
 )
 
 // tokenizerFile is the part of Hugging Face's tokenizer.json this package understands.
@@ -54,12 +55,16 @@ type modelJSON struct {
 	Merges                  json.RawMessage `json:"merges"`
 }
 
+// maxTokenizerBytes bounds tokenizer.json (Qwen's is 11 MB; the largest published ones
+// are a few tens of MB).
+const maxTokenizerBytes = 512 << 20
+
 // Load reads dir/tokenizer.json (a byte-level BPE tokenizer of the Qwen2/3/3.5/3.6
 // family). Anything the encoder would not reproduce exactly is refused with an error that
 // names the field.
 func Load(dir string) (*Tokenizer, error) {
 	path := filepath.Join(dir, "tokenizer.json")
-	data, err := os.ReadFile(path)
+	data, err := regularfile.Read(path, maxTokenizerBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
@@ -244,4 +249,10 @@ func (t *Tokenizer) buildIDTable() {
 			t.idBytes[id] = tokenBytes(tok)
 		}
 	}
+	for _, id := range t.vocab {
+		if _, isAdded := t.addedByID[id]; !isAdded {
+			t.maxTokenBytes = max(t.maxTokenBytes, len(t.idBytes[id]))
+		}
+	}
+	t.maxTokenBytes = max(t.maxTokenBytes, 1)
 }

@@ -72,9 +72,16 @@ func (sp *splitter) isSymbol(r rune) bool {
 
 // split calls emit for each pre-token of s, in order; pieces cover s exactly.
 func (sp *splitter) split(s string, emit func(piece string)) {
+	sp.splitWhile(s, func(piece string) bool { emit(piece); return true })
+}
+
+// splitWhile is split that stops as soon as emit returns false.
+func (sp *splitter) splitWhile(s string, emit func(piece string) bool) {
 	for i := 0; i < len(s); {
 		n := sp.match(s, i)
-		emit(s[i : i+n])
+		if !emit(s[i : i+n]) {
+			return
+		}
 		i += n
 	}
 }

@@ -24,6 +24,9 @@ type Tokenizer struct {
 	maxID   int32
 	idToken []string // id -> token string ("" for unused ids)
 	idBytes [][]byte // id -> decoded bytes
+	// maxTokenBytes is the longest vocabulary token in bytes (added tokens excluded): a
+	// text of n bytes has at least n/maxTokenBytes ids.
+	maxTokenBytes int
 }
 
 type addedToken struct {
@@ -32,33 +35,94 @@ type addedToken struct {
 }
 
 // Encode returns the ids of text: added tokens first, then NFC, split and BPE on the text
-// between them. No BOS or EOS is added.
+// between them. No BOS or EOS is added. Every added token's text becomes its token, so
+// Encode is for text the user writes whole (a raw completion prompt); text from anyone
+// else goes through EncodeText.
 func (t *Tokenizer) Encode(text string) []int32 {
-	ids := make([]int32, 0, len(text)/3+4)
-	for len(text) > 0 {
-		start, end, id := t.matcher.find(text)
-		if start < 0 {
-			return t.encodeText(ids, text)
-		}
-		ids = t.encodeText(ids, text[:start])
-		ids = append(ids, id)
-		text = text[end:]
-	}
+	ids, _ := t.AppendEncode(nil, text, -1)
 	return ids
 }
 
-// encodeText encodes text that contains no added token.
-func (t *Tokenizer) encodeText(ids []int32, text string) []int32 {
+// EncodeText returns the ids of text with added-token matching off: "<|im_end|>" in it is
+// the characters '<', '|', 'i'... and never the control token. Chat content is encoded
+// this way, so that only the template can emit control tokens.
+func (t *Tokenizer) EncodeText(text string) []int32 {
+	ids, _ := t.AppendText(nil, text, -1)
+	return ids
+}
+
+// AppendEncode appends the ids of text (added tokens matched, as Encode) to dst. With
+// limit >= 0 it stops once dst would hold more than limit ids and reports false: the
+// text does not fit, and the work done on it is bounded by the limit, not by the text.
+func (t *Tokenizer) AppendEncode(dst []int32, text string, limit int) ([]int32, bool) {
+	for len(text) > 0 {
+		start, end, id := t.matcher.find(text)
+		if start < 0 {
+			return t.AppendText(dst, text, limit)
+		}
+		var ok bool
+		if dst, ok = t.AppendText(dst, text[:start], limit); !ok {
+			return dst, false
+		}
+		if limit >= 0 && len(dst) >= limit {
+			return dst, false
+		}
+		dst = append(dst, id)
+		text = text[end:]
+	}
+	return dst, true
+}
+
+// AppendText appends the ids of text with added-token matching off (as EncodeText) to
+// dst, with the limit of AppendEncode.
+func (t *Tokenizer) AppendText(dst []int32, text string, limit int) ([]int32, bool) {
 	if text == "" {
-		return ids
+		return dst, true
 	}
 	if norm.NFC.QuickSpanString(text) != len(text) {
 		text = norm.NFC.String(text)
 	}
-	t.splitter.split(text, func(piece string) {
-		ids = t.bpe.encode(ids, piece)
+	if limit >= 0 && len(dst)+len(text)/t.maxTokenBytes > limit {
+		// No token is longer than maxTokenBytes, so the text has at least
+		// len/maxTokenBytes ids and cannot fit: no need to split or merge it.
+		return dst, false
+	}
+	ok := true
+	t.splitter.splitWhile(text, func(piece string) bool {
+		if limit >= 0 && len(dst)+len(piece)/t.maxTokenBytes > limit {
+			ok = false
+			return false
+		}
+		dst = t.bpe.encode(dst, piece)
+		if limit >= 0 && len(dst) > limit {
+			ok = false
+		}
+		return ok
 	})
-	return ids
+	return dst, ok
+}
+
+// FindAdded returns the byte range and id of the first added token in s (leftmost, longest
+// at that position), or start -1. Callers that assemble a prompt from trusted template text
+// and untrusted content use it to tokenize the template's own control tokens.
+func (t *Tokenizer) FindAdded(s string) (start, end int, id int32) {
+	return t.matcher.find(s)
+}
+
+// AddedTokens lists the text of every added token (control tokens such as "<|im_end|>",
+// and the non-special markers such as "<think>"), longest first.
+func (t *Tokenizer) AddedTokens() []string {
+	out := make([]string, 0, len(t.added))
+	for content := range t.added {
+		out = append(out, content)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if len(out[i]) != len(out[j]) {
+			return len(out[i]) > len(out[j])
+		}
+		return out[i] < out[j]
+	})
+	return out
 }
 
 // Decode turns ids back into text (the ByteLevel decoder; invalid UTF-8 becomes U+FFFD as
@@ -69,6 +133,12 @@ func (t *Tokenizer) Decode(ids []int32) string {
 		buf = append(buf, t.tokenBytes(id)...)
 	}
 	return lossyUTF8(buf)
+}
+
+// TokenBytes returns the bytes id decodes to (nil outside the vocabulary); a token may
+// hold part of a UTF-8 character.
+func (t *Tokenizer) TokenBytes(id int32) []byte {
+	return append([]byte(nil), t.tokenBytes(id)...)
 }
 
 func (t *Tokenizer) tokenBytes(id int32) []byte {

@@ -1,6 +1,11 @@
 package cpu
 
-import "errors"
+import (
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+)
 
 // Close implements exec.Backend: the CPU backend holds nothing beyond its programs and
 // states, which the model closes itself.
@@ -15,3 +20,26 @@ func (p *program) Close() error {
 }
 
 var errProgramClosed = errors.New("cpu: the program is closed")
+
+// FreeMemory implements exec.MemoryReporter: MemAvailable of /proc/meminfo (Linux; an
+// error elsewhere).
+func (b *Backend) FreeMemory() (int64, error) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, err
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("/proc/meminfo has no MemAvailable")
+}

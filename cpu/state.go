@@ -49,24 +49,79 @@ func (s *state) Bytes() int64 {
 	return n
 }
 
-func (s *state) Export(n int) (map[string][]byte, error) {
-	out := make(map[string][]byte, len(s.bufs))
-	for name, t := range s.bufs {
-		data := t.Data
-		if rb := s.rowBytes[name]; rb > 0 {
-			data = data[:int64(n)*rb]
-		}
-		out[name] = append([]byte(nil), data...)
-	}
-	return out, nil
+// block is a copy of some of a state's buffers: the fixed ones whole, or context rows
+// [from, to) of the KV caches.
+type block struct {
+	rows     bool
+	from, to int
+	data     map[string][]byte
+	bytes    int64
 }
 
-func (s *state) Import(data map[string][]byte) error {
-	if err := exec.CheckImport(data, s.sizes, s.rowBytes); err != nil {
-		return err
+func (b *block) Bytes() int64 { return b.bytes }
+func (b *block) Release()     { b.data, b.bytes = nil, 0 }
+
+func (s *state) SaveFixed() (exec.StateBlock, error) {
+	b := &block{data: map[string][]byte{}}
+	for name, t := range s.bufs {
+		if s.rowBytes[name] == 0 {
+			b.data[name] = append([]byte(nil), t.Data...)
+			b.bytes += int64(len(t.Data))
+		}
 	}
-	for name, d := range data {
-		copy(s.bufs[name].Data, d)
+	return b, nil
+}
+
+func (s *state) SaveRows(from, to int) (exec.StateBlock, error) {
+	if from < 0 || from > to || to > s.capacity {
+		return nil, fmt.Errorf("rows [%d, %d) outside the context capacity %d", from, to, s.capacity)
+	}
+	b := &block{rows: true, from: from, to: to, data: map[string][]byte{}}
+	for name, t := range s.bufs {
+		if rb := s.rowBytes[name]; rb > 0 {
+			b.data[name] = append([]byte(nil), t.Data[int64(from)*rb:int64(to)*rb]...)
+			b.bytes += int64(to-from) * rb
+		}
+	}
+	return b, nil
+}
+
+// Load checks the whole block against the state's buffers before writing anything.
+func (s *state) Load(sb exec.StateBlock) error {
+	b, ok := sb.(*block)
+	if !ok {
+		return fmt.Errorf("cpu: state block of type %T is not from this backend", sb)
+	}
+	if b.data == nil {
+		return fmt.Errorf("cpu: the state block was released")
+	}
+	if b.rows && b.to > s.capacity {
+		return fmt.Errorf("rows [%d, %d) outside the context capacity %d", b.from, b.to, s.capacity)
+	}
+	for name, t := range s.bufs {
+		if (s.rowBytes[name] > 0) != b.rows {
+			continue
+		}
+		d, ok := b.data[name]
+		want := int64(len(t.Data))
+		if b.rows {
+			want = int64(b.to-b.from) * s.rowBytes[name]
+		}
+		if !ok || int64(len(d)) != want {
+			return fmt.Errorf("state block does not match state %s (%d bytes, want %d)", name, len(d), want)
+		}
+	}
+	for name := range b.data {
+		if _, ok := s.bufs[name]; !ok || (s.rowBytes[name] > 0) != b.rows {
+			return fmt.Errorf("state block has buffer %s that this state lacks", name)
+		}
+	}
+	for name, d := range b.data {
+		off := int64(0)
+		if b.rows {
+			off = int64(b.from) * s.rowBytes[name]
+		}
+		copy(s.bufs[name].Data[off:], d)
 	}
 	return nil
 }

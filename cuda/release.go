@@ -35,3 +35,10 @@ func (p *program) Close() error {
 }
 
 var errProgramClosed = errors.New("cuda: the program is closed")
+
+// FreeMemory implements exec.MemoryReporter: the device's free memory (cuMemGetInfo).
+func (b *Backend) FreeMemory() (int64, error) {
+	var free, total uint64
+	err := b.dev.do(func() error { return b.dev.d.check("cuMemGetInfo", b.dev.d.cuMemGetInfo(&free, &total)) })
+	return int64(free), err
+}

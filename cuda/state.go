@@ -73,48 +73,113 @@ func (s *state) Bytes() int64 {
 	return n
 }
 
-// Export copies the state covering the first n context tokens to host memory. A device
-// error is returned and also kept, so the session's next step refuses the state too.
-func (s *state) Export(n int) (map[string][]byte, error) {
-	out := make(map[string][]byte, len(s.addrs))
-	err := s.b.dev.do(func() error {
-		if err := s.b.dev.sync(); err != nil {
-			return err
-		}
-		for name, a := range s.addrs {
-			size := s.sizes[name]
-			if rb := s.rowBytes[name]; rb > 0 {
-				size = min(int64(n)*rb, size)
-			}
-			buf := make([]byte, size)
-			if err := s.b.dev.download(buf, a); err != nil {
-				return fmt.Errorf("export state %s: %w", name, err)
-			}
-			out[name] = buf
+// block is a device-memory copy of some of a state's buffers: the fixed ones whole, or
+// context rows [from, to) of the KV caches (contiguous: N is the first dimension).
+type block struct {
+	b        *Backend
+	rows     bool
+	from, to int
+	addrs    map[string]uint64
+	sizes    map[string]int64
+	bytes    int64
+}
+
+func (k *block) Bytes() int64 { return k.bytes }
+
+func (k *block) Release() {
+	k.b.dev.do(func() error {
+		for _, a := range k.addrs {
+			k.b.dev.free(a)
 		}
 		return nil
 	})
+	k.addrs, k.bytes = nil, 0
+}
+
+func (s *state) SaveFixed() (exec.StateBlock, error) { return s.save(false, 0, 0) }
+
+func (s *state) SaveRows(from, to int) (exec.StateBlock, error) {
+	if from < 0 || from > to || to > s.capacity {
+		return nil, fmt.Errorf("rows [%d, %d) outside the context capacity %d", from, to, s.capacity)
+	}
+	return s.save(true, from, to)
+}
+
+// save copies device to device on the state's stream (ordered after the steps that
+// wrote the rows). A device error is kept, so the session's next step refuses the state.
+func (s *state) save(rows bool, from, to int) (exec.StateBlock, error) {
+	k := &block{b: s.b, rows: rows, from: from, to: to, addrs: map[string]uint64{}, sizes: map[string]int64{}}
+	err := s.b.dev.do(func() error {
+		for name, a := range s.addrs {
+			rb := s.rowBytes[name]
+			if (rb > 0) != rows {
+				continue
+			}
+			src, n := a, s.sizes[name]
+			if rows {
+				src, n = a+uint64(int64(from)*rb), int64(to-from)*rb
+			}
+			dst, err := s.b.dev.alloc(n)
+			if err != nil {
+				return fmt.Errorf("save state %s: %w", name, err)
+			}
+			k.addrs[name], k.sizes[name] = dst, n
+			k.bytes += n
+			if err := s.b.dev.d.check("cuMemcpyDtoDAsync "+name, s.b.dev.d.cuMemcpyDtoDAsync(dst, src, uint64(n), s.b.dev.stream)); err != nil {
+				return err
+			}
+		}
+		return s.b.dev.sync()
+	})
 	if err != nil {
+		k.Release()
 		s.err = err
 		return nil, err
 	}
-	return out, nil
+	return k, nil
 }
 
-func (s *state) Import(data map[string][]byte) error {
-	if err := exec.CheckImport(data, s.sizes, s.rowBytes); err != nil {
-		return err
+// Load copies a block back device to device, after checking all of it.
+func (s *state) Load(sb exec.StateBlock) error {
+	k, ok := sb.(*block)
+	if !ok {
+		return fmt.Errorf("cuda: state block of type %T is not from this backend", sb)
+	}
+	if k.addrs == nil {
+		return errors.New("cuda: the state block was released")
+	}
+	if k.rows && k.to > s.capacity {
+		return fmt.Errorf("rows [%d, %d) outside the context capacity %d", k.from, k.to, s.capacity)
+	}
+	for name := range s.addrs {
+		rb := s.rowBytes[name]
+		if (rb > 0) != k.rows {
+			continue
+		}
+		want := s.sizes[name]
+		if k.rows {
+			want = int64(k.to-k.from) * rb
+		}
+		if n, ok := k.sizes[name]; !ok || n != want {
+			return fmt.Errorf("state block does not match state %s (%d bytes, want %d)", name, n, want)
+		}
+	}
+	for name := range k.addrs {
+		if _, ok := s.addrs[name]; !ok || (s.rowBytes[name] > 0) != k.rows {
+			return fmt.Errorf("state block has buffer %s that this state lacks", name)
+		}
 	}
 	return s.b.dev.do(func() error {
-		if err := s.b.dev.sync(); err != nil {
-			return err
-		}
-		for name, d := range data {
-			if err := s.b.dev.upload(s.addrs[name], d); err != nil {
-				return fmt.Errorf("import state %s: %w", name, err)
+		for name, src := range k.addrs {
+			dst := s.addrs[name]
+			if k.rows {
+				dst += uint64(int64(k.from) * s.rowBytes[name])
+			}
+			if err := s.b.dev.d.check("cuMemcpyDtoDAsync "+name, s.b.dev.d.cuMemcpyDtoDAsync(dst, src, uint64(k.sizes[name]), s.b.dev.stream)); err != nil {
+				return err
 			}
 		}
-		return nil
+		return s.b.dev.sync()
 	})
 }
 

@@ -47,18 +47,32 @@ type StateSpec struct {
 }
 
 // State is a session's device-resident state: KV caches, conv and recurrent states.
+// Reusing a prefix of a conversation copies state into blocks the backend holds (in
+// device memory on a GPU) and back, never through the host: the recurrent and conv state
+// whole (SaveFixed), the KV caches by ranges of context rows (SaveRows), so that
+// snapshots of one conversation share the rows they have in common.
 type State interface {
 	// Bytes is the allocation size.
 	Bytes() int64
-	// Export copies the state that covers the first n context tokens to host memory: for
-	// each buffer whose first dimension is N only the first n rows, else the whole buffer.
-	Export(n int) (map[string][]byte, error)
-	// Import restores what Export returned (CheckImport validates it first).
-	Import(data map[string][]byte) error
+	// SaveFixed copies every buffer without context rows (conv and recurrent states).
+	SaveFixed() (StateBlock, error)
+	// SaveRows copies context rows [from, to) of every buffer whose first dimension is
+	// the context N (the KV caches).
+	SaveRows(from, to int) (StateBlock, error)
+	// Load writes a block saved by a state of the same model back where it was saved
+	// from (the same rows, or the fixed buffers); it refuses a block of other buffers.
+	Load(b StateBlock) error
 	// Zero clears every buffer (a fresh session).
 	Zero()
 	// Close frees the buffers; every other method fails (or does nothing) afterwards.
 	Close() error
+}
+
+// StateBlock is a copy of part of a session's state, held by the backend.
+type StateBlock interface {
+	Bytes() int64
+	// Release frees the copy; it cannot be loaded afterwards.
+	Release()
 }
 
 // BackendOptions configure a backend instance for one model.
@@ -118,26 +132,3 @@ func checkRegistered(name string) error {
 }
 
 func bindN(n int) graph.Bindings { return graph.Bindings{N: n} }
-
-// CheckImport validates a snapshot against a session's state buffers before anything is
-// written: every buffer present and nothing else, each of its full size, except buffers
-// with context rows (rowBytes > 0), which may hold fewer rows. sizes and rowBytes are by
-// state name.
-func CheckImport(data map[string][]byte, sizes, rowBytes map[string]int64) error {
-	for name := range sizes {
-		if _, ok := data[name]; !ok {
-			return fmt.Errorf("snapshot lacks state %s", name)
-		}
-	}
-	for name, d := range data {
-		size, ok := sizes[name]
-		if !ok {
-			return fmt.Errorf("snapshot has state %s that this session lacks", name)
-		}
-		n := int64(len(d))
-		if n > size || (rowBytes[name] == 0 && n != size) || (rowBytes[name] > 0 && n%rowBytes[name] != 0) {
-			return fmt.Errorf("snapshot state %s has %d bytes, the session's buffer %d", name, n, size)
-		}
-	}
-	return nil
-}

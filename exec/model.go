@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"sync"
 
+	"pistil/graph"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/passes"
@@ -120,6 +121,38 @@ func (m *Model) NewSession(capacity int) (*Session, error) {
 }
 
 var errModelClosed = errors.New("the model is closed")
+
+// KVBytesPerToken is the KV cache bytes one context token takes (every attention layer,
+// keys and values, in the state's dtype).
+func (m *Model) KVBytesPerToken() int64 {
+	var n int64
+	for _, sp := range m.states {
+		if len(sp.Type.Shape) > 0 && sp.Type.Shape[0].Sym == graph.SymN {
+			n += sp.Type.Bytes(bindN(1))
+		}
+	}
+	return n
+}
+
+// FixedStateBytes is the state that does not grow with the context (conv and recurrent
+// states): what a snapshot copies besides the logits.
+func (m *Model) FixedStateBytes() int64 { return m.StateBytes(1) - m.KVBytesPerToken() }
+
+// MemoryReporter is a backend that can say how much memory it could still allocate.
+type MemoryReporter interface {
+	FreeMemory() (int64, error)
+}
+
+// FreeMemory is the memory the model's backend could still allocate (device memory on a
+// GPU, available host memory on the CPU); false where the backend cannot tell.
+func (m *Model) FreeMemory() (int64, bool) {
+	r, ok := m.backend.(MemoryReporter)
+	if !ok {
+		return 0, false
+	}
+	n, err := r.FreeMemory()
+	return n, err == nil && n > 0
+}
 
 // StateBytes is the state a session of capacity tokens allocates.
 func (m *Model) StateBytes(capacity int) int64 {

@@ -20,24 +20,9 @@ type Session struct {
 	// decodeSteps counts decode steps run; read from other goroutines (the server's
 	// cancellation bookkeeping).
 	decodeSteps atomic.Int64
-}
-
-// Snapshot is a host copy of a session's state at a token boundary. The Gated DeltaNet
-// state cannot be rolled back, so reusing a prefix of a conversation means restoring a
-// snapshot taken at exactly that prefix length.
-type Snapshot struct {
-	Len    int
-	data   map[string][]byte
-	logits []float32
-}
-
-// Bytes is the host memory the snapshot holds.
-func (s *Snapshot) Bytes() int64 {
-	n := int64(4 * len(s.logits))
-	for _, d := range s.data {
-		n += int64(len(d))
-	}
-	return n
+	// resident[k] is the KV block whose rows KV block slot k of the state holds now
+	// (nil: unknown or overwritten); a snapshot reuses it and a restore skips its copy.
+	resident []*KVBlock
 }
 
 // PrefillOptions say where a prefill is cut into pieces and where it is snapshotted.
@@ -55,6 +40,10 @@ type PrefillOptions struct {
 	// OnSnapshot receives the snapshots, in order: at the multiples of SnapshotEvery, at
 	// SnapshotAt, and at the end of the prefill. None are taken when it is nil.
 	OnSnapshot func(*Snapshot)
+	// ShareKV, when set, offers an existing block holding exactly the KV rows
+	// [start, end) this session now holds (another conversation's, with the same tokens
+	// cut the same way), so a snapshot references it instead of copying; nil: none.
+	ShareKV func(start, end int) *KVBlock
 }
 
 // Len is the number of tokens the session has consumed.
@@ -73,6 +62,7 @@ func (s *Session) Reset() {
 	}
 	s.n = 0
 	s.logits = nil
+	clear(s.resident)
 }
 
 // DecodeSteps is how many decode steps the session has run in its life. Unlike the
@@ -86,7 +76,7 @@ func (s *Session) Close() error {
 		return nil
 	}
 	err := s.st.Close()
-	s.st, s.n, s.logits = nil, 0, nil
+	s.st, s.n, s.logits, s.resident = nil, 0, nil, nil
 	return err
 }
 
@@ -146,7 +136,7 @@ func (s *Session) forward(ctx context.Context, tokens []int32, opts PrefillOptio
 		all = append(all, rows...)
 		tokens = tokens[size:]
 		if opts.OnSnapshot != nil && (len(tokens) == 0 || opts.snapshotAt(s.n)) {
-			snap, err := s.Snapshot()
+			snap, err := s.snapshot(opts.ShareKV)
 			if err != nil {
 				return nil, err
 			}
@@ -188,6 +178,7 @@ func (s *Session) run(ctx context.Context, tokens []int32, keep bool) ([]float32
 	if err != nil {
 		return nil, err
 	}
+	s.overwrite(s.n, s.n+len(tokens))
 	rows, err := prog.Run(ctx, s.st, tokens, s.n)
 	if err != nil {
 		// A step that failed part-way has left the state undefined: the session must not
@@ -217,33 +208,5 @@ func (s *Session) validate(tokens []int32) error {
 	if s.n+len(tokens) > s.capacity {
 		return fmt.Errorf("context full: %d tokens after %d exceed the session capacity %d", len(tokens), s.n, s.capacity)
 	}
-	return nil
-}
-
-// Snapshot copies the session's state.
-func (s *Session) Snapshot() (*Snapshot, error) {
-	if s.st == nil {
-		return nil, errSessionClosed
-	}
-	data, err := s.st.Export(s.n)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot at %d tokens: %w", s.n, err)
-	}
-	return &Snapshot{Len: s.n, data: data, logits: slices.Clone(s.logits)}, nil
-}
-
-// Restore makes the session exactly as it was when snap was taken (from this model).
-func (s *Session) Restore(snap *Snapshot) error {
-	if s.st == nil {
-		return errSessionClosed
-	}
-	if snap.Len > s.capacity {
-		return fmt.Errorf("snapshot of %d tokens exceeds the session capacity %d", snap.Len, s.capacity)
-	}
-	if err := s.st.Import(snap.data); err != nil {
-		return err
-	}
-	s.n = snap.Len
-	s.logits = append(s.logits[:0], snap.logits...)
 	return nil
 }

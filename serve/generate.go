@@ -18,6 +18,7 @@ type runner struct {
 	cache         *prefixCache
 	snapshotEvery int
 	metrics       *metrics
+	requests      uint64 // generations run, numbering their snapshots for eviction
 }
 
 // genTask is one generation: the prompt, limits, and where its tokens go.
@@ -87,13 +88,21 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 	r.metrics.promptTokens.Add(int64(len(t.prompt)))
 	r.metrics.cachedTokens.Add(int64(start))
 
-	// Snapshots cost a copy of the state, so they are taken only where a later request is
-	// likely to restore: every snapshotEvery tokens, at the generation prompt's header (the
-	// last split, where the next turn diverges) and at the end of the prompt. The prefill
-	// is cut at every split, so the pieces before a split depend only on the tokens
-	// before it.
+	// Snapshots cost a copy of the recurrent state (the KV rows are shared blocks), so
+	// they are taken only where a later request is likely to restore: every snapshotEvery
+	// tokens, at the generation prompt's header (the last split, where the next turn
+	// diverges) and at the end of the prompt. The prefill is cut at every split, so the
+	// pieces before a split depend only on the tokens before it.
+	r.requests++
+	request := r.requests
+	keys := newBlockKeys(t.prompt, t.splits, r.snapshotEvery)
 	prefill := exec.PrefillOptions{Cuts: t.splits, SnapshotEvery: r.snapshotEvery,
-		OnSnapshot: func(snap *exec.Snapshot) { r.cache.add(t.prompt[:snap.Len], snap) }}
+		ShareKV: func(start, end int) *exec.KVBlock { return r.cache.shared(keys.key(start, end)) },
+		OnSnapshot: func(snap *exec.Snapshot) {
+			_, split := slices.BinarySearch(t.splits, snap.Len)
+			boundary := split || snap.Len == len(t.prompt)
+			r.cache.add(t.prompt[:snap.Len], snap, boundary, request, func(b *exec.KVBlock) string { return keys.key(b.Start, b.End) })
+		}}
 	if len(t.splits) > 0 {
 		prefill.SnapshotAt = t.splits[len(t.splits)-1:]
 	}

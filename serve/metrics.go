@@ -109,6 +109,10 @@ func (m *metrics) write(w io.Writer, queueDepth int, running bool, cache cacheSt
 	gauge("pistil_prefix_cache_entries", "Snapshots held by the prefix cache.", float64(cache.Entries))
 	gauge("pistil_prefix_cache_bytes", "Bytes held by the prefix cache.", float64(cache.Bytes))
 	gauge("pistil_prefix_cache_budget_bytes", "The prefix cache's byte budget.", float64(cache.Budget))
+	counter("pistil_prefix_cache_evictions_total", "Snapshots evicted to stay within the budget.", cache.Evictions)
+	counter("pistil_prefix_cache_restored_tokens_total", "Prompt tokens restored from cached snapshots.", cache.RestoredTokens)
+	gauge("pistil_prefix_cache_kv_blocks", "Shared KV blocks held by the prefix cache.", float64(cache.Blocks))
+	gauge("pistil_prefix_cache_kv_bytes", "Bytes of the shared KV blocks (part of pistil_prefix_cache_bytes).", float64(cache.KVBytes))
 }
 
 func formatFloat(v float64) string {

@@ -95,13 +95,15 @@ func TestPrefixCacheBudget(t *testing.T) {
 	if len(snaps) < 3 {
 		t.Fatalf("%d snapshots", len(snaps))
 	}
-	budget := entryBytes(prompt[:snaps[0].Len], snaps[0]) + entryBytes(prompt[:snaps[1].Len], snaps[1])
+	// Each snapshot owns a partial KV block [0, Len) here (all are shorter than a block).
+	cost := func(s *exec.Snapshot) int64 { return entryBytes(prompt[:s.Len], s) + s.KV()[0].Bytes() }
+	budget := cost(snaps[0]) + cost(snaps[1])
 	c := newPrefixCache(budget)
-	for _, s := range snaps[:3] {
-		c.add(prompt[:s.Len], s)
+	for i, s := range snaps[:3] {
+		c.add(prompt[:s.Len], s, false, uint64(i+1), nil) // three requests
 	}
 	st := c.stats()
-	if st.Bytes > budget || st.Entries >= 3 {
+	if st.Bytes > budget || st.Entries >= 3 || st.Evictions == 0 {
 		t.Fatalf("over budget: %+v (budget %d)", st, budget)
 	}
 	// The oldest entry (the shortest prefix) was evicted; the longest is found.
@@ -114,6 +116,7 @@ func TestPrefixCacheBudget(t *testing.T) {
 	// Restoring a cached snapshot reproduces the state: the logits match a fresh prefill
 	// cut into the same pieces (other piece sizes round differently).
 	ent := c.lookup(prompt, anyLength)
+	sess.Reset() // the state's rows are zero: the restore copies every block in
 	if err := sess.Restore(ent.snap); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package serve
 
 import (
 	"container/list"
+	"crypto/sha256"
+	"encoding/binary"
 	"slices"
 	"sync"
 
@@ -11,64 +13,152 @@ import (
 // prefixCache keeps snapshots of session state keyed by the exact token sequence they
 // cover. The Gated DeltaNet recurrent state cannot be rolled back, so a snapshot is only
 // reusable at its exact length: a request restores the longest cached sequence that is a
-// prefix of its prompt and prefills the rest. Entries are evicted least recently used
-// first to stay within a byte budget.
+// prefix of its prompt and prefills the rest.
+//
+// A snapshot holds its own copy of the conv and recurrent state only; the KV rows before
+// its length are blocks (exec.KVBlock) shared by every snapshot of the conversation, and
+// by other conversations with the same prefix cut the same way (found by blockKey).
+// The budget counts each entry's own bytes and each block once. Eviction takes
+// intermediate snapshots (the snapshotEvery grid) before message-boundary ones, least
+// recently used first, and never takes a snapshot of the request being cached unless the
+// new one supersedes it (a longer intermediate snapshot of the same prompt); a snapshot
+// that finds no room on those terms is not cached.
 type prefixCache struct {
 	mu     sync.Mutex
 	budget int64
 	used   int64
 	lru    *list.List // of *cacheEntry, most recently used at the front
-	hits   int64
-	misses int64
+	blocks map[*exec.KVBlock]*sharedBlock
+	byKey  map[string]*exec.KVBlock
+
+	hits, misses, evictions, restoredTokens int64
 }
 
 type cacheEntry struct {
 	tokens []int32
 	snap   *exec.Snapshot
-	bytes  int64
+	// boundary: taken at a message header or at the end of a prompt, where a later
+	// request most likely diverges; kept ahead of the grid's intermediate snapshots.
+	boundary bool
+	request  uint64
+	own      int64 // the snapshot's own bytes and the token key
+}
+
+// sharedBlock counts the entries that hold a block.
+type sharedBlock struct {
+	refs int
+	key  string
 }
 
 func newPrefixCache(budget int64) *prefixCache {
-	return &prefixCache{budget: budget, lru: list.New()}
+	return &prefixCache{budget: budget, lru: list.New(), blocks: map[*exec.KVBlock]*sharedBlock{}, byKey: map[string]*exec.KVBlock{}}
 }
 
-// entryBytes counts the snapshot and its token key.
+// entryBytes is what an entry costs besides the KV blocks it shares.
 func entryBytes(tokens []int32, snap *exec.Snapshot) int64 {
 	return snap.Bytes() + int64(len(tokens))*4
 }
 
-// add stores a snapshot for tokens (len(tokens) must equal snap.Len). It keeps its own
-// copy of tokens. A snapshot larger than the whole budget is not stored.
-func (c *prefixCache) add(tokens []int32, snap *exec.Snapshot) {
+// add stores a snapshot for tokens (len(tokens) must equal snap.Len); the cache owns the
+// snapshot from then on and releases it when it is evicted or not kept. keyOf names a
+// block for sharing across conversations ("" or nil: not shared).
+func (c *prefixCache) add(tokens []int32, snap *exec.Snapshot, boundary bool, request uint64, keyOf func(b *exec.KVBlock) string) {
 	if c == nil || c.budget <= 0 || len(tokens) == 0 || len(tokens) != snap.Len {
-		return
-	}
-	size := entryBytes(tokens, snap)
-	if size > c.budget {
+		snap.Release()
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for e := c.lru.Front(); e != nil; e = e.Next() {
-		if slices.Equal(e.Value.(*cacheEntry).tokens, tokens) {
+		if ent := e.Value.(*cacheEntry); slices.Equal(ent.tokens, tokens) {
+			ent.boundary = ent.boundary || boundary
 			c.lru.MoveToFront(e)
+			snap.Release()
 			return
 		}
 	}
-	key := append([]int32(nil), tokens...)
-	c.lru.PushFront(&cacheEntry{tokens: key, snap: snap, bytes: size})
-	c.used += size
-	for c.used > c.budget {
-		last := c.lru.Back()
-		ent := last.Value.(*cacheEntry)
-		c.lru.Remove(last)
-		c.used -= ent.bytes
+	ent := &cacheEntry{tokens: slices.Clone(tokens), snap: snap, boundary: boundary, request: request, own: entryBytes(tokens, snap)}
+	elem := c.lru.PushFront(ent)
+	c.used += ent.own
+	for _, b := range snap.KV() {
+		if sb := c.blocks[b]; sb != nil {
+			sb.refs++
+			continue
+		}
+		sb := &sharedBlock{refs: 1}
+		if keyOf != nil {
+			sb.key = keyOf(b)
+		}
+		c.blocks[b] = sb
+		c.used += b.Bytes()
+		if _, taken := c.byKey[sb.key]; sb.key != "" && !taken {
+			c.byKey[sb.key] = b
+		}
 	}
+	for c.used > c.budget {
+		victim := c.victim(ent)
+		if victim == nil {
+			c.remove(elem) // no room on the eviction rules' terms: not cached
+			return
+		}
+		c.remove(victim)
+		c.evictions++
+	}
+}
+
+// victim picks the entry to evict for ent: intermediate entries first, then (only for a
+// boundary snapshot) boundary ones, least recently used first; ent's own request's
+// entries only where ent supersedes them.
+func (c *prefixCache) victim(ent *cacheEntry) *list.Element {
+	for _, boundary := range []bool{false, true} {
+		if boundary && !ent.boundary {
+			return nil
+		}
+		for e := c.lru.Back(); e != nil; e = e.Prev() {
+			v := e.Value.(*cacheEntry)
+			if v == ent || v.boundary != boundary {
+				continue
+			}
+			if v.request == ent.request && (v.boundary || len(v.tokens) >= len(ent.tokens)) {
+				continue
+			}
+			return e
+		}
+	}
+	return nil
+}
+
+// remove drops an entry and the blocks no other entry holds.
+func (c *prefixCache) remove(e *list.Element) {
+	ent := c.lru.Remove(e).(*cacheEntry)
+	c.used -= ent.own
+	for _, b := range ent.snap.KV() {
+		sb := c.blocks[b]
+		if sb.refs--; sb.refs == 0 {
+			c.used -= b.Bytes()
+			delete(c.blocks, b)
+			if c.byKey[sb.key] == b {
+				delete(c.byKey, sb.key)
+			}
+		}
+	}
+	ent.snap.Release()
+}
+
+// shared returns the cached block with key, or nil.
+func (c *prefixCache) shared(key string) *exec.KVBlock {
+	if c == nil || key == "" {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byKey[key]
 }
 
 // lookup returns the longest cached entry whose tokens are a prefix of prompt and whose
 // length usable accepts, or nil. A snapshot carries the logits after its last token, so
-// an entry covering the whole prompt needs no prefill at all.
+// an entry covering the whole prompt needs no prefill at all. The snapshot stays valid
+// until the next add (only the engine's goroutine adds).
 func (c *prefixCache) lookup(prompt []int32, usable func(n int) bool) *cacheEntry {
 	if c == nil {
 		return nil
@@ -89,15 +179,18 @@ func (c *prefixCache) lookup(prompt []int32, usable func(n int) bool) *cacheEntr
 		return nil
 	}
 	c.hits++
+	c.restoredTokens += int64(bestLen)
 	c.lru.MoveToFront(best)
 	return best.Value.(*cacheEntry)
 }
 
 type cacheStats struct {
-	Entries      int
-	Bytes        int64
-	Budget       int64
-	Hits, Misses int64
+	Entries, Blocks int
+	Bytes, KVBytes  int64
+	Budget          int64
+	Hits, Misses    int64
+	Evictions       int64
+	RestoredTokens  int64
 }
 
 func (c *prefixCache) stats() cacheStats {
@@ -106,7 +199,63 @@ func (c *prefixCache) stats() cacheStats {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return cacheStats{Entries: c.lru.Len(), Bytes: c.used, Budget: c.budget, Hits: c.hits, Misses: c.misses}
+	var kv int64
+	for b := range c.blocks {
+		kv += b.Bytes()
+	}
+	return cacheStats{Entries: c.lru.Len(), Blocks: len(c.blocks), Bytes: c.used, KVBytes: kv, Budget: c.budget,
+		Hits: c.hits, Misses: c.misses, Evictions: c.evictions, RestoredTokens: c.restoredTokens}
+}
+
+// blockKeys names KV blocks of one prompt for sharing across conversations. A block's
+// rows are exact for another prompt only if they were computed from the same tokens cut
+// into the same prefill pieces: the key is the tokens and the cut points up to the first
+// cut at or after the block's end (the end of the piece that computed its last row).
+type blockKeys struct {
+	prompt []int32
+	cuts   []int // ascending; the prompt's end is the last
+	memo   map[[2]int]string
+}
+
+func newBlockKeys(prompt []int32, splits []int, every int) *blockKeys {
+	cuts := slices.Clone(splits)
+	if every > 0 {
+		for p := every; p < len(prompt); p += every {
+			cuts = append(cuts, p)
+		}
+	}
+	cuts = append(cuts, len(prompt))
+	slices.Sort(cuts)
+	return &blockKeys{prompt: prompt, cuts: slices.Compact(cuts), memo: map[[2]int]string{}}
+}
+
+func (k *blockKeys) key(start, end int) string {
+	if key, ok := k.memo[[2]int{start, end}]; ok {
+		return key
+	}
+	i, _ := slices.BinarySearch(k.cuts, end)
+	if i == len(k.cuts) {
+		return "" // past the prompt: decoded rows are never shared
+	}
+	next := k.cuts[i]
+	h := sha256.New()
+	var buf [4]byte
+	word := func(v int) {
+		binary.LittleEndian.PutUint32(buf[:], uint32(v))
+		h.Write(buf[:])
+	}
+	word(start)
+	word(end)
+	for _, c := range k.cuts[:i+1] {
+		word(c)
+	}
+	word(-1)
+	for _, t := range k.prompt[:next] {
+		word(int(t))
+	}
+	key := string(h.Sum(nil))
+	k.memo[[2]int{start, end}] = key
+	return key
 }
 
 // commonPrefix is the length of the longest common prefix of a and b.

@@ -38,7 +38,8 @@ type Config struct {
 	APIKey string
 	// Queue is how many requests may wait for the engine (default 16).
 	Queue int
-	// CacheBytes is the prefix cache's budget (default 1 GiB; negative disables it).
+	// CacheBytes is the prefix cache's budget (default: derived from the model's state
+	// sizes and the backend's free memory, see defaultCacheBudget; negative disables it).
 	CacheBytes int64
 	// SnapshotEvery is the prefill snapshot interval in tokens (default 512).
 	SnapshotEvery int
@@ -69,9 +70,6 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Queue <= 0 {
 		c.Queue = 16
-	}
-	if c.CacheBytes == 0 {
-		c.CacheBytes = 1 << 30
 	}
 	if c.SnapshotEvery <= 0 {
 		c.SnapshotEvery = 512
@@ -199,7 +197,13 @@ func (s *Server) load(open func() (*exec.Model, error)) error {
 	if id, ok := tok.TokenID("<|im_start|>"); ok {
 		s.imStart = id
 	}
-	s.runner = &runner{sess: sess, cache: newPrefixCache(s.cfg.CacheBytes),
+	budget, why := s.cfg.CacheBytes, "set by --cache-bytes"
+	if budget == 0 {
+		budget, why = defaultCacheBudget(model, ctxLen)
+	}
+	s.cfg.Logger.Info("prefix cache", "budget_bytes", budget, "budget", why,
+		"snapshot_bytes", model.FixedStateBytes(), "kv_bytes_per_token", model.KVBytesPerToken())
+	s.runner = &runner{sess: sess, cache: newPrefixCache(budget),
 		snapshotEvery: s.cfg.SnapshotEvery, metrics: s.metrics}
 	s.sched = newScheduler(s.cfg.Queue)
 	s.bodyLimit.Store(defaultMaxBody(ctxLen))
@@ -207,6 +211,25 @@ func (s *Server) load(open func() (*exec.Model, error)) error {
 	s.ready.Store(true)
 	s.cfg.Logger.Info("model ready", "model", s.name, "context", ctxLen, "max_body", s.maxBody(), "memory_limit", memLimit)
 	return nil
+}
+
+// cacheSnapshotsPerConversation is how many snapshots (message boundaries) per cached
+// conversation the default budget has room for besides its KV rows.
+const cacheSnapshotsPerConversation = 8
+
+// defaultCacheBudget sizes the prefix cache for two agents' conversations at the full
+// session context (their KV rows and cacheSnapshotsPerConversation snapshots each), but
+// at most half the memory the backend has left once the session is allocated.
+func defaultCacheBudget(m *exec.Model, capacity int) (int64, string) {
+	snapshot := m.FixedStateBytes() + 4*int64(m.Config().VocabSize)
+	conversation := m.KVBytesPerToken()*int64(capacity) + cacheSnapshotsPerConversation*snapshot
+	budget := 2 * conversation
+	why := fmt.Sprintf("2 conversations of %d tokens with %d snapshots each", capacity, cacheSnapshotsPerConversation)
+	if free, ok := m.FreeMemory(); ok && free/2 < budget {
+		budget = free / 2
+		why = fmt.Sprintf("half of the backend's free memory (%d bytes)", free)
+	}
+	return budget, why
 }
 
 // Shutdown stops taking requests (503 shutting_down), answers queued ones with 503,

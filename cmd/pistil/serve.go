@@ -47,7 +47,7 @@ func runServe(args []string) error {
 	fs.IntVar(&cfg.Port, "port", 8080, "port to listen on (0: any free port)")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "require this key as 'Authorization: Bearer KEY' (default: none)")
 	fs.IntVar(&cfg.Queue, "queue", 16, "requests that may wait for the engine before new ones get 503")
-	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", 1<<30, "prefix cache budget in bytes (negative: off)")
+	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", 0, "prefix cache budget in bytes (0: derived from the state sizes and free memory, printed at start-up; negative: off)")
 	fs.IntVar(&cfg.SnapshotEvery, "snapshot-every", 512, "prefix cache snapshot interval in prompt tokens")
 	fs.IntVar(&cfg.Context, "ctx", 0, "context capacity in tokens (0: min(model max, 32768))")
 	fs.Var(&allowed, "allowed-hosts", "Host header names to accept besides localhost and IP literals (comma-separated, * for any)")

@@ -65,3 +65,52 @@ func TestOpenCloseDoesNotGrowDeviceMemory(t *testing.T) {
 		t.Errorf("device free memory shrank %d bytes over %d open/close cycles (allowed %d)", free0-free1, cycles-1, slack)
 	}
 }
+
+// Snapshots on the device: a snapshot's KV blocks and recurrent state, restored into
+// another session after it ran something else, give the logits the first session had.
+// Skips without a GPU.
+func TestSnapshotRestoreOnDevice(t *testing.T) {
+	if _, err := loadDriver(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	ctx := context.Background()
+	m, err := exec.Open(fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Backend: "cuda", Chunk: 32, Graphs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	prompt := make([]int32, 300) // two KV blocks
+	for i := range prompt {
+		prompt[i] = int32(1 + i%200)
+	}
+	a, _ := m.NewSession(512)
+	defer a.Close()
+	if err := a.Prefill(ctx, prompt, exec.PrefillOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	if err := a.Decode(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), a.Logits()...)
+	b, _ := m.NewSession(512)
+	defer b.Close()
+	if err := b.Prefill(ctx, prompt[:100], exec.PrefillOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Decode(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range b.Logits() {
+		if v != want[i] {
+			t.Fatalf("restored session's logit %d = %v, the original's %v", i, v, want[i])
+		}
+	}
+}

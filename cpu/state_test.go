@@ -62,4 +62,25 @@ func TestStateBlocks(t *testing.T) {
 	if _, err := b.NewState(specs, 0); err == nil {
 		t.Fatal("zero capacity accepted")
 	}
+
+	// A bf16 KV cache: rows are blocks of half the bytes, copied the same way.
+	half, err := b.NewState([]exec.StateSpec{{Name: "kv", Type: graph.TensorType(graph.BF16, graph.N, graph.D(2))}}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := half.(*state)
+	for i := range hs.bufs["kv"].Data {
+		hs.bufs["kv"].Data[i] = byte(i + 1)
+	}
+	hrows, err := half.SaveRows(2, 4)
+	if err != nil || hrows.Bytes() != 2*2*2 {
+		t.Fatalf("bf16 rows block %v bytes, err %v", hrows.Bytes(), err)
+	}
+	half.Zero()
+	if err := half.Load(hrows); err != nil {
+		t.Fatal(err)
+	}
+	if got := hs.bufs["kv"].Data; got[7] != 0 || got[8] != 9 || got[15] != 16 {
+		t.Fatalf("bf16 kv after loading rows 2..4: %v", got)
+	}
 }

@@ -38,6 +38,10 @@ func TestAgentContextPrefixCache(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("PISTIL_AGENT_TOKENS")); err == nil && n > 0 {
 		first = n
 	}
+	turns := 11 // the long first turn and 10 short ones
+	if n, err := strconv.Atoi(os.Getenv("PISTIL_AGENT_TURNS")); err == nil && n > 1 {
+		turns = n // fewer for a quicker look at a large configuration
+	}
 	opts := synth.Options{Preset: preset, Layout: synth.MLXQ4, Seed: 11, Out: t.TempDir(), Workers: 2}
 	if preset == "state" {
 		// The full model's layers, attention and Gated DeltaNet heads and widths (so its
@@ -95,7 +99,6 @@ func TestAgentContextPrefixCache(t *testing.T) {
 			map[string]any{"role": "user", "content": text(fmt.Sprintf("agent %d", i), first)},
 		}
 	}
-	const turns = 11 // the long first turn and 10 short ones
 	for turn := 1; turn <= turns; turn++ {
 		for ci, c := range convs {
 			body := map[string]any{"model": testModel, "messages": c.msgs, "max_tokens": 8, "temperature": 0}
@@ -130,7 +133,7 @@ func TestAgentContextPrefixCache(t *testing.T) {
 	}
 	st := ts.runner.cache.stats()
 	t.Logf("cache after %d turns of 2 conversations: %+v", turns, st)
-	if st.Hits < 2*(turns-1) {
+	if st.Hits < int64(2*(turns-1)) {
 		t.Fatalf("%d hits over %d later turns", st.Hits, 2*(turns-1))
 	}
 

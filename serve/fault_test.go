@@ -310,6 +310,16 @@ func TestShutdown(t *testing.T) {
 	if err := <-shutdownErr; err != nil {
 		t.Fatal(err)
 	}
+	// Shutdown released everything: the cached snapshots, the session, the model.
+	if st := s.runner.cache.stats(); st.Entries != 0 || st.Bytes != 0 {
+		t.Errorf("cache after shutdown: %+v", st)
+	}
+	if err := s.runner.sess.Prefill(context.Background(), []int32{1}, exec.PrefillOptions{}); err == nil {
+		t.Error("the session still runs after shutdown")
+	}
+	if _, err := model.NewSession(8); err == nil {
+		t.Error("the model still makes sessions after shutdown")
+	}
 	wg.Wait()
 	for i, b := range bodies {
 		if !strings.HasSuffix(b, "data: [DONE]\n\n") || !strings.Contains(b, "shutting_down") {

@@ -145,6 +145,19 @@ func (c *prefixCache) remove(e *list.Element) {
 	ent.snap.Release()
 }
 
+// clear releases every entry (the server's shutdown: on a GPU the blocks are device
+// memory).
+func (c *prefixCache) clear() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for e := c.lru.Front(); e != nil; e = c.lru.Front() {
+		c.remove(e)
+	}
+}
+
 // shared returns the cached block with key, or nil.
 func (c *prefixCache) shared(key string) *exec.KVBlock {
 	if c == nil || key == "" {

@@ -247,7 +247,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.cancelBase()
 		<-s.sched.idle()
 	}
-	// Nothing runs any more: release the session and the model (device memory included).
+	// Nothing runs any more: release the cached snapshots, the session and the model
+	// (device memory included).
+	s.runner.cache.clear()
 	return errors.Join(s.runner.sess.Close(), s.model.Close())
 }
 

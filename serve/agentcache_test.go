@@ -1,13 +1,18 @@
 package serve
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"pistil/exec"
 	"pistil/models/synth"
@@ -79,14 +84,7 @@ func TestAgentContextPrefixCache(t *testing.T) {
 	budget := ts.runner.cache.stats().Budget
 	t.Logf("preset %s, first turn %d tokens, default budget %d bytes", preset, first, budget)
 
-	// Text of about n tokens (synth's tokenizer is byte-level) that differs per seed.
-	text := func(seed string, n int) string {
-		var b strings.Builder
-		for i := 0; b.Len() < n; i++ {
-			fmt.Fprintf(&b, "%s line %d: the tool returned %d rows. ", seed, i, (i*7919)%1000)
-		}
-		return b.String()[:n]
-	}
+	text := agentText
 	type conversation struct {
 		msgs    []any
 		prevFed []int32
@@ -146,5 +144,103 @@ func TestAgentContextPrefixCache(t *testing.T) {
 		if got := cold.lastTrace(t).Result.Tokens; !slices.Equal(got, want) {
 			t.Fatalf("conversation %d: the cached server generated %v, a cold one %v", ci, want, got)
 		}
+	}
+}
+
+// agentText is text of about n tokens (synth's tokenizer is byte-level), different per
+// seed.
+func agentText(seed string, n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "%s line %d: the tool returned %d rows. ", seed, i, (i*7919)%1000)
+	}
+	return b.String()[:n]
+}
+
+// The issue's GPU check, against servers already running (it skips without
+// PISTIL_AGENT_URL): a 12K-token first turn, then 10 turns of ~300 new tokens; every later
+// turn must be cached to within its new tokens and prefill in under 0.5 s (timings
+// prompt_ms: the restore plus the new tokens), and with PISTIL_AGENT_COLD_URL (a server
+// started with --cache-bytes -1) every turn's answer must equal the cold server's. For
+// the full synthetic model on an H200:
+//
+//	pistil serve --backend cuda --model FULL --port 8080 &
+//	pistil serve --backend cuda --model FULL --port 8081 --cache-bytes -1 &
+//	PISTIL_AGENT_URL=http://127.0.0.1:8080 PISTIL_AGENT_COLD_URL=http://127.0.0.1:8081 \
+//	  go test ./serve -run AgainstRunningServers -v -timeout 1h
+func TestAgentTurnsAgainstRunningServers(t *testing.T) {
+	url, coldURL := os.Getenv("PISTIL_AGENT_URL"), os.Getenv("PISTIL_AGENT_COLD_URL")
+	if url == "" {
+		t.Skip("set PISTIL_AGENT_URL to a running pistil serve (and PISTIL_AGENT_COLD_URL to one with --cache-bytes -1)")
+	}
+	first := 12000
+	if n, err := strconv.Atoi(os.Getenv("PISTIL_AGENT_TOKENS")); err == nil && n > 0 {
+		first = n
+	}
+	client := &http.Client{Timeout: 30 * time.Minute}
+	post := func(base string, body any) chatResp {
+		raw, _ := json.Marshal(body)
+		resp, err := client.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", base, resp.StatusCode, data)
+		}
+		var r chatResp
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatalf("decode %s: %v", data, err)
+		}
+		return r
+	}
+	resp, err := client.Get(url + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var models struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&models)
+	resp.Body.Close()
+	if err != nil || len(models.Data) == 0 {
+		t.Fatalf("GET /v1/models: %v %+v", err, models)
+	}
+	msgs := []any{
+		map[string]any{"role": "system", "content": "You are a coding agent."},
+		map[string]any{"role": "user", "content": agentText("task", first)},
+	}
+	prevPrompt := 0
+	for turn := 1; turn <= 11; turn++ {
+		body := map[string]any{"model": models.Data[0].ID, "messages": msgs, "max_tokens": 32, "temperature": 0}
+		start := time.Now()
+		r := post(url, body)
+		wall := time.Since(start)
+		cached, prompt := r.Usage.PromptTokensDetails.CachedTokens, r.Usage.PromptTokens
+		var promptMS float64
+		if r.Timings != nil {
+			promptMS = r.Timings.PromptMS
+		}
+		t.Logf("turn %d: prompt %d tokens, cached %d, prefill %.0f ms, request %v", turn, prompt, cached, promptMS, wall.Round(time.Millisecond))
+		if turn > 1 {
+			// The previous prompt up to its generation header is a prefix of this one.
+			if cached < prevPrompt-16 || cached >= prompt {
+				t.Errorf("turn %d: cached %d of %d prompt tokens; the previous prompt had %d", turn, cached, prompt, prevPrompt)
+			}
+			if r.Timings == nil || promptMS >= 500 {
+				t.Errorf("turn %d: prefill took %.0f ms (timings %v), want under 500", turn, promptMS, r.Timings != nil)
+			}
+		}
+		if coldURL != "" {
+			if c := post(coldURL, body); c.content() != r.content() || c.reasoning() != r.reasoning() {
+				t.Errorf("turn %d: the cached server answered %q / %q, the cold one %q / %q", turn, r.reasoning(), r.content(), c.reasoning(), c.content())
+			}
+		}
+		prevPrompt = prompt
+		msgs = append(msgs, map[string]any{"role": "assistant", "content": r.content()},
+			map[string]any{"role": "user", "content": agentText(fmt.Sprintf("turn %d", turn), 300)})
 	}
 }

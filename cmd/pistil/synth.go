@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -30,9 +31,7 @@ func runSynth(args []string) error {
 		return err
 	}
 	if *out == "" || fs.NArg() > 0 {
-		fmt.Fprintln(fs.Output(), "pistil synth: --out is required and no positional arguments are taken")
-		fs.Usage()
-		return errUsage
+		return errors.New("--out DIR is required and no positional arguments are taken")
 	}
 	l, err := synth.ParseLayout(*layout)
 	if err != nil {

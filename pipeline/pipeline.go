@@ -84,10 +84,12 @@ func Load(path string) (*Pipeline, error) {
 	return p, nil
 }
 
-// Parse decodes and validates pipeline.toml text. Keys it does not know are errors
-// (except inside [server], which belongs to the server).
+// Parse decodes and validates pipeline.toml text over the defaults: a file may hold only
+// the tables and keys it changes (a [passes] table with one switch leaves the others as
+// Default has them). Keys it does not know are errors naming them (except inside
+// [server], which belongs to the server).
 func Parse(data []byte) (*Pipeline, error) {
-	p := &Pipeline{}
+	p := Default()
 	md, err := toml.Decode(string(data), p)
 	if err != nil {
 		return nil, err

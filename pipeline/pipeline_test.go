@@ -46,29 +46,52 @@ func TestParseErrors(t *testing.T) {
 		"[phases\n":                           "",
 	}
 	for text, want := range cases {
-		_, err := Parse([]byte(withDefaults(text)))
+		_, err := Parse([]byte(text))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want an error containing %q", text, err, want)
 		}
 	}
 }
 
-// withDefaults completes a fragment with the required phase settings it does not set.
-func withDefaults(fragment string) string {
-	if strings.HasPrefix(fragment, "[phases]") {
-		out := fragment
-		for _, kv := range []string{"prefill_chunk = 512", "prefill_logits = \"last\""} {
-			if !strings.Contains(fragment, strings.Fields(kv)[0]) {
-				out = strings.Replace(out, "[phases]", "[phases]\n"+kv, 1)
-			}
+// TestPartialFile: a file holding only some tables or keys takes the defaults for the
+// rest, and an unknown key anywhere is an error that names it.
+func TestPartialFile(t *testing.T) {
+	d := Default()
+	for _, text := range []string{"", "[cpu]\nworkers = 1", "[cuda]\n", "[passes]\nfuse-dequant = false", "[phases]\nprefill_chunk = 64"} {
+		p, err := Parse([]byte(text))
+		if err != nil {
+			t.Errorf("%q: %v", text, err)
+			continue
 		}
-		return out
+		want := Default()
+		switch text {
+		case "[cpu]\nworkers = 1":
+			want.CPU.Workers = 1
+		case "[passes]\nfuse-dequant = false":
+			want.Passes["fuse-dequant"] = false
+		case "[phases]\nprefill_chunk = 64":
+			want.Phases.PrefillChunk = 64
+		}
+		if !reflect.DeepEqual(p.Phases, want.Phases) || !reflect.DeepEqual(p.Passes, want.Passes) || p.CPU != want.CPU || p.CUDA != want.CUDA {
+			t.Errorf("%q: got %+v %v %+v %+v, want %+v %v %+v %+v", text, p.Phases, p.Passes, p.CPU, p.CUDA, want.Phases, want.Passes, want.CPU, want.CUDA)
+		}
 	}
-	return "[phases]\nprefill_chunk = 512\nprefill_logits = \"last\"\n" + fragment
+	if len(d.Passes) == 0 || !d.Passes["fuse-dequant"] {
+		t.Fatalf("a parse changed Default's map: %v", d.Passes)
+	}
+	for text, want := range map[string]string{
+		"[cpu]\nworkers = 1\nthreds = 2": "unknown keys: cpu.threds",
+		"[phase]\nprefill_chunk = 64":    "unknown keys: phase, phase.prefill_chunk",
+		"chunk = 64":                     "unknown keys: chunk",
+	} {
+		if _, err := Parse([]byte(text)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", text, err, want)
+		}
+	}
 }
 
 func TestServerTableIsTheServers(t *testing.T) {
-	p, err := Parse([]byte(withDefaults("[server]\naddr = \"127.0.0.1:8080\"\nmax_tokens = 4096\n")))
+	p, err := Parse([]byte(("[server]\naddr = \"127.0.0.1:8080\"\nmax_tokens = 4096\n")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,4 +54,58 @@ func TestSynthRejectsBadDims(t *testing.T) {
 			t.Errorf("%v: error %v does not mention %s", tc.args, err, tc.want)
 		}
 	}
+}
+
+// TestSynthTwiceIntoOneFolder: the README's synth example pasted twice works; the second
+// run replaces the first's files (even of another layout) and keeps files that were in the
+// folder before; a checkpoint synth did not write is refused.
+func TestSynthTwiceIntoOneFolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, layout := range []string{"mlx-q4", "mlx-q4", "hf"} {
+		if err := runSynth([]string{"--preset", "tiny", "--layout", layout, "--seed", "1", "--out", dir}); err != nil {
+			t.Fatalf("synth --layout %s: %v", layout, err)
+		}
+	}
+	names, err := folderFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"config.json", "generation_config.json", "model.safetensors", "notes.txt", synthManifest, "tokenizer.json", "tokenizer_config.json"}
+	if !slices.Equal(names, want) {
+		t.Errorf("folder holds %v, want %v", names, want)
+	}
+	if cfg, _ := os.ReadFile(filepath.Join(dir, "config.json")); strings.Contains(string(cfg), "quantization") {
+		t.Errorf("the hf run left the mlx-q4 config")
+	}
+	if err := runModelCheck(dir); err != nil {
+		t.Errorf("the rewritten checkpoint does not open: %v", err)
+	}
+
+	foreign := t.TempDir()
+	if err := os.WriteFile(filepath.Join(foreign, "model.safetensors"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = runSynth([]string{"--preset", "tiny", "--out", foreign})
+	if err == nil || !strings.Contains(err.Error(), "pistil synth did not write") {
+		t.Errorf("foreign checkpoint: %v", err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(foreign, "model.safetensors")); string(data) != "x" {
+		t.Errorf("the foreign checkpoint was touched")
+	}
+}
+
+// runModelCheck opens the checkpoint the way generate does.
+func runModelCheck(dir string) error {
+	mf := modelFlags{dir: dir, backend: "cpu", workers: 1}
+	m, err := mf.open(false)
+	if err != nil {
+		return err
+	}
+	return m.Close()
 }

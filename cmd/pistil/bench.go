@@ -90,8 +90,8 @@ func runBench(args []string) error {
 	if err := spec.Validate(0); err != nil {
 		return err
 	}
-	if mf.dir == "" {
-		return errors.New("--model DIR is required")
+	if err := mf.resolve(); err != nil {
+		return err
 	}
 	if mf.chunk < 0 {
 		return fmt.Errorf("--chunk %d must not be negative", mf.chunk)

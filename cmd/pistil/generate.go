@@ -60,7 +60,7 @@ func (p *passList) String() string     { return strings.Join(*p, ",") }
 func (p *passList) Set(v string) error { *p = append(*p, v); return nil }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&m.dir, "model", "", "model directory (config.json, safetensors, tokenizer)")
+	fs.StringVar(&m.dir, "model", "", "model directory (config.json, safetensors, tokenizer), or a Hugging Face repo id found in the local cache")
 	fs.StringVar(&m.backend, "backend", "cpu", "backend: cpu or cuda (NVIDIA GPU 0, through the driver API and NVRTC)")
 	fs.StringVar(&m.pipeline, "pipeline", "", "pipeline.toml to read (default: ./pipeline.toml if present)")
 	fs.IntVar(&m.chunk, "chunk", 0, "prefill chunk size (0: pipeline.toml's)")
@@ -68,9 +68,20 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.Var(&m.passes, "pass", "pass switch, e.g. fuse-dequant/off (repeatable)")
 }
 
+// resolve turns --model into a folder (a Hugging Face repo id is found in the local
+// cache); open calls it, and commands that read the folder before opening call it first.
+func (m *modelFlags) resolve() error {
+	dir, err := resolveModel(m.dir)
+	if err != nil {
+		return err
+	}
+	m.dir = dir
+	return nil
+}
+
 func (m *modelFlags) open(allLogits bool) (*exec.Model, error) {
-	if m.dir == "" {
-		return nil, errors.New("--model DIR is required")
+	if err := m.resolve(); err != nil {
+		return nil, err
 	}
 	o, err := m.options()
 	if err != nil {

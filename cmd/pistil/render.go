@@ -40,6 +40,11 @@ func renderCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	dir, err := resolveModel(*model)
+	if err != nil {
+		return err
+	}
+	*model = dir
 	tmpl, err := chat.LoadTemplate(*model)
 	if err != nil {
 		return err

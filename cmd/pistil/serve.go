@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -66,8 +65,8 @@ func runServe(args []string) error {
 	if err := applyServerTable(fs, mf.pipeline, &cfg, grace); err != nil {
 		return err
 	}
-	if mf.dir == "" {
-		return errors.New("--model DIR is required")
+	if err := mf.resolve(); err != nil {
+		return err
 	}
 	cfg.ModelDir = mf.dir
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))

@@ -36,7 +36,11 @@ func tokenizeCmd(args []string, stdin io.Reader, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (text comes from stdin or --text)", fs.Args())
 	}
-	tok, err := tokenizer.Load(*model)
+	dir, err := resolveModel(*model)
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return err
 	}

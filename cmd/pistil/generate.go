@@ -5,10 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
+	"unicode"
 
 	"pistil/exec"
 	"pistil/models/chat"
@@ -52,6 +56,7 @@ type modelFlags struct {
 	dir, backend, pipeline string
 	chunk, workers         int
 	passes                 passList
+	log                    logFlags
 }
 
 type passList []string
@@ -66,6 +71,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&m.chunk, "chunk", 0, "prefill chunk size (0: pipeline.toml's)")
 	fs.IntVar(&m.workers, "workers", 0, "CPU worker goroutines (0: every core)")
 	fs.Var(&m.passes, "pass", "pass switch, e.g. fuse-dequant/off (repeatable)")
+	m.log.register(fs)
 }
 
 // resolve turns --model into a folder (a Hugging Face repo id is found in the local
@@ -123,28 +129,71 @@ func (m *modelFlags) options() (exec.Options, error) {
 }
 
 func runGenerate(args []string) error {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	return generateCmd(args, os.Stdin, os.Stdout, os.Stderr, sigs)
+}
+
+// generateCmd is generate with its streams and signals given, so tests drive it through
+// pipes and send it an interrupt. The first SIGINT or SIGTERM stops the generation: the
+// statistics of what was done are printed and the command exits 130 (143 for SIGTERM).
+func generateCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, sigs <-chan os.Signal) error {
 	fs := newFlags("generate")
 	var mf modelFlags
 	mf.register(fs)
 	var sf samplingFlags
 	sf.register(fs)
-	prompt := fs.String("prompt", "", "prompt text (tokenized with the model's tokenizer)")
-	promptIDs := fs.String("prompt-ids", "", "prompt as comma-separated token ids")
-	asChat := fs.Bool("chat", false, "wrap --prompt as a user message in the model's chat template")
+	prompt := fs.String("prompt", "", "prompt text (tokenized with the model's tokenizer); - reads it from stdin")
+	promptFile := fs.String("prompt-file", "", "read the prompt text from this file")
+	promptIDs := fs.String("prompt-ids", "", "prompt as comma-separated token ids; - reads them from stdin")
+	asChat := fs.Bool("chat", false, "wrap the prompt as a user message in the model's chat template")
+	system := fs.String("system", "", "a system message before the prompt (implies --chat)")
 	noThink := fs.Bool("no-think", false, "with --chat: disable thinking")
-	maxTokens := fs.Int("max-tokens", 128, "most tokens to generate")
+	special := fs.Bool("special", false, "print special tokens (<|im_end|>, <|endoftext|>) instead of leaving them out")
+	maxTokens := fs.Int("max-tokens", 128, "most tokens to generate (prompt + max-tokens must fit the model's maximum context)")
 	contextSize := fs.Int("context", 0, "session capacity in tokens (0: prompt + max-tokens)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if (*prompt == "") == (*promptIDs == "") {
-		return errors.New("give exactly one of --prompt or --prompt-ids")
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (quote the prompt: --prompt \"...\")", fs.Args())
 	}
-	m, err := mf.open(false)
+	if *system != "" {
+		*asChat = true
+	}
+	given := 0
+	for _, v := range []string{*prompt, *promptFile, *promptIDs} {
+		if v != "" {
+			given++
+		}
+	}
+	if given != 1 {
+		return errors.New("give exactly one of --prompt TEXT (- for stdin), --prompt-file FILE or --prompt-ids 1,2,3 (- for stdin)")
+	}
+	if *asChat && *promptIDs != "" {
+		return errors.New("--chat and --system wrap prompt text; they cannot be used with --prompt-ids")
+	}
+	if err := sf.validate(); err != nil {
+		return err
+	}
+	if *maxTokens <= 0 {
+		return fmt.Errorf("--max-tokens %d must be positive", *maxTokens)
+	}
+	text, err := readPromptText(*prompt, *promptFile, stdin)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
+	if *promptIDs == "-" {
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return fmt.Errorf("read the prompt ids from stdin: %w", err)
+		}
+		*promptIDs = string(data)
+	}
+	if err := mf.resolve(); err != nil {
+		return err
+	}
 
 	var tok *tokenizer.Tokenizer
 	var ids []int32
@@ -158,16 +207,20 @@ func runGenerate(args []string) error {
 		if tok, err = tokenizer.Load(mf.dir); err != nil {
 			return fmt.Errorf("--prompt needs the model's tokenizer: %w", err)
 		}
-		text := *prompt
 		if *asChat {
 			tmpl, err := chat.LoadTemplate(mf.dir)
 			if err != nil {
 				return err
 			}
 			think := !*noThink
-			// The prompt is a user message: control-token text in it stays text.
+			// The prompt and the system message are messages: control-token text in them
+			// stays text.
+			var msgs []chat.Message
+			if *system != "" {
+				msgs = append(msgs, chat.Message{Role: "system", Content: *system})
+			}
 			rendered, err := tmpl.RenderPrompt(tok, chat.RenderOptions{
-				Messages:            []chat.Message{{Role: "user", Content: text}},
+				Messages:            append(msgs, chat.Message{Role: "user", Content: text}),
 				AddGenerationPrompt: true, EnableThinking: &think,
 			}, -1)
 			if err != nil {
@@ -183,55 +236,90 @@ func runGenerate(args []string) error {
 	if len(ids) == 0 {
 		return errors.New("the prompt is empty")
 	}
-	capacity := *contextSize
-	if capacity == 0 {
-		capacity = len(ids) + *maxTokens
+	m, err := mf.openLogged(stderr)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	capacity, err := sessionCapacity(m, len(ids), *maxTokens, *contextSize)
+	if err != nil {
+		return err
 	}
 	s, err := m.NewSession(capacity)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stopSignal os.Signal
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
+	go func() {
+		select {
+		case sig := <-sigs:
+			stopSignal = sig
+			cancel()
+		case <-stopWatch:
+		}
+	}()
 
-	var stream *tokenizer.StreamDecoder
-	if tok != nil {
-		stream = tok.NewStreamDecoder()
-	}
 	stops := make([]int32, 0, len(m.Config().EOSTokenIDs))
 	for _, id := range m.Config().EOSTokenIDs {
 		stops = append(stops, int32(id))
 	}
-	printed := false
-	res, err := s.Generate(ctx, ids, exec.GenerateOptions{
-		MaxTokens: *maxTokens, Sampling: sf.params(), StopTokens: stops,
-		OnToken: func(id int32) error {
-			printed = true
-			if stream != nil {
-				fmt.Print(stream.Push(id))
-			} else {
-				fmt.Printf("%d ", id)
-			}
-			return nil
-		},
-	})
-	if printed {
-		if stream != nil {
-			fmt.Print(stream.Flush())
-		}
-		fmt.Println()
+	pre, err := prefill(ctx, s, ids, m.Chunk(), stderr)
+	var dec decodeStats
+	var res exec.GenerateResult
+	printer := newTokenPrinter(tok, *special)
+	if err == nil {
+		res, err = s.Generate(ctx, nil, exec.GenerateOptions{
+			MaxTokens: *maxTokens, Sampling: sf.params(), StopTokens: stops,
+			OnToken: func(id int32) error {
+				dec.note(time.Now())
+				fmt.Fprint(stdout, printer.push(id))
+				return nil
+			},
+		})
+	}
+	if dec.tokens > 0 {
+		fmt.Fprintln(stdout, printer.flush())
+	}
+	if err != nil && ctx.Err() != nil && stopSignal != nil {
+		// The signal that stopped it is the cause; say what was done and exit as a shell would.
+		fmt.Fprintf(stderr, "interrupted (%v): prefilled %d of %d prompt tokens (%.1f tok/s); generated %d tokens (decode %.1f tok/s)\n",
+			stopSignal, pre.done, pre.total, pre.tokensPerSec(), dec.tokens, dec.tokensPerSec())
+		return &exitError{code: signalExit(stopSignal), err: fmt.Errorf("stopped by %v", stopSignal)}
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "prompt %d tokens: prefill %.1f tok/s; generated %d tokens: decode %.1f tok/s; finish %s\n",
-		res.PromptTokens, res.PrefillTokensPerSec, len(res.Tokens), res.DecodeTokensPerSec, res.FinishReason)
+	fmt.Fprintf(stderr, "prompt %d tokens: prefill %.1f tok/s; generated %d tokens: decode %.1f tok/s; finish %s\n",
+		pre.total, pre.tokensPerSec(), len(res.Tokens), dec.tokensPerSec(), res.FinishReason)
 	return nil
+}
+
+// readPromptText reads --prompt (- for stdin) or --prompt-file; both empty is no text.
+func readPromptText(prompt, file string, stdin io.Reader) (string, error) {
+	switch {
+	case prompt == "-":
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return "", fmt.Errorf("read the prompt from stdin: %w", err)
+		}
+		return string(data), nil
+	case file != "":
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--prompt-file: %w", err)
+		}
+		return string(data), nil
+	}
+	return prompt, nil
 }
 
 func parseIDList(s string) ([]int32, error) {
 	var ids []int32
-	for _, f := range strings.Split(s, ",") {
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
 		f = strings.TrimSpace(f)
 		if f == "" {
 			continue

@@ -2,10 +2,54 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
+
+	"pistil/models/synth"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if tinyDir != "" {
+		os.RemoveAll(filepath.Dir(tinyDir))
+	}
+	os.Exit(code)
+}
+
+var (
+	tinyOnce sync.Once
+	tinyDir  string
+	tinyErr  error
+)
+
+// tinyModel is synth's "tiny" preset, written once per test binary: random MLX 4-bit
+// weights of the real architecture at toy width, its byte-level tokenizer.json (read by
+// the real tokenizer code) and the Qwen3.6 chat template.
+func tinyModel(t *testing.T) string {
+	t.Helper()
+	tinyOnce.Do(func() {
+		base, err := os.MkdirTemp("", "pistil-cli-test-")
+		if err != nil {
+			tinyErr = err
+			return
+		}
+		dir := filepath.Join(base, "tiny")
+		if _, err := synth.Write(synth.Options{Preset: "tiny", Layout: synth.MLXQ4, Seed: 7, Out: dir, Workers: 2}); err != nil {
+			tinyErr = fmt.Errorf("synth tiny: %w", err)
+			return
+		}
+		tinyDir = dir
+	})
+	if tinyErr != nil {
+		t.Fatal(tinyErr)
+	}
+	return tinyDir
+}
 
 func runForTest(args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer

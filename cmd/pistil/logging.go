@@ -1,0 +1,64 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"pistil/exec"
+)
+
+// logFlags choose how the CLI and the server log: through hclog, with named sub-loggers
+// per component (pistil.load, pistil.serve, pistil.serve.http, pistil.serve.engine ...).
+type logFlags struct {
+	level string
+	json  bool
+}
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.level, "log-level", "info", "log level: trace, debug, info, warn, error or off")
+	fs.BoolVar(&l.json, "log-json", false, "log JSON objects, one a line, instead of text")
+}
+
+// logger returns the root logger "pistil" writing to w.
+func (l *logFlags) logger(w io.Writer) (hclog.Logger, error) {
+	level := hclog.LevelFromString(l.level)
+	if level == hclog.NoLevel {
+		return nil, fmt.Errorf("--log-level %q: want trace, debug, info, warn, error or off", l.level)
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name: "pistil", Level: level, JSONFormat: l.json, Output: w,
+		TimeFormat: "2006-01-02T15:04:05.000Z0700", DisableTime: false,
+	}), nil
+}
+
+// openLogged opens the model like open, logging what it loads and how long it took to
+// the pistil.load logger.
+func (m *modelFlags) openLogged(stderr io.Writer) (*exec.Model, error) {
+	root, err := m.log.logger(stderr)
+	if err != nil {
+		return nil, err
+	}
+	return m.openWith(root.Named("load"), stderr)
+}
+
+func (m *modelFlags) openWith(log hclog.Logger, stderr io.Writer) (*exec.Model, error) {
+	if err := m.resolve(); err != nil {
+		return nil, err
+	}
+	log.Info("opening the model", "dir", m.dir, "backend", m.backend)
+	start := time.Now()
+	model, err := m.open(false)
+	if err != nil {
+		log.Error("the model did not load", "dir", m.dir, "error", err)
+		return nil, err
+	}
+	cfg := model.Config()
+	log.Info("model ready", "model", model.Name(), "layers", len(cfg.Layers), "max_context", cfg.MaxPositionEmbeddings,
+		"prefill_chunk", model.Chunk(), "elapsed", time.Since(start).Round(time.Millisecond).String())
+	return model, nil
+}

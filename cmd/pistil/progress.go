@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// progress shows how far a long job is: a bar rewritten in place on a terminal, plain
+// lines otherwise (logs, pipes, CI), so a log file never fills with carriage returns.
+type progress struct {
+	w      io.Writer
+	what   string
+	unit   string
+	tty    bool
+	active bool
+}
+
+func newProgress(w io.Writer, what, unit string) *progress {
+	return &progress{w: w, what: what, unit: unit, tty: isTerminal(w)}
+}
+
+// isTerminal reports whether w is a character device such as a terminal (and TERM does
+// not say the terminal cannot move the cursor).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+const barWidth = 30
+
+func (p *progress) update(done, total int64, extra string) {
+	if p.w == nil {
+		return
+	}
+	frac := 0.0
+	if total > 0 {
+		frac = float64(done) / float64(total)
+	}
+	if p.tty {
+		filled := int(frac * barWidth)
+		fmt.Fprintf(p.w, "\r\033[K%s [%s%s] %3.0f%% %s/%s %s %s", p.what, strings.Repeat("#", filled),
+			strings.Repeat(".", barWidth-filled), 100*frac, quantity(done, p.unit), quantity(total, p.unit), p.unit, extra)
+		p.active = true
+		return
+	}
+	fmt.Fprintf(p.w, "%s: %s of %s %s (%.0f%%) %s\n", p.what, quantity(done, p.unit), quantity(total, p.unit), p.unit, 100*frac, extra)
+}
+
+// end finishes the bar's line on a terminal.
+func (p *progress) end() {
+	if p.tty && p.active {
+		fmt.Fprintln(p.w)
+		p.active = false
+	}
+}
+
+// quantity prints bytes in GB, anything else as a count.
+func quantity(n int64, unit string) string {
+	if unit == "GB" {
+		return fmt.Sprintf("%.2f", float64(n)/1e9)
+	}
+	return fmt.Sprint(n)
+}

@@ -257,4 +257,3 @@ func signalExit(sig os.Signal) int {
 func isCancel(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
-

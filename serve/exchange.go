@@ -54,6 +54,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, p *prepared) {
 		writeError(w, e)
 		return
 	}
+	// stream and respond return only once the engine is done with the job (or it left
+	// the queue unrun), so x.res and x.runErr are settled here.
+	defer func() { noteGeneration(w, x.res, x.runErr) }()
 	if p.gen.Stream {
 		x.stream(ctx, cancel, w, j, events)
 	} else {
@@ -96,6 +99,8 @@ func (x *exchange) run(ctx context.Context, events chan<- []outDelta) {
 	}
 	if errors.Is(x.runErr, context.Canceled) || errors.Is(x.runErr, context.DeadlineExceeded) || ctx.Err() != nil {
 		s.metrics.cancelled.Add(1)
+	} else if x.runErr != nil {
+		s.engineLog.Error("generation failed", "request", x.id, "prompt_tokens", len(p.prompt), "error", x.runErr)
 	}
 	s.metrics.noteSpeeds(x.res.PromptTokens-x.res.CachedTokens, x.res.PrefillTime.Seconds(),
 		max(len(x.res.Tokens)-1, 0), x.res.DecodeTime.Seconds())

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	_ "pistil/cpu" // the tests run the real CPU backend
 	"pistil/exec"
@@ -62,7 +63,7 @@ type testServer struct {
 	traces []genTrace
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() hclog.Logger { return hclog.NewNullLogger() }
 
 func testConfig() Config {
 	return Config{ModelDir: tiny.dir, ModelName: testModel, Context: 2048, SnapshotEvery: 64, CacheBytes: 64 << 20,
@@ -71,6 +72,12 @@ func testConfig() Config {
 
 // startServer starts a server on the shared tiny model; edit changes its config.
 func startServer(t testing.TB, edit func(*Config)) *testServer {
+	t.Helper()
+	return startServerWith(t, tiny.model, edit)
+}
+
+// startServerWith starts a server on model.
+func startServerWith(t testing.TB, model *exec.Model, edit func(*Config)) *testServer {
 	t.Helper()
 	cfg := testConfig()
 	if edit != nil {
@@ -83,7 +90,7 @@ func startServer(t testing.TB, edit func(*Config)) *testServer {
 		ts.traces = append(ts.traces, g)
 		ts.mu.Unlock()
 	}
-	if err := s.Load(func() (*exec.Model, error) { return tiny.model, nil }); err != nil {
+	if err := s.Load(func() (*exec.Model, error) { return model, nil }); err != nil {
 		t.Fatalf("load: %v", err)
 	}
 	hs := httptest.NewServer(s.Handler())

@@ -6,6 +6,10 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/expfmt"
 )
 
 // metrics are the server's counters, served as Prometheus text on /metrics. Names follow
@@ -120,4 +124,29 @@ func formatFloat(v float64) string {
 		return "0"
 	}
 	return fmt.Sprintf("%g", v)
+}
+
+// processMetrics are the standard process_* and go_* metrics (resident and virtual
+// memory, open and maximum file descriptors, CPU seconds, start time, goroutines,
+// threads, heap and GC), collected by the Prometheus client library so that their names
+// and meaning are the ones every dashboard expects, on Linux and macOS alike.
+var processMetrics = func() *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	return r
+}()
+
+// writeProcessMetrics appends the process metrics to a /metrics response.
+func writeProcessMetrics(w io.Writer) error {
+	families, err := processMetrics.Gather()
+	if err != nil {
+		return err
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range families {
+		if err := enc.Encode(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -10,11 +10,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"pistil/exec"
 	"pistil/models/chat"
@@ -63,8 +64,10 @@ type Config struct {
 	// reading has its request cancelled. It also bounds reading the request body, so a
 	// client that stops sending gets a 400.
 	WriteTimeout time.Duration
-	// Logger receives request logs (default slog.Default()).
-	Logger *slog.Logger
+	// Logger receives the server's logs (default hclog.Default()); the server logs on
+	// its sub-loggers "http" (one access line per request) and "engine" (every engine
+	// error).
+	Logger hclog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -81,7 +84,7 @@ func (c *Config) setDefaults() {
 		c.WriteTimeout = 60 * time.Second
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = hclog.Default()
 	}
 }
 
@@ -91,6 +94,8 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	created int64
+	// httpLog gets the access log, engineLog the engine's errors.
+	httpLog, engineLog hclog.Logger
 
 	// Set once by Load, before ready becomes true.
 	model      *exec.Model
@@ -134,7 +139,8 @@ func New(cfg Config) *Server {
 	cfg.setDefaults()
 	base, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, metrics: &metrics{}, created: time.Now().Unix(), base: base, cancelBase: cancel, thinkClose: -1, imStart: -1,
-		prep: make(chan struct{}, prepSlots())}
+		prep:    make(chan struct{}, prepSlots()),
+		httpLog: cfg.Logger.Named("http"), engineLog: cfg.Logger.Named("engine")}
 }
 
 // Load reads the tokenizer and chat template from cfg.ModelDir, opens the model with
@@ -279,7 +285,11 @@ func (s *Server) get(name string, h http.HandlerFunc) http.Handler  { return s.r
 func (s *Server) route(name, method string, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &statusRecorder{ResponseWriter: w}
-		defer func() { s.metrics.countRequest(name, rec.statusOrOK()) }()
+		start := time.Now()
+		defer func() {
+			s.metrics.countRequest(name, rec.statusOrOK())
+			s.logAccess(name, r, rec, start)
+		}()
 		if r.Method != method && !(method == "GET" && r.Method == "HEAD") {
 			rec.Header().Set("Allow", method)
 			writeError(rec, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
@@ -316,6 +326,9 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.write(w, depth, running, cs, s.ready.Load())
+	if err := writeProcessMetrics(w); err != nil {
+		s.cfg.Logger.Warn("process metrics", "error", err)
+	}
 }
 
 type modelObject struct {
@@ -407,6 +420,7 @@ type statusRecorder struct {
 	// clientGone: the client left before its response ended (a stream it abandoned after
 	// the 200): counted as 499, as the log says.
 	clientGone bool
+	access     accessRecord
 }
 
 func (r *statusRecorder) WriteHeader(code int) {

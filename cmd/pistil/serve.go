@@ -4,7 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -37,6 +37,16 @@ func (l *listFlag) Set(v string) error {
 }
 
 func runServe(args []string) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	return serveCmd(args, os.Stderr, sigs)
+}
+
+// serveCmd is serve with its log stream and signals given (tests send them). The first
+// SIGINT or SIGTERM drains: new requests get 503, running ones have --grace to finish. A
+// second one exits at once.
+func serveCmd(args []string, stderr io.Writer, sigs <-chan os.Signal) error {
 	fs := newFlags("serve")
 	var mf modelFlags
 	mf.register(fs)
@@ -69,7 +79,11 @@ func runServe(args []string) error {
 		return err
 	}
 	cfg.ModelDir = mf.dir
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	root, err := mf.log.logger(stderr)
+	if err != nil {
+		return err
+	}
+	logger := root.Named("serve")
 	cfg.Logger = logger
 
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
@@ -87,17 +101,16 @@ func runServe(args []string) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
-	fmt.Fprintf(os.Stderr, "pistil serve: listening on http://%s\n", ln.Addr())
+	// This exact line is what scripts wait for (serve/conformance/run.sh).
+	fmt.Fprintf(stderr, "pistil serve: listening on http://%s\n", ln.Addr())
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpSrv.Serve(ln) }()
 	loadErr := make(chan error, 1)
 	go func() {
-		loadErr <- srv.Load(func() (*exec.Model, error) { return mf.open(false) })
+		loadErr <- srv.Load(func() (*exec.Model, error) { return mf.openWith(root.Named("load"), stderr) })
 	}()
 
-	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	for {
 		select {
 		case err := <-loadErr:
@@ -108,24 +121,39 @@ func runServe(args []string) error {
 			loadErr = nil
 		case err := <-serveErr:
 			return fmt.Errorf("serve: %w", err)
-		case <-sig.Done():
-			logger.Info("shutting down", "grace", grace.String())
-			ctx, cancel := context.WithTimeout(context.Background(), *grace)
-			defer cancel()
-			// Refuse new work and drain the engine first, then close the listener and wait
-			// for the handlers to write their last bytes.
-			shutErr := srv.Shutdown(ctx)
-			closeCtx, cancelClose := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancelClose()
-			if err := httpSrv.Shutdown(closeCtx); err != nil {
+		case sig := <-sigs:
+			logger.Info("shutting down: new requests get 503; running ones may finish (send the signal again to exit at once)",
+				"signal", sig.String(), "grace", grace.String())
+			done := make(chan error, 1)
+			go func() { done <- drain(srv, httpSrv, *grace) }()
+			select {
+			case err := <-done:
+				return err
+			case sig := <-sigs:
+				logger.Warn("second signal: exiting without waiting for running requests", "signal", sig.String())
 				httpSrv.Close()
+				return &exitError{code: signalExit(sig), err: fmt.Errorf("stopped by a second %v", sig)}
 			}
-			if shutErr != nil {
-				return fmt.Errorf("closing the model: %w", shutErr)
-			}
-			return nil
 		}
 	}
+}
+
+// drain refuses new work and drains the engine first (running requests have grace to
+// finish, then they are cancelled), then closes the listener and waits for the handlers
+// to write their last bytes.
+func drain(srv *serve.Server, httpSrv *http.Server, grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	shutErr := srv.Shutdown(ctx)
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelClose()
+	if err := httpSrv.Shutdown(closeCtx); err != nil {
+		httpSrv.Close()
+	}
+	if shutErr != nil {
+		return fmt.Errorf("closing the model: %w", shutErr)
+	}
+	return nil
 }
 
 // serverTable is pipeline.toml's [server] table. Every key is optional; a flag given on

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"pistil/exec"
@@ -195,20 +194,9 @@ func measure(spec Spec, tokens int, timed func() (time.Duration, error)) (Measur
 		if err != nil {
 			return meas, err
 		}
-		secs := max(d.Seconds(), 1e-9) // a clock too coarse for the run must not divide by 0
-		meas.Runs = append(meas.Runs, Run{Seconds: secs, TokensPerSec: float64(tokens) / secs})
+		meas.Runs = append(meas.Runs, timedRun(tokens, d))
 	}
-	tps := make([]float64, len(meas.Runs))
-	for i, r := range meas.Runs {
-		tps[i] = r.TokensPerSec
-	}
-	slices.Sort(tps)
-	meas.MinTPS, meas.MaxTPS = tps[0], tps[len(tps)-1]
-	if n := len(tps); n%2 == 1 {
-		meas.MedianTPS = tps[n/2]
-	} else {
-		meas.MedianTPS = (tps[n/2-1] + tps[n/2]) / 2
-	}
+	summarise(&meas)
 	return meas, nil
 }
 

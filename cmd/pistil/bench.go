@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +52,10 @@ type benchReport struct {
 		Chunk     int      `json:"chunk"`
 	} `json:"pipeline"`
 	Settings struct {
+		// Method is "points" (each length measured in turn) or "sweep" (alternating-order
+		// repeats over every length, pistil bench --sweep).
+		Method       string   `json:"method"`
+		Dropped      []string `json:"dropped,omitempty"`
 		Prompts      []int `json:"prompts"`
 		Contexts     []int `json:"contexts"`
 		DecodeTokens int   `json:"decode_tokens"`
@@ -63,6 +69,14 @@ type benchReport struct {
 }
 
 func runBench(args []string) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "compare":
+			return benchCompare(args[1:], benchOut)
+		case "plot":
+			return benchPlot(args[1:])
+		}
+	}
 	fs := newFlags("bench")
 	var mf modelFlags
 	mf.register(fs)
@@ -72,8 +86,25 @@ func runBench(args []string) error {
 	repeats := fs.Int("repeats", 3, "timed runs per measurement (the table shows their median, min and max)")
 	warmup := fs.Int("warmup", 1, "untimed runs before the timed ones (plans compile on first use)")
 	jsonOut := fs.String("json", "", "write every raw measurement to this JSON file")
+	sweep := fs.Bool("sweep", false, "the published method: prefill and decode at ten lengths 256..128K (those that fit the model, memory and --max-length), repeats in alternating order, medians")
+	maxLength := fs.Int("max-length", 0, "with --sweep: leave out lengths above this (0: none)")
+	plotOut := fs.String("plot", "", "draw prefill and decode tok/s against length into this PNG")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *sweep {
+		flagsGiven := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { flagsGiven[f.Name] = true })
+		if flagsGiven["prompts"] || flagsGiven["contexts"] {
+			return errors.New("--sweep measures its own lengths; leave out --prompts and --contexts (use --max-length to cap them)")
+		}
+		*prompts, *contexts = "", ""
+	}
+	if *maxLength < 0 {
+		return fmt.Errorf("--max-length %d must not be negative", *maxLength)
+	}
+	if *plotOut != "" && !strings.HasSuffix(strings.ToLower(*plotOut), ".png") {
+		return fmt.Errorf("--plot %s: the plot is a PNG; name the file .png", *plotOut)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -87,7 +118,11 @@ func runBench(args []string) error {
 		return err
 	}
 	// Check what needs no model first, so a typo does not wait for the weights to load.
-	if err := spec.Validate(0); err != nil {
+	if *sweep {
+		if err := (bench.Spec{Contexts: []int{0}, DecodeTokens: spec.DecodeTokens, Repeats: spec.Repeats, Warmup: spec.Warmup}).Validate(0); err != nil {
+			return err
+		}
+	} else if err := spec.Validate(0); err != nil {
 		return err
 	}
 	if err := mf.resolve(); err != nil {
@@ -105,8 +140,29 @@ func runBench(args []string) error {
 		return err
 	}
 	defer m.Close()
-	if err := spec.Validate(m.Config().MaxPositionEmbeddings); err != nil {
-		return err
+	if !*sweep {
+		if err := spec.Validate(m.Config().MaxPositionEmbeddings); err != nil {
+			return err
+		}
+	}
+	rep.Settings.Method = "points"
+	var sweepSpec bench.SweepSpec
+	if *sweep {
+		lengths := bench.SweepLengths
+		if *maxLength > 0 {
+			lengths = slices.DeleteFunc(slices.Clone(lengths), func(n int) bool { return n > *maxLength })
+		}
+		avail, _ := availableMemory()
+		kept, dropped := bench.Fit(lengths, spec.DecodeTokens, m.Config().MaxPositionEmbeddings, m.StateBytes, avail*8/10)
+		if len(kept) == 0 {
+			return fmt.Errorf("--sweep: no length fits (%s)", strings.Join(dropped, "; "))
+		}
+		spec.Prompts, spec.Contexts = kept, kept
+		rep.Settings.Method, rep.Settings.Dropped = "sweep", dropped
+		sweepSpec = bench.SweepSpec{Lengths: kept, DecodeTokens: spec.DecodeTokens, Repeats: spec.Repeats, Warmup: spec.Warmup > 0,
+			Progress: func(repeat, index, length int) {
+				fmt.Fprintf(os.Stderr, "sweep: repeat %d/%d, length %d (%d of %d)\n", repeat+1, spec.Repeats, length, index+1, len(kept))
+			}}
 	}
 	rep.Machine.Backend = mf.backend
 	if d, ok := m.Backend().(interface{ Device() string }); ok {
@@ -123,7 +179,12 @@ func runBench(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if rep.Result, err = bench.Measure(ctx, m, spec); err != nil {
+	if *sweep {
+		rep.Result, err = bench.Sweep(ctx, m, sweepSpec)
+	} else {
+		rep.Result, err = bench.Measure(ctx, m, spec)
+	}
+	if err != nil {
 		return err
 	}
 	printBenchTable(benchOut, rep)
@@ -136,6 +197,12 @@ func runBench(args []string) error {
 			return fmt.Errorf("write the JSON report: %w", err)
 		}
 		fmt.Fprintf(benchOut, "raw measurements written to %s\n", *jsonOut)
+	}
+	if *plotOut != "" {
+		if err := drawPlot(*plotOut, []*benchReport{rep}, []string{rep.Model.Name}); err != nil {
+			return err
+		}
+		fmt.Fprintf(benchOut, "plot written to %s\n", *plotOut)
 	}
 	return nil
 }
@@ -198,8 +265,16 @@ func printBenchHeader(w io.Writer, rep *benchReport) {
 	}
 	fmt.Fprintf(w, "model %s (%s); prefill chunk %d; pipeline %s; %s\n",
 		rep.Model.Name, rep.Model.Dir, rep.Pipeline.Chunk, pipeFile, rep.Pipeline.Passes)
-	fmt.Fprintf(w, "%d warm-up + %d timed runs each; prompt ids pseudo-random (seed %d); decode feeds greedy tokens\n",
-		rep.Settings.Warmup, rep.Settings.Repeats, rep.Settings.Seed)
+	if rep.Settings.Method == "sweep" {
+		fmt.Fprintf(w, "sweep over lengths %v: %d repeats in alternating order (ascending, then descending), medians; prompt ids pseudo-random (seed %d); decode feeds greedy tokens\n",
+			rep.Settings.Prompts, rep.Settings.Repeats, rep.Settings.Seed)
+		for _, d := range rep.Settings.Dropped {
+			fmt.Fprintf(w, "left out: %s\n", d)
+		}
+	} else {
+		fmt.Fprintf(w, "%d warm-up + %d timed runs each; prompt ids pseudo-random (seed %d); decode feeds greedy tokens\n",
+			rep.Settings.Warmup, rep.Settings.Repeats, rep.Settings.Seed)
+	}
 	fmt.Fprintf(w, "note: %s\n\n", rep.Note)
 }
 

@@ -18,7 +18,7 @@ var hfRepoID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-
 // downloaded; the error says where it looked.
 func resolveModel(arg string) (string, error) {
 	if arg == "" {
-		return "", errors.New("--model DIR (or a Hugging Face repo id in the local cache) is required")
+		return "", errors.New("--model DIR is required (a checkpoint folder, or a Hugging Face repo id in the local cache)")
 	}
 	if _, err := os.Stat(arg); err == nil || !hfRepoID.MatchString(arg) || strings.Contains(arg, "..") {
 		return arg, nil // a path: its loader reports what is wrong with it

@@ -56,12 +56,12 @@ type benchReport struct {
 		// repeats over every length, pistil bench --sweep).
 		Method       string   `json:"method"`
 		Dropped      []string `json:"dropped,omitempty"`
-		Prompts      []int `json:"prompts"`
-		Contexts     []int `json:"contexts"`
-		DecodeTokens int   `json:"decode_tokens"`
-		Repeats      int   `json:"repeats"`
-		Warmup       int   `json:"warmup"`
-		Seed         int   `json:"seed"`
+		Prompts      []int    `json:"prompts"`
+		Contexts     []int    `json:"contexts"`
+		DecodeTokens int      `json:"decode_tokens"`
+		Repeats      int      `json:"repeats"`
+		Warmup       int      `json:"warmup"`
+		Seed         int      `json:"seed"`
 	} `json:"settings"`
 	Note    string    `json:"note"`
 	Started time.Time `json:"started"`

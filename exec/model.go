@@ -40,7 +40,19 @@ type Options struct {
 	// CostContext is the context length the plans' reported costs assume (0:
 	// passes.DefaultCostContext); `pistil compile` prints the same plans at its default.
 	CostContext int
+	// Progress, when set, is told how loading goes: LoadWeights as plans bind the mapped
+	// checkpoint's weights (a GPU backend uploads them then), in bytes, and LoadPlans as
+	// Open compiles and loads the decode and prefill plans.
+	Progress func(stage LoadStage, done, total int64)
 }
+
+// LoadStage names a part of loading a model, for Options.Progress.
+type LoadStage string
+
+const (
+	LoadWeights LoadStage = "weights"
+	LoadPlans   LoadStage = "plans"
+)
 
 // Weights is what a model reads its weights through: a checkpoint.
 type Weights interface {
@@ -67,6 +79,10 @@ type Model struct {
 	programs map[int]Program
 	plans    map[int]*plan.Plan
 	closed   bool
+	// weightBytes is the size of every bound weight; weightsSeen and weightsDone count
+	// those plans have loaded so far, for Options.Progress.
+	weightBytes, weightsDone int64
+	weightsSeen              map[string]bool
 }
 
 // Name is the model's name (its directory's base name).
@@ -187,6 +203,20 @@ func (m *Model) Plan(tokens int) (*plan.Plan, error) {
 // backend tests that check what a backend made of a plan.
 func (m *Model) Program(tokens int) (Program, error) { return m.program(tokens) }
 
+// countedTensor is the weights' Tensor, reporting the bytes of each weight the first
+// time a plan binds it (called with m.mu held).
+func (m *Model) countedTensor(name string) (*ops.Tensor, error) {
+	t, err := m.weights.Tensor(name)
+	if err == nil && m.opts.Progress != nil && !m.weightsSeen[name] {
+		m.weightsSeen[name] = true
+		m.weightsDone += tensorBytes(t)
+		m.opts.Progress(LoadWeights, m.weightsDone, m.weightBytes)
+	}
+	return t, err
+}
+
+func tensorBytes(t *ops.Tensor) int64 { return int64(len(t.Data) + len(t.Scales) + len(t.Biases)) }
+
 // program returns the loaded plan for T tokens, compiling it on first use.
 func (m *Model) program(tokens int) (Program, error) {
 	m.mu.Lock()
@@ -205,7 +235,7 @@ func (m *Model) program(tokens int) (Program, error) {
 		m.plans = map[int]*plan.Plan{}
 	}
 	m.plans[tokens] = pl
-	prog, err := m.backend.Load(pl, m.weights.Tensor)
+	prog, err := m.backend.Load(pl, m.countedTensor)
 	if err != nil {
 		return nil, fmt.Errorf("load the %d-token plan on %s: %w", tokens, m.backend.Name(), err)
 	}

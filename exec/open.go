@@ -32,6 +32,7 @@ func Open(dir string, o Options) (*Model, error) {
 	m := &Model{
 		name: filepath.Base(filepath.Clean(dir)), cfg: pr.ck.Config(), opts: o, backend: backend, weights: pr.ck,
 		chunk: pr.chunk, programs: map[int]Program{}, compile: pr.compile,
+		weightBytes: pr.weightBytes, weightsSeen: map[string]bool{},
 	}
 	for _, v := range pr.graph.Values {
 		if v.Op == "state" {
@@ -41,10 +42,13 @@ func Open(dir string, o Options) (*Model, error) {
 	// The decode plan and the full prefill chunk are the ones every session uses: compile
 	// them now so the first request does not pay for it (and a plan that cannot be
 	// compiled or loaded fails Open, not a request). Remainder pieces compile on first use.
-	for _, tokens := range []int{1, pr.chunk} {
+	for i, tokens := range []int{1, pr.chunk} {
 		if _, err := m.program(tokens); err != nil {
 			m.Close()
 			return nil, err
+		}
+		if o.Progress != nil {
+			o.Progress(LoadPlans, int64(i+1), 2)
 		}
 	}
 	return m, nil
@@ -69,6 +73,8 @@ type prepared struct {
 	graph   *graph.Graph
 	chunk   int
 	compile func(tokens int) (*plan.Plan, error)
+	// weightBytes is the size of every bound weight.
+	weightBytes int64
 }
 
 func prepare(dir string, o Options) (*prepared, error) {
@@ -99,14 +105,19 @@ func prepare(dir string, o Options) (*prepared, error) {
 	}
 	// Bind every weight up front so a checkpoint that lacks a tensor, or has one the model
 	// does not use, fails here with the full list rather than at the first step.
-	if _, err := ck.Bind(qwen35moe.WeightNames(cfg)); err != nil {
+	bound, err := ck.Bind(qwen35moe.WeightNames(cfg))
+	if err != nil {
 		ck.Close()
 		return nil, err
+	}
+	var weightBytes int64
+	for _, t := range bound {
+		weightBytes += tensorBytes(t)
 	}
 	compile := func(tokens int) (*plan.Plan, error) {
 		return passes.Compile(g, ops.Default, PhaseFor(o.Backend, tokens, o.AllLogits, o.CostContext), o.Passes)
 	}
-	return &prepared{opts: o, ck: ck, graph: g, chunk: chunk, compile: compile}, nil
+	return &prepared{opts: o, ck: ck, graph: g, chunk: chunk, compile: compile, weightBytes: weightBytes}, nil
 }
 
 // DeclareGraph declares the model graph for a backend: weights of the checkpoint's types,

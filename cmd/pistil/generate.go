@@ -57,6 +57,8 @@ type modelFlags struct {
 	chunk, workers         int
 	passes                 passList
 	log                    logFlags
+	// progress, when set, sees how loading goes (openWith shows it).
+	progress func(stage exec.LoadStage, done, total int64)
 }
 
 type passList []string
@@ -94,6 +96,7 @@ func (m *modelFlags) open(allLogits bool) (*exec.Model, error) {
 		return nil, err
 	}
 	o.AllLogits = allLogits
+	o.Progress = m.progress
 	return exec.Open(m.dir, o)
 }
 

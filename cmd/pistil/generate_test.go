@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,6 +207,10 @@ func TestGeneratePrefillProgress(t *testing.T) {
 	}
 	if !strings.Contains(stats, "prefill: 4 of "+n+" tokens") || !strings.Contains(stats, "prefill: "+n+" of "+n+" tokens (100%)") || strings.Contains(stats, "\r") {
 		t.Errorf("stderr %q lacks the progress lines", stats)
+	}
+	// Loading shows the weights bound (plain lines, ending at 100%).
+	if !regexp.MustCompile(`loading weights: (\d+\.\d) of (\d+\.\d) MB \(100%\)`).MatchString(stats) {
+		t.Errorf("stderr %q lacks the loading progress", stats)
 	}
 	whole, stats, err := runGenerateForTest(t, "", "--model", dir, "--max-tokens", "4", "--prompt", text, "--log-level", "off")
 	if err != nil || strings.Contains(stats, "prefill:") {

@@ -52,13 +52,31 @@ func (m *modelFlags) openWith(log hclog.Logger, stderr io.Writer) (*exec.Model, 
 	}
 	log.Info("opening the model", "dir", m.dir, "backend", m.backend)
 	start := time.Now()
+	bar := newProgress(stderr, "loading weights", "bytes")
+	var lastShown time.Time
+	var weightBytes int64
+	m.progress = func(stage exec.LoadStage, done, total int64) {
+		switch stage {
+		case exec.LoadWeights:
+			weightBytes = total
+			// A bar on a terminal; plain lines every few seconds otherwise (and the last).
+			if bar.tty && time.Since(lastShown) >= 100*time.Millisecond || time.Since(lastShown) >= 3*time.Second || done == total {
+				lastShown = time.Now()
+				bar.update(done, total, "")
+			}
+		case exec.LoadPlans:
+			bar.end()
+			log.Debug("plan loaded", "plans", done, "of", total, "elapsed", time.Since(start).Round(time.Millisecond).String())
+		}
+	}
 	model, err := m.open(false)
+	bar.end()
 	if err != nil {
 		log.Error("the model did not load", "dir", m.dir, "error", err)
 		return nil, err
 	}
 	cfg := model.Config()
 	log.Info("model ready", "model", model.Name(), "layers", len(cfg.Layers), "max_context", cfg.MaxPositionEmbeddings,
-		"prefill_chunk", model.Chunk(), "elapsed", time.Since(start).Round(time.Millisecond).String())
+		"prefill_chunk", model.Chunk(), "weights_gb", fmt.Sprintf("%.3f", float64(weightBytes)/1e9), "elapsed", time.Since(start).Round(time.Millisecond).String())
 	return model, nil
 }

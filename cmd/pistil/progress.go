@@ -44,12 +44,12 @@ func (p *progress) update(done, total int64, extra string) {
 	}
 	if p.tty {
 		filled := int(frac * barWidth)
-		fmt.Fprintf(p.w, "\r\033[K%s [%s%s] %3.0f%% %s/%s %s %s", p.what, strings.Repeat("#", filled),
-			strings.Repeat(".", barWidth-filled), 100*frac, quantity(done, p.unit), quantity(total, p.unit), p.unit, extra)
+		fmt.Fprintf(p.w, "\r\033[K%s [%s%s] %3.0f%% %s %s", p.what, strings.Repeat("#", filled),
+			strings.Repeat(".", barWidth-filled), 100*frac, quantities(done, total, p.unit), extra)
 		p.active = true
 		return
 	}
-	fmt.Fprintf(p.w, "%s: %s of %s %s (%.0f%%) %s\n", p.what, quantity(done, p.unit), quantity(total, p.unit), p.unit, 100*frac, extra)
+	fmt.Fprintf(p.w, "%s: %s (%.0f%%) %s\n", p.what, strings.Replace(quantities(done, total, p.unit), "/", " of ", 1), 100*frac, extra)
 }
 
 // end finishes the bar's line on a terminal.
@@ -60,10 +60,13 @@ func (p *progress) end() {
 	}
 }
 
-// quantity prints bytes in GB, anything else as a count.
-func quantity(n int64, unit string) string {
-	if unit == "GB" {
-		return fmt.Sprintf("%.2f", float64(n)/1e9)
+// quantities prints "done/total unit"; bytes in GB, or MB below a gigabyte.
+func quantities(done, total int64, unit string) string {
+	if unit != "bytes" {
+		return fmt.Sprintf("%d/%d %s", done, total, unit)
 	}
-	return fmt.Sprint(n)
+	if total >= 1e9 {
+		return fmt.Sprintf("%.2f/%.2f GB", float64(done)/1e9, float64(total)/1e9)
+	}
+	return fmt.Sprintf("%.1f/%.1f MB", float64(done)/1e6, float64(total)/1e6)
 }

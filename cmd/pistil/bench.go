@@ -135,7 +135,7 @@ func runBench(args []string) error {
 	if err := describePipeline(rep, &mf); err != nil {
 		return err
 	}
-	m, err := mf.open(false)
+	m, err := mf.openLogged(os.Stderr)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ var docs = map[string]commandDoc{
 	"synth": {"pistil synth --preset tiny|wide|full --layout mlx-q4|hf --seed N --out DIR",
 		[]string{"pistil synth --preset tiny --layout mlx-q4 --seed 1 --out /tmp/tiny"}},
 	"tokenize": {"pistil tokenize --model DIR [--text TEXT] [--decode]   (text or ids on stdin)",
-		[]string{`echo -n "Hello, world!" | pistil tokenize --model /tmp/tiny`, `echo 9707 11 | pistil tokenize --model /tmp/tiny --decode`}},
+		[]string{`echo -n "Hello, world!" | pistil tokenize --model /tmp/tiny`, `echo 72 105 | pistil tokenize --model /tmp/tiny --decode`}},
 	"render": {"pistil render --model DIR --messages FILE.json|- [--tools FILE.json] [--no-think] [--ids]",
 		[]string{`echo '[{"role":"user","content":"Hi"}]' | pistil render --model /tmp/tiny --messages -`}},
 	"serve": {"pistil serve --model DIR|REPO [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--ctx N] [--log-level info] [--log-json]",

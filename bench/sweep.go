@@ -99,10 +99,8 @@ func Sweep(ctx context.Context, m *exec.Model, spec SweepSpec) (*Result, error) 
 		}
 		prefill[i].Runs = append(prefill[i].Runs, timedRun(n, time.Since(start)))
 		start = time.Now()
-		for range spec.DecodeTokens {
-			if err := s.Decode(ctx, nextToken(s.Logits())); err != nil {
-				return fmt.Errorf("decode at context %d: %w", s.Len(), err)
-			}
+		if err := greedySteps(ctx, s, spec.DecodeTokens); err != nil {
+			return fmt.Errorf("decode at context %d: %w", n, err)
 		}
 		decode[i].Runs = append(decode[i].Runs, timedRun(spec.DecodeTokens, time.Since(start)))
 		return nil
@@ -116,7 +114,7 @@ func Sweep(ctx context.Context, m *exec.Model, spec SweepSpec) (*Result, error) 
 				return nil, fmt.Errorf("warm-up prefill of %d tokens: %w", piece, err)
 			}
 		}
-		if err := s.Decode(ctx, nextToken(s.Logits())); err != nil {
+		if err := greedySteps(ctx, s, 1); err != nil {
 			return nil, fmt.Errorf("warm-up decode: %w", err)
 		}
 	}
@@ -139,6 +137,17 @@ func Sweep(ctx context.Context, m *exec.Model, spec SweepSpec) (*Result, error) 
 		summarise(&decode[i])
 	}
 	return &Result{Capacity: capacity, Prefill: prefill, Decode: decode}, nil
+}
+
+// greedySteps runs exactly steps decode steps from a session that holds a prompt,
+// through exec's generation loop: it feeds back all but its last token, so steps+1
+// tokens are steps decode steps.
+func greedySteps(ctx context.Context, s *exec.Session, steps int) error {
+	res, err := s.Generate(ctx, nil, exec.GenerateOptions{MaxTokens: steps + 1})
+	if err == nil && res.DecodeSteps != steps {
+		err = fmt.Errorf("%d decode steps ran, want %d", res.DecodeSteps, steps)
+	}
+	return err
 }
 
 // pieceSizes are the distinct plan sizes prompts of these lengths run as: whole chunks,

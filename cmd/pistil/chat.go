@@ -182,22 +182,46 @@ func (c *chatSession) loop(stdin io.Reader, sigs <-chan os.Signal) error {
 	if c.tty {
 		fmt.Fprintln(c.info, chatHelp)
 	}
-	in := bufio.NewReader(stdin)
-	for {
-		select {
-		case sig := <-terminated:
-			return &exitError{code: signalExit(sig), err: fmt.Errorf("stopped by %v", sig)}
-		default:
+	// Lines are read on their own goroutine so that a SIGTERM while waiting for input
+	// ends the program at once.
+	type inputLine struct {
+		text string
+		eof  bool
+		err  error
+	}
+	lines := make(chan inputLine)
+	go func() {
+		in := bufio.NewReader(stdin)
+		for {
+			text, err := in.ReadString('\n')
+			l := inputLine{text: strings.TrimRight(text, "\r\n"), eof: err != nil}
+			if err != nil && !errors.Is(err, io.EOF) {
+				l.err = err
+			}
+			select {
+			case lines <- l:
+			case <-stopWatch:
+				return
+			}
+			if l.eof {
+				return
+			}
 		}
+	}()
+	for {
 		if c.tty {
 			fmt.Fprint(c.out, "> ")
 		}
-		line, err := in.ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("read input: %w", err)
+		var l inputLine
+		select {
+		case sig := <-terminated:
+			return &exitError{code: signalExit(sig), err: fmt.Errorf("stopped by %v", sig)}
+		case l = <-lines:
 		}
-		eof := err != nil
-		line = strings.TrimRight(line, "\r\n")
+		if l.err != nil {
+			return fmt.Errorf("read input: %w", l.err)
+		}
+		line := l.text
 		if strings.TrimSpace(line) != "" {
 			quit, cmdErr := c.command(line)
 			if quit {
@@ -226,7 +250,7 @@ func (c *chatSession) loop(stdin io.Reader, sigs <-chan os.Signal) error {
 				c.report(res)
 			}
 		}
-		if eof {
+		if l.eof {
 			return nil
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"regexp"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"pistil/models/chat"
 	"pistil/models/tokenizer"
@@ -26,7 +28,7 @@ func chatStats(t *testing.T, info string) [][]string {
 // TestChatThroughAPipe drives `pistil chat` with its input piped in: answers stream in
 // order, the second turn reuses the first's state (cached tokens), /system and /reset
 // start over, an unknown command is reported and the chat goes on, /exit ends it and
-// what follows is never read.
+// what follows is never answered.
 func TestChatThroughAPipe(t *testing.T) {
 	dir := tinyModel(t)
 	input := "Hello\nHow are you?\n/system Be terse.\nHi\n/reset\nHi\n/bogus\n/exit\nnever read\n"
@@ -64,7 +66,7 @@ func TestChatThroughAPipe(t *testing.T) {
 		}
 	}
 	if strings.Contains(out.String(), "never read") {
-		t.Error("input after /exit was read")
+		t.Error("input after /exit was answered")
 	}
 }
 
@@ -145,6 +147,24 @@ func TestChatCtrlCStopsTheAnswerNotTheProgram(t *testing.T) {
 		strings.NewReader("Tell me everything\nHi\n"), out, &info, sigs)
 	if exit, ok := err.(*exitError); !ok || exit.code != 143 {
 		t.Errorf("SIGTERM: %v, want exit 143", err)
+	}
+
+	// SIGTERM while it waits for input (a pipe nobody writes to) ends it at once.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	sigs = make(chan os.Signal, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- chatCmd([]string{"--model", dir, "--workers", "1", "--log-level", "off"}, pr, &bytes.Buffer{}, &bytes.Buffer{}, sigs)
+	}()
+	sigs <- syscall.SIGTERM
+	select {
+	case err := <-done:
+		if exit, ok := err.(*exitError); !ok || exit.code != 143 {
+			t.Errorf("SIGTERM at the prompt: %v, want exit 143", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("SIGTERM at the prompt did not end the chat")
 	}
 }
 

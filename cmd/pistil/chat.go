@@ -297,11 +297,13 @@ func (c *chatSession) turn(ctx context.Context, user string) (turnResult, error)
 		msgs = append([]chat.Message{{Role: "system", Content: c.system}}, msgs...)
 	}
 	msgs = append(msgs, chat.Message{Role: "user", Content: user})
-	text, err := c.tmpl.Render(chat.RenderOptions{Messages: msgs, AddGenerationPrompt: true, EnableThinking: &c.think})
+	// Control tokens come only from the template: "<|im_end|>" typed in a message (or
+	// produced in an answer that is rendered back) stays text.
+	rendered, err := c.tmpl.RenderPrompt(c.tok, chat.RenderOptions{Messages: msgs, AddGenerationPrompt: true, EnableThinking: &c.think}, -1)
 	if err != nil {
 		return res, err
 	}
-	ids := c.tok.Encode(text)
+	text, ids := rendered.Text, rendered.IDs
 	res.promptTokens = len(ids)
 	room := c.s.Capacity() - len(ids)
 	if room <= 0 {

@@ -20,9 +20,15 @@ grid() { # grid LOG [test.run pattern]
 # Every shape with the default pipeline (every fusion pass on, CUDA graphs on).
 grid grid.log
 status=$?
-# The issue's shape and the CI shapes again with graphs off and with every optional pass
-# off (the plans of primitive ops), to tell a kernel from a fusion or a graph edge.
+# Bisection, on the small shapes: graphs off (kernels launched one by one in plan order:
+# a pass here and a failure above is a race between graph nodes), every optional pass off
+# (the plans of primitive ops), then issue 10's MLX 4-bit shape with each fusion pass off
+# alone (a fusion whose fused kernel is wrong passes only with it off).
 sed 's/^graphs = true/graphs = false/' pipeline.toml > /tmp/nographs.toml
 PISTIL_GRID_PIPELINE=/tmp/nographs.toml grid grid_nographs.log 'TestGrid/(issue10|h64|h128)'
 PISTIL_GRID_PASSES=all/off grid grid_O0.log 'TestGrid/(issue10|h64|h128)'
+for pass in fuse-gdn-gates fuse-conv-silu fuse-slice-l2 fuse-norm-out-proj fuse-qk-norm-rope fuse-attn-gate \
+	fuse-swiglu fuse-router fuse-moe-combine fuse-shared-gate fuse-projections fuse-add-norm; do
+	PISTIL_GRID_PASSES=$pass/off grid "grid_$pass-off.log" 'TestGrid/issue10/mlx-q4'
+done
 exit $status

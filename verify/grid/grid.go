@@ -32,9 +32,10 @@ type Shape struct {
 // ID names the shape and layout, e.g. "issue10/mlx-q4" (test names, logs).
 func (s Shape) ID() string { return s.Name + "/" + string(s.Layout) }
 
-// PromptLen is the length of the prompt every path feeds. It splits unevenly into every
-// piece size the runtime uses: 80 = 64+16 at chunk 64 and 11·7+2+1 at chunk 7.
-const PromptLen = 80
+// PromptLen is the length of the prompt every path feeds. It splits into many of the
+// piece sizes the runtime uses: 83 = 64+16+2+1 at chunk 64 and 11·7+4+2 at chunk 7 (and
+// the decode path prefills 32+8).
+const PromptLen = 83
 
 // DecodeFrom is where the decode path switches from prefill (32+8 pieces) to one token
 // per step, as in issue 10's `pistil check --decode-from 40`.
@@ -79,6 +80,10 @@ type Result struct {
 	MaxAbs   float64
 	Position int
 	Excess   float64
+	// Over counts the positions past their bound and First is the earliest (-1: none):
+	// one or two positions suggest a routing decision flipped at a near tie, many from
+	// First on a wrong step whose error the state carries forward.
+	Over, First int
 	// Top1 is the fraction of positions whose argmax agrees.
 	Top1 float64
 	// NaN counts non-finite logits the path produced.
@@ -93,8 +98,12 @@ func (r Result) String() string {
 	if !r.Pass() {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("%-28s %-8s max abs %.3g (position %d, %.2f of its bound)  top-1 %.1f%%  non-finite %d  %s",
-		r.Shape, r.Path, r.MaxAbs, r.Position, r.Excess, 100*r.Top1, r.NaN, verdict)
+	over := "none over"
+	if r.Over > 0 {
+		over = fmt.Sprintf("%d over, from %d", r.Over, r.First)
+	}
+	return fmt.Sprintf("%-28s %-8s max abs %.3g (position %d, %.2f of its bound; %s)  top-1 %.1f%%  non-finite %d  %s",
+		r.Shape, r.Path, r.MaxAbs, r.Position, r.Excess, over, 100*r.Top1, r.NaN, verdict)
 }
 
 // Options say which backends the grid compares and how.
@@ -204,7 +213,7 @@ func logits(ctx context.Context, dir, backend string, p Path, prompt []int32, o 
 
 // compare measures got against want position by position.
 func compare(got, want [][]float32, tol Tolerance) Result {
-	var r Result
+	r := Result{First: -1}
 	agree := 0
 	for pos := range want {
 		maxRef := 0.0
@@ -226,6 +235,12 @@ func compare(got, want [][]float32, tol Tolerance) Result {
 		}
 		if e := worst / bound; e > r.Excess {
 			r.Excess, r.Position = e, pos
+		}
+		if worst > bound {
+			r.Over++
+			if r.First < 0 {
+				r.First = pos
+			}
 		}
 		if argmax(got[pos]) == argmax(want[pos]) {
 			agree++

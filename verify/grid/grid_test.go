@@ -108,7 +108,7 @@ func TestCompareCatchesErrors(t *testing.T) {
 	}
 	far := clone()
 	far[1][0] += 0.01
-	if r := compare(far, want, tol); r.Pass() || r.Position != 1 {
+	if r := compare(far, want, tol); r.Pass() || r.Position != 1 || r.Over != 1 || r.First != 1 {
 		t.Errorf("an error of 0.01 against a bound of 0.004 passed (or at the wrong position): %v", r)
 	}
 	nan := clone()

@@ -1,0 +1,41 @@
+// CPU emulation of the CUDA builtins that ops/kernels/prelude_cuda.h uses, so the CUDA
+// translation unit (prelude, args header, kernels) compiles unchanged with g++. Blocks run
+// one after another on the calling thread; the threads of a block are fibers switched at
+// barriers and warp shuffles (libcuda.cpp).
+#include <cstddef>
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+struct uint4 { unsigned x, y, z, w; };
+struct float4 { float x, y, z, w; };
+struct emu_dim3 { unsigned x, y, z; };
+extern "C" emu_dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
+extern "C" void emu_syncthreads(void);
+extern "C" void emu_syncwarp(void);
+extern "C" unsigned long long emu_shfl_raw(unsigned long long v, int src, int xor_mode);
+#define threadIdx emu_threadIdx
+#define blockIdx emu_blockIdx
+#define blockDim emu_blockDim
+#define gridDim emu_gridDim
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(x)
+#define __syncthreads() emu_syncthreads()
+#define __syncwarp() emu_syncwarp()
+#define __threadfence() ((void)0)
+#define __ldcg(p) (*(p))
+template <class T> static inline T emu_shfl(T v, int src, int x) {
+	unsigned long long r = 0; std::memcpy(&r, &v, sizeof(T));
+	r = emu_shfl_raw(r, src, x);
+	T o; std::memcpy(&o, &r, sizeof(T)); return o;
+}
+#define __shfl_xor_sync(mask, v, m) emu_shfl((v), (m), 1)
+#define __shfl_sync(mask, v, lane) emu_shfl((v), (lane), 0)
+template <class T> static inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
+#include <math.h>
+extern "C" void emu_run_grid(void (*body)(const void*), const void* args, unsigned gx, unsigned gy, unsigned gz, unsigned bx);

@@ -1,0 +1,275 @@
+// The emulator's libcuda.so: the CUDA driver API calls pistil's cuda package makes, run on
+// the CPU. Device memory is host memory; a launch runs its blocks one after another on the
+// calling thread, the threads of a block as fibers that switch at __syncthreads,
+// __syncwarp and warp shuffles. A CUDA graph replays its kernel nodes in the order they
+// were added, or, with EMU_SHUFFLE=seed, in a random order that honours only the graph's
+// edges (what concurrent execution may do). EMU_TRACE=1 prints each launch; EMU_AUDIT=1
+// prints, after each launch, the byte ranges of every allocation of 4 MB or less that the
+// launch changed (to check a kernel's writes against its declared results). x86-64 only
+// (the fiber switch is assembly).
+#include "emu_rt.h"
+#include <cstdio>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <unistd.h>
+#include <vector>
+#include <chrono>
+#include <string>
+
+extern "C" { emu_dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim; }
+
+extern "C" void emu_swap(void** save, void* load);
+asm(R"(
+.text
+.globl emu_swap
+.type emu_swap,@function
+emu_swap:
+	pushq %rbp
+	pushq %rbx
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	movq %rsp, (%rdi)
+	movq %rsi, %rsp
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbx
+	popq %rbp
+	ret
+)");
+
+namespace {
+const int kMaxThreads = 1024;
+const size_t kStack = 128 << 10;
+struct Fiber {
+	void* sp;
+	unsigned tid;
+	bool done;
+	int wait; // 0 runnable, 1 warp barrier, 2 block barrier
+	unsigned gen;
+	unsigned shfl; // shuffles done (parity of the exchange buffer)
+};
+Fiber fibers[kMaxThreads];
+char* stacks;
+void* sched_sp;
+int cur;
+int nthreads, live;
+int blk_arrived;
+unsigned blk_gen;
+int warp_live[32], warp_arrived[32];
+unsigned warp_gen[32];
+unsigned long long xbuf[32][2][32];
+void (*g_body)(const void*);
+const void* g_args;
+
+void yield_to_sched() { emu_swap(&fibers[cur].sp, sched_sp); }
+
+extern "C" void emu_fiber_entry() {
+	g_body(g_args);
+	Fiber& f = fibers[cur];
+	f.done = true;
+	live--;
+	int w = f.tid / 32;
+	warp_live[w]--;
+	if (warp_arrived[w] > 0 && warp_arrived[w] == warp_live[w]) { warp_arrived[w] = 0; warp_gen[w]++; }
+	if (blk_arrived > 0 && blk_arrived == live) { blk_arrived = 0; blk_gen++; }
+	emu_swap(&f.sp, sched_sp);
+	std::abort();
+}
+
+void init_fiber(int i) {
+	char* top = stacks + (size_t)(i + 1) * kStack;
+	top = (char*)((uintptr_t)top & ~(uintptr_t)15);
+	void** sp = (void**)top;
+	*--sp = nullptr; // alignment slot
+	*--sp = (void*)&emu_fiber_entry;
+	for (int r = 0; r < 6; r++) *--sp = nullptr;
+	fibers[i] = Fiber{sp, (unsigned)i, false, 0, 0, 0};
+}
+} // namespace
+
+extern "C" void emu_syncthreads(void) {
+	Fiber& f = fibers[cur];
+	if (++blk_arrived == live) { blk_arrived = 0; blk_gen++; return; }
+	f.wait = 2; f.gen = blk_gen;
+	yield_to_sched();
+}
+
+static void warp_barrier() {
+	Fiber& f = fibers[cur];
+	int w = f.tid / 32;
+	if (++warp_arrived[w] == warp_live[w]) { warp_arrived[w] = 0; warp_gen[w]++; return; }
+	f.wait = 1; f.gen = warp_gen[w];
+	yield_to_sched();
+}
+
+extern "C" void emu_syncwarp(void) { warp_barrier(); }
+
+extern "C" unsigned long long emu_shfl_raw(unsigned long long v, int src, int xor_mode) {
+	Fiber& f = fibers[cur];
+	int w = f.tid / 32, lane = f.tid % 32;
+	int par = f.shfl++ & 1;
+	xbuf[w][par][lane] = v;
+	warp_barrier();
+	int from = xor_mode ? (lane ^ src) : src;
+	if (from < 0 || from >= 32) from = lane;
+	return xbuf[w][par][from];
+}
+
+extern "C" void emu_run_grid(void (*body)(const void*), const void* args, unsigned gx, unsigned gy, unsigned gz, unsigned bx) {
+	if (!stacks) stacks = (char*)std::aligned_alloc(64, kStack * kMaxThreads);
+	if (bx > kMaxThreads || bx % 32 != 0) { std::fprintf(stderr, "emu: block of %u threads\n", bx); std::abort(); }
+	g_body = body; g_args = args;
+	emu_gridDim = {gx, gy, gz};
+	emu_blockDim = {bx, 1, 1};
+	for (unsigned z = 0; z < gz; z++) for (unsigned y = 0; y < gy; y++) for (unsigned x = 0; x < gx; x++) {
+		emu_blockIdx = {x, y, z};
+		nthreads = live = (int)bx;
+		blk_arrived = 0;
+		for (unsigned w = 0; w < bx / 32; w++) { warp_live[w] = 32; warp_arrived[w] = 0; }
+		for (unsigned i = 0; i < bx; i++) init_fiber((int)i);
+		while (live > 0) {
+			bool progress = false;
+			for (int i = 0; i < nthreads; i++) {
+				Fiber& f = fibers[i];
+				if (f.done) continue;
+				if (f.wait == 2 && f.gen == blk_gen) continue;
+				if (f.wait == 1 && f.gen == warp_gen[f.tid / 32]) continue;
+				f.wait = 0;
+				cur = i;
+				emu_threadIdx = {f.tid, 0, 0};
+				emu_swap(&sched_sp, f.sp);
+				progress = true;
+			}
+			if (!progress) { std::fprintf(stderr, "emu: deadlock in block (%u,%u,%u)\n", x, y, z); std::abort(); }
+		}
+	}
+}
+
+// ---- driver API
+struct Func { void (*launch)(const void*, unsigned, unsigned, unsigned, unsigned); size_t argsize; std::string name; };
+struct Node { Func* f; unsigned g[3], b; std::vector<char> args; std::vector<size_t> deps; };
+struct Graph { std::vector<Node> nodes; };
+struct KParams { Func* fn; unsigned gx, gy, gz, bx, by, bz, smem; void** params; void** extra; uintptr_t kern, ctx; };
+
+#include <map>
+static std::map<uint64_t, uint64_t> allocs; // base -> size
+static std::map<uint64_t, int> alloc_id;
+static int next_id;
+static long launches;
+static void launch(Func* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, const void* args) {
+	static bool trace = getenv("EMU_TRACE") != nullptr;
+	static bool audit = getenv("EMU_AUDIT") != nullptr;
+	launches++;
+	if (trace) std::fprintf(stderr, "emu: %s grid %u,%u,%u block %u\n", f->name.c_str(), gx, gy, gz, bx);
+	std::vector<std::pair<uint64_t, std::vector<char>>> before;
+	if (audit) for (auto& a : allocs) if (a.second <= (4u << 20)) before.push_back({a.first, std::vector<char>((char*)a.first, (char*)a.first + a.second)});
+	f->launch(args, gx, gy, gz, bx);
+	if (audit) {
+		std::fprintf(stderr, "L %ld %s\n", launches, f->name.c_str());
+		for (auto& b : before) {
+			const char* now = (const char*)b.first;
+			uint64_t n = b.second.size();
+			for (uint64_t i = 0; i < n;) {
+				if (now[i] == b.second[i]) { i++; continue; }
+				uint64_t j = i;
+				while (j < n && (now[j] != b.second[j] || (j + 8 < n && std::memcmp(now + j, b.second.data() + j, 8) != 0))) j++;
+				std::fprintf(stderr, "W %ld %s alloc%d(%llu) [%llu,%llu)\n", launches, f->name.c_str(), alloc_id[b.first], (unsigned long long)n, (unsigned long long)i, (unsigned long long)j);
+				i = j;
+			}
+		}
+	}
+}
+
+extern "C" {
+int cuInit(unsigned) { return 0; }
+int cuDriverGetVersion(int* v) { *v = 12080; return 0; }
+int cuDeviceGetCount(int* n) { *n = 1; return 0; }
+int cuDeviceGet(int* d, int) { *d = 0; return 0; }
+int cuDeviceGetName(char* name, int n, int) { std::snprintf(name, n, "CPU emulation"); return 0; }
+int cuDeviceGetAttribute(int* v, int attr, int) {
+	switch (attr) { case 75: *v = 9; break; case 76: *v = 0; break; case 16: *v = getenv("EMU_SMS") ? atoi(getenv("EMU_SMS")) : 132; break; case 97: *v = 232448; break; default: *v = 0; }
+	return 0;
+}
+int cuDeviceTotalMem_v2(uint64_t* b, int) { *b = 16ull << 30; return 0; }
+int cuDevicePrimaryCtxRetain(uintptr_t* c, int) { *c = 1; return 0; }
+int cuCtxSetCurrent(uintptr_t) { return 0; }
+int cuCtxSynchronize() { return 0; }
+int cuMemAlloc_v2(uint64_t* p, uint64_t n) { void* m = std::aligned_alloc(256, (n + 255) / 256 * 256); if (!m) return 2; std::memset(m, 0xcd, (n + 255) / 256 * 256); *p = (uint64_t)m; allocs[*p] = n; alloc_id[*p] = next_id++; if (getenv("EMU_AUDIT")) std::fprintf(stderr, "A alloc%d %llu\n", alloc_id[*p], (unsigned long long)n); return 0; }
+int cuMemFree_v2(uint64_t p) { allocs.erase(p); std::free((void*)p); return 0; }
+int cuMemGetInfo_v2(uint64_t* f, uint64_t* t) { *f = 8ull << 30; *t = 16ull << 30; return 0; }
+int cuMemcpyHtoD_v2(uint64_t d, const void* s, uint64_t n) { std::memcpy((void*)d, s, n); return 0; }
+int cuMemcpyDtoH_v2(void* d, uint64_t s, uint64_t n) { std::memcpy(d, (void*)s, n); return 0; }
+int cuMemcpyHtoDAsync_v2(uint64_t d, const void* s, uint64_t n, uintptr_t) { std::memcpy((void*)d, s, n); return 0; }
+int cuMemcpyDtoHAsync_v2(void* d, uint64_t s, uint64_t n, uintptr_t) { std::memcpy(d, (void*)s, n); return 0; }
+int cuMemsetD8_v2(uint64_t d, unsigned char v, uint64_t n) { std::memset((void*)d, v, n); return 0; }
+int cuMemsetD8Async(uint64_t d, unsigned char v, uint64_t n, uintptr_t) { std::memset((void*)d, v, n); return 0; }
+int cuStreamCreate(uintptr_t* s, unsigned) { *s = 1; return 0; }
+int cuStreamSynchronize(uintptr_t) { return 0; }
+int cuModuleLoadData(uintptr_t* m, const char* path) {
+	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) { std::fprintf(stderr, "emu: %s\n", dlerror()); return 200; }
+	// The library stays mapped once loaded: its temporary folder (libnvrtc.cpp) can go.
+	std::string so = path, dir = so.substr(0, so.rfind('/'));
+	if (dir.rfind("/tmp/pistil-emu-", 0) == 0) { unlink(so.c_str()); unlink((dir + "/kernels.cpp").c_str()); rmdir(dir.c_str()); }
+	*m = (uintptr_t)h; return 0;
+}
+int cuModuleGetFunction(uintptr_t* f, uintptr_t m, const char* name) {
+	std::string l = std::string("emu_launch_") + name, s = std::string("emu_argsize_") + name;
+	void* lf = dlsym((void*)m, l.c_str());
+	size_t* sz = (size_t*)dlsym((void*)m, s.c_str());
+	if (!lf || !sz) return 500;
+	*f = (uintptr_t) new Func{(void (*)(const void*, unsigned, unsigned, unsigned, unsigned))lf, *sz, name};
+	return 0;
+}
+int cuFuncSetAttribute(uintptr_t, int, int) { return 0; }
+int cuLaunchKernel(Func* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned, uintptr_t, void** params, void**) {
+	if (by != 1 || bz != 1) return 1;
+	launch(f, gx, gy, gz, bx, params[0]);
+	return 0;
+}
+int cuGraphCreate(uintptr_t* g, unsigned) { *g = (uintptr_t) new Graph; return 0; }
+int cuGraphAddKernelNode_v2(uintptr_t* node, Graph* g, uintptr_t* deps, size_t ndeps, KParams* p) {
+	Node n{p->fn, {p->gx, p->gy, p->gz}, p->bx, std::vector<char>((char*)p->params[0], (char*)p->params[0] + p->fn->argsize), {}};
+	for (size_t i = 0; i < ndeps; i++) n.deps.push_back(deps[i] - 1);
+	g->nodes.push_back(n);
+	*node = g->nodes.size();
+	return 0;
+}
+int cuGraphInstantiateWithFlags(uintptr_t* e, Graph* g, uint64_t) { *e = (uintptr_t) new Graph(*g); return 0; }
+// EMU_SHUFFLE=seed runs the nodes in a random order that honours only the graph's edges
+// (what concurrent execution may do); otherwise in the order they were added.
+int cuGraphLaunch(Graph* e, uintptr_t) {
+	static const char* sh = getenv("EMU_SHUFFLE");
+	static unsigned long long rng = sh ? strtoull(sh, nullptr, 10) * 2654435761ull + 1 : 0;
+	size_t n = e->nodes.size();
+	if (!sh) { for (auto& nd : e->nodes) launch(nd.f, nd.g[0], nd.g[1], nd.g[2], nd.b, nd.args.data()); return 0; }
+	std::vector<int> indeg(n, 0);
+	std::vector<std::vector<size_t>> succ(n);
+	for (size_t i = 0; i < n; i++) for (size_t d : e->nodes[i].deps) { indeg[i]++; succ[d].push_back(i); }
+	std::vector<size_t> ready;
+	for (size_t i = 0; i < n; i++) if (!indeg[i]) ready.push_back(i);
+	size_t done = 0;
+	while (!ready.empty()) {
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		size_t k = (rng >> 33) % ready.size();
+		size_t i = ready[k]; ready.erase(ready.begin() + k);
+		auto& nd = e->nodes[i];
+		launch(nd.f, nd.g[0], nd.g[1], nd.g[2], nd.b, nd.args.data());
+		done++;
+		for (size_t s2 : succ[i]) if (--indeg[s2] == 0) ready.push_back(s2);
+	}
+	if (done != n) { std::fprintf(stderr, "emu: graph has a cycle\n"); return 1; }
+	return 0;
+}
+int cuGraphExecDestroy(Graph* e) { delete e; return 0; }
+int cuGraphDestroy(Graph* g) { delete g; return 0; }
+int cuEventCreate(uintptr_t* e, unsigned) { *e = (uintptr_t) new double(0); return 0; }
+int cuEventRecord(double* e, uintptr_t) { *e = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); return 0; }
+int cuEventSynchronize(uintptr_t) { return 0; }
+int cuEventElapsedTime_v2(float* ms, double* a, double* b) { *ms = (float)(*b - *a); return 0; }
+int cuGetErrorString(int r, const char** s) { static char buf[64]; std::snprintf(buf, 64, "emulated error %d", r); *s = buf; return 0; }
+}

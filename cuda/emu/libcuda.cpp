@@ -198,9 +198,11 @@ int cuDeviceTotalMem_v2(uint64_t* b, int) { *b = 16ull << 30; return 0; }
 int cuDevicePrimaryCtxRetain(uintptr_t* c, int) { *c = 1; return 0; }
 int cuCtxSetCurrent(uintptr_t) { return 0; }
 int cuCtxSynchronize() { return 0; }
-int cuMemAlloc_v2(uint64_t* p, uint64_t n) { void* m = std::aligned_alloc(256, (n + 255) / 256 * 256); if (!m) return 2; std::memset(m, 0xcd, (n + 255) / 256 * 256); *p = (uint64_t)m; allocs[*p] = n; alloc_id[*p] = next_id++; if (getenv("EMU_AUDIT")) std::fprintf(stderr, "A alloc%d %llu\n", alloc_id[*p], (unsigned long long)n); return 0; }
-int cuMemFree_v2(uint64_t p) { allocs.erase(p); std::free((void*)p); return 0; }
-int cuMemGetInfo_v2(uint64_t* f, uint64_t* t) { *f = 8ull << 30; *t = 16ull << 30; return 0; }
+static uint64_t allocated;
+int cuMemAlloc_v2(uint64_t* p, uint64_t n) { void* m = std::aligned_alloc(256, (n + 255) / 256 * 256); if (!m) return 2; std::memset(m, 0xcd, (n + 255) / 256 * 256); *p = (uint64_t)m; allocs[*p] = n; alloc_id[*p] = next_id++; allocated += n; if (getenv("EMU_AUDIT")) std::fprintf(stderr, "A alloc%d %llu\n", alloc_id[*p], (unsigned long long)n); return 0; }
+int cuMemFree_v2(uint64_t p) { allocated -= allocs[p]; allocs.erase(p); std::free((void*)p); return 0; }
+int cuMemGetInfo_v2(uint64_t* f, uint64_t* t) { *t = 16ull << 30; *f = *t - allocated; return 0; }
+int cuMemcpyDtoDAsync_v2(uint64_t d, uint64_t s, uint64_t n, uintptr_t) { std::memmove((void*)d, (void*)s, n); return 0; }
 int cuMemcpyHtoD_v2(uint64_t d, const void* s, uint64_t n) { std::memcpy((void*)d, s, n); return 0; }
 int cuMemcpyDtoH_v2(void* d, uint64_t s, uint64_t n) { std::memcpy(d, (void*)s, n); return 0; }
 int cuMemcpyHtoDAsync_v2(uint64_t d, const void* s, uint64_t n, uintptr_t) { std::memcpy((void*)d, s, n); return 0; }
@@ -267,6 +269,11 @@ int cuGraphLaunch(Graph* e, uintptr_t) {
 }
 int cuGraphExecDestroy(Graph* e) { delete e; return 0; }
 int cuGraphDestroy(Graph* g) { delete g; return 0; }
+int cuGraphGetNodes(Graph* g, uintptr_t* nodes, size_t* n) {
+	if (nodes) for (size_t i = 0; i < *n && i < g->nodes.size(); i++) nodes[i] = i + 1;
+	*n = g->nodes.size();
+	return 0;
+}
 int cuEventCreate(uintptr_t* e, unsigned) { *e = (uintptr_t) new double(0); return 0; }
 int cuEventRecord(double* e, uintptr_t) { *e = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); return 0; }
 int cuEventSynchronize(uintptr_t) { return 0; }

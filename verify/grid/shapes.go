@@ -13,7 +13,8 @@ import "pistil/models/synth"
 // A kernel change runs it: `go test ./cuda -run TestGrid` on a GPU machine
 // (cuda/device_grid.sh).
 var Shapes = []Shape{
-	// The shape of issue 10: decode and chunk-7 prefill were wrong on MLX 4-bit only.
+	// The shape of issue 10 (reported wrong on the H200 through decode and in chunks of 7,
+	// on MLX 4-bit only).
 	{Name: "issue10", Layout: synth.MLXQ4, CI: true, Dims: issue10},
 	{Name: "issue10", Layout: synth.MLXQ8, Dims: issue10},
 	{Name: "issue10", Layout: synth.HF, CI: true, Dims: issue10},

@@ -3,7 +3,8 @@
 // calling thread, the threads of a block as fibers that switch at __syncthreads,
 // __syncwarp and warp shuffles. A CUDA graph replays its kernel nodes in the order they
 // were added, or, with EMU_SHUFFLE=seed, in a random order that honours only the graph's
-// edges (what concurrent execution may do). EMU_TRACE=1 prints each launch; EMU_AUDIT=1
+// edges (what concurrent execution may do), and EMU_SCRAMBLE=seed runs each launch's
+// blocks, and a block's threads between barriers, in random orders. EMU_TRACE=1 prints each launch; EMU_AUDIT=1
 // prints, after each launch, the byte ranges of every allocation of 4 MB or less that the
 // launch changed (to check a kernel's writes against its declared results). x86-64 only
 // (the fiber switch is assembly).
@@ -15,6 +16,7 @@
 #include <vector>
 #include <chrono>
 #include <string>
+#include <utility>
 
 extern "C" { emu_dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim; }
 
@@ -125,15 +127,28 @@ extern "C" void emu_run_grid(void (*body)(const void*), const void* args, unsign
 	g_body = body; g_args = args;
 	emu_gridDim = {gx, gy, gz};
 	emu_blockDim = {bx, 1, 1};
-	for (unsigned z = 0; z < gz; z++) for (unsigned y = 0; y < gy; y++) for (unsigned x = 0; x < gx; x++) {
+	static const char* scr = getenv("EMU_SCRAMBLE");
+	static unsigned long long srng = scr ? strtoull(scr, nullptr, 10) * 0x9e3779b97f4a7c15ull + 7 : 0;
+	auto next = [] { srng = srng * 6364136223846793005ull + 1442695040888963407ull; return srng >> 33; };
+	unsigned long long nblocks = (unsigned long long)gx * gy * gz;
+	std::vector<unsigned long long> order(nblocks);
+	for (unsigned long long i = 0; i < nblocks; i++) order[i] = i;
+	if (scr) for (unsigned long long i = nblocks; i > 1; i--) std::swap(order[i - 1], order[next() % i]);
+	std::vector<int> fiber_order(bx);
+	for (unsigned long long bi = 0; bi < nblocks; bi++) {
+		unsigned long long b = order[bi];
+		unsigned x = b % gx, y = (b / gx) % gy, z = b / ((unsigned long long)gx * gy);
 		emu_blockIdx = {x, y, z};
 		nthreads = live = (int)bx;
 		blk_arrived = 0;
 		for (unsigned w = 0; w < bx / 32; w++) { warp_live[w] = 32; warp_arrived[w] = 0; }
 		for (unsigned i = 0; i < bx; i++) init_fiber((int)i);
+		for (unsigned i = 0; i < bx; i++) fiber_order[i] = (int)i;
 		while (live > 0) {
 			bool progress = false;
-			for (int i = 0; i < nthreads; i++) {
+			if (scr) for (unsigned i = bx; i > 1; i--) std::swap(fiber_order[i - 1], fiber_order[next() % i]);
+			for (int oi = 0; oi < nthreads; oi++) {
+				int i = fiber_order[oi];
 				Fiber& f = fibers[i];
 				if (f.done) continue;
 				if (f.wait == 2 && f.gen == blk_gen) continue;

@@ -50,6 +50,7 @@ type rawResponses struct {
 	PresencePenalty    json.RawMessage `json:"presence_penalty"`
 	FrequencyPenalty   json.RawMessage `json:"frequency_penalty"`
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+	IgnoreEOS          json.RawMessage `json:"ignore_eos"`
 }
 
 // responsesRequest is a Responses request translated, with what its output echoes.
@@ -123,7 +124,7 @@ func (s *Server) parseResponsesRequest(body []byte) (*responsesRequest, *apiErro
 	for key, v := range map[string]json.RawMessage{"model": raw.Model, "temperature": raw.Temperature, "top_p": raw.TopP,
 		"top_k": raw.TopK, "min_p": raw.MinP, "seed": raw.Seed, "presence_penalty": raw.PresencePenalty,
 		"frequency_penalty": raw.FrequencyPenalty, "chat_template_kwargs": raw.ChatTemplateKwargs, "stream": raw.Stream,
-		"max_completion_tokens": raw.MaxOutputTokens} {
+		"max_completion_tokens": raw.MaxOutputTokens, "ignore_eos": raw.IgnoreEOS} {
 		if !isNull(v) {
 			chatBody[key] = v
 		}

@@ -416,6 +416,8 @@ func (s *Server) answerResponses(x *exchange, req *responsesRequest, ctx context
 	}
 	if failure != nil {
 		// After the 200 a failure is the terminal event, with what was made so far.
+		b.emitErr = nil
+		b.close("incomplete")
 		r := s.responseObject(x, req, "failed", b.items)
 		code := failure.Code
 		if code == "" {

@@ -154,7 +154,7 @@ func (s *Server) parseResponsesRequest(body []byte) (*responsesRequest, *apiErro
 		}
 		earlier = prev
 	}
-	items, e := parseInputItems(raw.Input)
+	items, e := parseInputItems(raw.Input, s.responseStore.item)
 	if e != nil {
 		return nil, e
 	}
@@ -239,8 +239,10 @@ type inputItem struct {
 	arguments string
 }
 
-// parseInputItems reads input: a string (one user message) or a list of items.
-func parseInputItems(raw json.RawMessage) ([]inputItem, *apiError) {
+// parseInputItems reads input: a string (one user message) or a list of items. An
+// item_reference is resolved by lookup among the output items of stored responses (the AI
+// SDK sends its earlier steps' items so when store is on).
+func parseInputItems(raw json.RawMessage, lookup func(id string) (inputItem, bool)) ([]inputItem, *apiError) {
 	if isNull(raw) {
 		return nil, badRequest("input", "missing_required_parameter", "input is required")
 	}
@@ -268,6 +270,7 @@ func parseInputItems(raw json.RawMessage) ([]inputItem, *apiError) {
 			Output           json.RawMessage `json:"output"`
 			Summary          json.RawMessage `json:"summary"`
 			EncryptedContent *string         `json:"encrypted_content"`
+			ID               *string         `json:"id"`
 		}
 		if t := bytes.TrimSpace(rawItem); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &it) != nil {
 			return nil, invalidValue(param, "%s must be an input item object", param)
@@ -341,7 +344,16 @@ func parseInputItems(raw json.RawMessage) ([]inputItem, *apiError) {
 			}
 			item.text = t
 		case "item_reference":
-			return nil, unsupported(param+".type", "item references are not supported; send the items themselves")
+			if it.ID == nil || *it.ID == "" {
+				return nil, invalidValue(param+".id", "%s.id is required", param)
+			}
+			ref, ok := lookup(*it.ID)
+			if !ok {
+				return nil, badRequest(param+".id", "item_not_found",
+					"%s.id %q is not an output item of a response this server keeps (the last %d stored); send the item itself",
+					param, truncate(*it.ID, 80), responseStoreEntries)
+			}
+			item = ref
 		default:
 			return nil, unsupported(param+".type", "input items of type %q are not supported (message, function_call, function_call_output and reasoning are)", truncate(kind, 40))
 		}

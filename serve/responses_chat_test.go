@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"pistil/models/chat"
 )
 
 // The chat-side changes of issue 15: reasoning beside reasoning_content, the server's
@@ -46,5 +48,42 @@ func TestModelsCarryContextLength(t *testing.T) {
 	if m["context_length"] != 1536.0 || m["max_model_len"] != 1536.0 || meta == nil ||
 		meta["n_ctx_train"] != float64(tiny.model.Config().MaxPositionEmbeddings) {
 		t.Fatalf("model object %s", data)
+	}
+}
+
+// An unfinished tool call at the end of generation (the issue's "<tool_call><|repo_name|>",
+// tokens of the real tokenizer) never reaches content, in chat or Responses output; a
+// named one is reported as a call.
+func TestUnterminatedToolCallIsNotContent(t *testing.T) {
+	tok := tinyTokenizer(t)
+	for _, c := range []struct {
+		output, content, call string
+	}{
+		{"The answer.\n\n<tool_call><|repo_name|>", "The answer.", ""},
+		{"<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", "", "get_weather"},
+	} {
+		p := newPipeline(tok.NewStreamDecoder(), nil, chatParser{chat.NewParser(chat.ParserOptions{ParseTools: true})})
+		x := &exchange{p: &prepared{chat: true}, callIndex: map[int]int{}, announced: map[int]bool{}}
+		b := newResponsesBuilder()
+		for _, id := range tok.Encode(c.output) {
+			ds, _ := p.push(id)
+			x.collect(ds)
+			b.push(ds)
+		}
+		ds := p.finish()
+		x.collect(ds)
+		b.push(ds)
+		b.finish("completed")
+		if x.content.String() != c.content || strings.Contains(x.content.String(), "<") {
+			t.Fatalf("%q: content %q", c.output, x.content.String())
+		}
+		if (c.call == "") != (len(x.calls) == 0) || (c.call != "" && x.calls[0].Function.Name != c.call) {
+			t.Fatalf("%q: calls %+v", c.output, x.calls)
+		}
+		for _, it := range b.items {
+			if m, ok := it.(*messageItem); ok && strings.Contains(m.Content[0].Text, "<") {
+				t.Fatalf("%q: markup in the Responses message %q", c.output, m.Content[0].Text)
+			}
+		}
 	}
 }

@@ -356,7 +356,7 @@ func (s *Server) answerResponses(x *exchange, req *responsesRequest, ctx context
 		b.finish(status)
 		r := s.responseObject(x, req, status, b.items)
 		s.finishResponse(r, x)
-		s.keepResponse(x, req)
+		s.keepResponse(x, req, b.items)
 		writeJSON(w, http.StatusOK, r)
 		return
 	}
@@ -434,7 +434,7 @@ func (s *Server) answerResponses(x *exchange, req *responsesRequest, ctx context
 	}
 	r := s.responseObject(x, req, status, b.items)
 	s.finishResponse(r, x)
-	s.keepResponse(x, req)
+	s.keepResponse(x, req, b.items)
 	b.event("response."+status, map[string]any{"response": r})
 }
 
@@ -451,8 +451,9 @@ func (s *sseWriter) namedEvent(name string, v any) error {
 	return s.flushRaw(buf)
 }
 
-// keepResponse stores the conversation so far for previous_response_id.
-func (s *Server) keepResponse(x *exchange, req *responsesRequest) {
+// keepResponse stores the conversation so far for previous_response_id, and the output
+// items for item_reference.
+func (s *Server) keepResponse(x *exchange, req *responsesRequest, output []any) {
 	if !req.store {
 		return
 	}
@@ -467,5 +468,16 @@ func (s *Server) keepResponse(x *exchange, req *responsesRequest) {
 		msg["tool_calls"] = x.calls
 	}
 	history := append(append([]json.RawMessage{}, req.history...), marshalJSON(msg))
-	s.responseStore.put(x.id, history)
+	items := map[string]inputItem{}
+	for _, it := range output {
+		switch it := it.(type) {
+		case *messageItem:
+			items[it.ID] = inputItem{kind: "message", role: "assistant", text: it.Content[0].Text}
+		case *reasoningItem:
+			items[it.ID] = inputItem{kind: "reasoning", text: it.Content[0].Text}
+		case *functionCallItem:
+			items[it.ID] = inputItem{kind: "function_call", callID: it.CallID, name: it.Name, arguments: it.Arguments}
+		}
+	}
+	s.responseStore.put(x.id, history, items)
 }

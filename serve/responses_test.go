@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"pistil/exec"
 	"pistil/models/chat"
 )
@@ -468,7 +470,8 @@ func TestResponsesFunctionCallRoundTrip(t *testing.T) {
 // Errors before the first byte are OpenAI error objects with the Responses param, also
 // for stream: true; a hosted tool is dropped, not refused.
 func TestResponsesErrors(t *testing.T) {
-	ts := startServer(t, func(c *Config) { c.Context = 256 })
+	var logged syncBuffer
+	ts := startServer(t, func(c *Config) { c.Context = 256; c.Logger = hclog.New(&hclog.LoggerOptions{Output: &logged}) })
 	base := func(extra map[string]any) map[string]any {
 		b := map[string]any{"model": testModel, "input": "hi", "max_output_tokens": 2, "stream": true}
 		for k, v := range extra {
@@ -505,6 +508,9 @@ func TestResponsesErrors(t *testing.T) {
 		"reasoning": map[string]any{"summary": "auto"}, "text": map[string]any{"verbosity": "low"}, "parallel_tool_calls": false})
 	if status != 200 {
 		t.Fatalf("accepted-and-ignored fields: %d %s", status, data)
+	}
+	if !strings.Contains(logged.String(), "hosted tools dropped") || !strings.Contains(logged.String(), `types="web_search,namespace"`) {
+		t.Fatalf("no log line for the dropped tools: %s", logged.String())
 	}
 	var r map[string]any
 	json.Unmarshal(data, &r)
@@ -583,4 +589,79 @@ func TestResponsesFailedAfterFirstByte(t *testing.T) {
 	if r["status"] != "failed" || e == nil || e["code"] != "shutting_down" || e["message"] == "" {
 		t.Fatalf("failed response %v", r)
 	}
+}
+
+// item_reference (the AI SDK's way to send its earlier steps when store is on) resolves to
+// the output items of a stored response: the same prompt as the items sent whole.
+func TestResponsesItemReference(t *testing.T) {
+	ts := startServer(t, nil)
+	first := ts.responses(t, map[string]any{"model": testModel, "input": "Question?", "max_output_tokens": 6, "temperature": 0})
+	var refs, whole []any
+	refs = append(refs, map[string]any{"role": "user", "content": "Question?"})
+	whole = append(whole, map[string]any{"role": "user", "content": "Question?"})
+	for _, it := range first["output"].([]any) {
+		item := it.(map[string]any)
+		refs = append(refs, map[string]any{"type": "item_reference", "id": item["id"]})
+		whole = append(whole, item)
+	}
+	refs = append(refs, map[string]any{"role": "user", "content": "And then?"})
+	whole = append(whole, map[string]any{"role": "user", "content": "And then?"})
+	ts.responses(t, map[string]any{"model": testModel, "input": refs, "max_output_tokens": 2})
+	byRef := ts.lastTrace(t).Prompt
+	ts.responses(t, map[string]any{"model": testModel, "input": whole, "max_output_tokens": 2})
+	if want := ts.lastTrace(t).Prompt; !reflect.DeepEqual(byRef, want) {
+		t.Fatalf("references rendered %q, the items %q", ts.tok.Decode(byRef), ts.tok.Decode(want))
+	}
+	status, hdr, data := ts.post(t, "/v1/responses", map[string]any{"model": testModel,
+		"input": []any{map[string]any{"role": "user", "content": "x"}, map[string]any{"type": "item_reference", "id": "msg_unknown"}}})
+	wantError(t, status, hdr, data, 400, "input[1].id")
+	unstored := ts.responses(t, map[string]any{"model": testModel, "input": "x", "max_output_tokens": 2, "store": false})
+	id := unstored["output"].([]any)[0].(map[string]any)["id"]
+	status, hdr, data = ts.post(t, "/v1/responses", map[string]any{"model": testModel,
+		"input": []any{map[string]any{"role": "user", "content": "x"}, map[string]any{"type": "item_reference", "id": id}}})
+	wantError(t, status, hdr, data, 400, "input[1].id")
+}
+
+// The store keeps the last responseStoreEntries responses and their items.
+func TestResponseStoreBound(t *testing.T) {
+	var st responseStore
+	for i := 0; i <= responseStoreEntries; i++ {
+		st.put(fmt.Sprintf("resp_%d", i), []json.RawMessage{json.RawMessage(`{"role":"user","content":"x"}`)},
+			map[string]inputItem{fmt.Sprintf("msg_%d", i): {kind: "message", role: "assistant", text: "y"}})
+	}
+	if _, ok := st.get("resp_0"); ok {
+		t.Fatal("the oldest response outlived the bound")
+	}
+	if _, ok := st.item("msg_0"); ok {
+		t.Fatal("the oldest response's items outlived it")
+	}
+	st.get("resp_1") // used: now the newest
+	st.put("resp_new", nil, nil)
+	if _, ok := st.get("resp_1"); !ok {
+		t.Fatal("a recently used response was evicted")
+	}
+	if _, ok := st.get("resp_2"); ok {
+		t.Fatal("the least recently used response was kept")
+	}
+	if it, ok := st.item("msg_3"); !ok || it.text != "y" {
+		t.Fatalf("item %+v %v", it, ok)
+	}
+}
+
+// syncBuffer is a log sink a test can read while handlers write to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -133,6 +133,20 @@ await check("AI SDK Responses: reasoning on request (forceReasoning + reasoningE
   assert.ok((await s.usage).outputTokenDetails.reasoningTokens > 0, "streamed usage counts the thinking");
 });
 
+await check("AI SDK Responses: a second turn from the first turn's response.messages (item references)", async () => {
+  // With store on (its default) the provider sends the earlier answer back as an
+  // item_reference to the server's output item, not as text.
+  const first = await generateText({ model: sdk(model), prompt, maxOutputTokens: 6, temperature: 0 });
+  const seen = [];
+  const fetchSpy = async (url, init) => { seen.push(JSON.parse(init.body)); return fetch(url, init); };
+  const spied = createOpenAI({ baseURL, apiKey, fetch: fetchSpy });
+  const messages = [{ role: "user", content: prompt }, ...first.response.messages, { role: "user", content: "And then?" }];
+  const second = await generateText({ model: spied(model), messages, maxOutputTokens: 4, temperature: 0 });
+  assert.ok(seen[0].input.some((i) => i.type === "item_reference"), "the client sent an item reference");
+  assert.ok(second.usage.inputTokens > first.usage.inputTokens + 6, "the first answer is in the second prompt");
+  assert.equal(second.usage.outputTokens, 4);
+});
+
 const sdkTools = (calls) => ({
   get_weather: tool({
     description: "Weather for a city", inputSchema: z.object({ city: z.string() }),
@@ -240,6 +254,30 @@ for (const [api, makeModel] of [["Responses", () => new OpenAIResponsesModel(age
     await streamed.completed;
     assert.equal(streamed.finalOutput, r.finalOutput, "streamed run == run (same seed)");
     assert.equal(deltas, r.finalOutput, "text deltas add up to the final output");
+  });
+}
+
+for (const [api, makeModel] of [["Responses", () => new OpenAIResponsesModel(agentClient, model)], ["chat", () => new OpenAIChatCompletionsModel(agentClient, model)]]) {
+  await check(`Agents SDK ${api}: the agent calls its tool (forced), then answers`, async () => {
+    if (!forced) return forcedSkip;
+    const calls = [];
+    const weather = agentTool({
+      name: "get_weather", description: "Weather for a city", parameters: z.object({ city: z.string() }),
+      execute: async ({ city }) => { calls.push(city); return `sunny in ${city}`; },
+    });
+    // The first turn is forced to call; the SDK then resets tool_choice to auto, and the
+    // answer turn must end by itself (seeds as above).
+    let r = null;
+    for (let seed = 1; seed <= 80 && !r; seed++) {
+      calls.length = 0;
+      const agent = new Agent({ name: "weather", instructions: "Answer briefly.", model: makeModel(), tools: [weather],
+        modelSettings: { toolChoice: "required", maxTokens: 48, temperature: 1, providerData: { seed } } });
+      try { r = await run(agent, "Weather in Paris?"); } catch (err) { if (!/incomplete|max/i.test(String(err))) throw err; }
+    }
+    assert.ok(r, "some seed gave an answer the model ended");
+    assert.ok(calls.length >= 1, "the tool ran");
+    assert.ok(r.newItems.some((i) => i.type === "tool_call_item") && r.newItems.some((i) => i.type === "tool_call_output_item"));
+    assert.equal(typeof r.finalOutput, "string");
   });
 }
 

@@ -9,8 +9,10 @@
 // model would (model_instructions_file, no environment/permission preambles, no web
 // search, multi-agent or goal tools): what remains is Codex's skills preamble, four
 // function tools (exec_command, write_stdin, request_user_input, view_image) and the
-// prompt, about 4K tokens. Checks: exit status 0; the answer arrives as Codex's
-// agent_message; the usage Codex reports equals what the server counted on /metrics.
+// prompt, about 4K tokens. A first turn, then `codex exec resume --last` (Codex sends the
+// first turn back as input items). Checks per turn: exit status 0; the answer arrives as
+// Codex's agent_message; the usage Codex reports (input, cached, output tokens) equals what
+// the server counted on /metrics; the resumed turn hit the prefix cache.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from "node:fs";
@@ -61,38 +63,43 @@ base_url = "${baseURL}"
 wire_api = "responses"
 env_key = "PISTIL_CODEX_KEY"
 `);
-  const before = {
+  const env = { PATH: process.env.PATH, HOME: home, CODEX_HOME: join(home, ".codex"), PISTIL_CODEX_KEY: apiKey };
+  const counters = async () => ({
     prompt: await metric("pistil_prompt_tokens_total"),
+    cached: await metric("pistil_prompt_cached_tokens_total"),
     generated: await metric("pistil_tokens_predicted_total"),
     responses: await metric('pistil_requests_total{endpoint="responses",status="200"}'),
-  };
-  const run = spawnSync(codex, ["exec", "--skip-git-repo-check", "--json", "-C", work, "Say hi."], {
-    env: { PATH: process.env.PATH, HOME: home, CODEX_HOME: join(home, ".codex"), PISTIL_CODEX_KEY: apiKey },
-    input: "", encoding: "utf8", timeout: 240_000,
   });
-  if (run.error) throw run.error;
-  const events = run.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l));
-  const fatal = events.filter((e) => e.type === "error" || e.type === "turn.failed");
-  assert.equal(run.status, 0, `codex exit status ${run.status}: ${JSON.stringify(fatal)} ${run.stderr.slice(-500)}`);
-  const message = events.find((e) => e.type === "item.completed" && e.item.type === "agent_message");
-  assert.ok(message, "an agent_message");
-  assert.ok(!message.item.text.includes("<tool_call>"), "no tool markup in the answer");
-  const done = events.find((e) => e.type === "turn.completed");
-  assert.ok(done, "turn.completed");
-  const after = {
-    prompt: await metric("pistil_prompt_tokens_total"),
-    generated: await metric("pistil_tokens_predicted_total"),
-    responses: await metric('pistil_requests_total{endpoint="responses",status="200"}'),
-  };
-  assert.equal(after.responses - before.responses, 1, "one Responses request");
-  assert.equal(done.usage.input_tokens, after.prompt - before.prompt, "Codex's input tokens == the server's");
-  assert.equal(done.usage.output_tokens, after.generated - before.generated, "Codex's output tokens == the server's");
-  console.log(`ok   codex exec over wire_api = "responses" (${done.usage.input_tokens} prompt tokens, answer of ${done.usage.output_tokens} tokens)`);
+  // One turn, then the same session resumed: Codex sends the first turn's items back.
+  // Codex reports the session's usage so far, so it is compared with the server's counts
+  // since the session began.
+  const start = await counters();
+  for (const [turn, args] of [["first turn", ["exec", "--skip-git-repo-check", "--json", "-C", work, "Say hi."]],
+    ["resumed turn", ["exec", "--skip-git-repo-check", "--json", "-C", work, "resume", "--last", "And now?"]]]) {
+    const before = await counters();
+    const run = spawnSync(codex, args, { env, input: "", encoding: "utf8", timeout: 240_000 });
+    if (run.error) throw run.error;
+    const events = run.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l));
+    const fatal = events.filter((e) => e.type === "error" || e.type === "turn.failed");
+    assert.equal(run.status, 0, `${turn}: codex exit status ${run.status}: ${JSON.stringify(fatal)} ${run.stderr.slice(-500)}`);
+    const message = events.find((e) => e.type === "item.completed" && e.item.type === "agent_message");
+    assert.ok(message, `${turn}: an agent_message`);
+    assert.ok(!message.item.text.includes("<tool_call>"), "no tool markup in the answer");
+    const done = events.find((e) => e.type === "turn.completed");
+    assert.ok(done, `${turn}: turn.completed`);
+    const after = await counters();
+    assert.equal(after.responses - before.responses, 1, `${turn}: one Responses request`);
+    assert.equal(done.usage.input_tokens, after.prompt - start.prompt, `${turn}: Codex's input tokens == the server's`);
+    assert.equal(done.usage.cached_input_tokens, after.cached - start.cached, `${turn}: Codex's cached tokens == the server's`);
+    assert.equal(done.usage.output_tokens, after.generated - start.generated, `${turn}: Codex's output tokens == the server's`);
+    if (turn === "resumed turn") assert.ok(after.cached - before.cached > 0, "the prefix cache served the first turn");
+    console.log(`ok   codex exec, ${turn}, over wire_api = "responses" (${after.prompt - before.prompt} prompt tokens, ${after.cached - before.cached} cached, answer of ${after.generated - before.generated} tokens)`);
+  }
 } catch (err) {
   failed = 1;
   console.log(`FAIL codex exec: ${err && err.stack ? err.stack : err}`);
 } finally {
   rmSync(root, { recursive: true, force: true });
 }
-console.log(`${1 - failed} passed, ${failed} failed`);
+console.log(`${failed ? 0 : 2} passed, ${failed} failed`);
 process.exit(failed);

@@ -665,3 +665,37 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Responses requests wait in the chat requests' queue: with one running and the queue
+// full, the next gets 503 server_busy with Retry-After, and the waiting one is served.
+func TestResponsesShareTheQueue(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.Queue = 1 })
+	long := map[string]any{"model": testModel, "input": "story", "max_output_tokens": 300, "ignore_eos": true}
+	var wg sync.WaitGroup
+	statuses := make([]int, 2)
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i], _, _ = ts.post(t, "/v1/responses", long)
+		}()
+		if i == 0 {
+			waitRunning(t, ts)
+		}
+	}
+	for d, _ := ts.sched.depth(); d < 1; d, _ = ts.sched.depth() {
+		time.Sleep(time.Millisecond)
+	}
+	// A chat request takes the same queue.
+	status, hdr, data := ts.post(t, "/v1/chat/completions", chatBody("x", nil))
+	e := wantError(t, status, hdr, data, 503, "")
+	if e.Error.Code == nil || *e.Error.Code != "server_busy" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("overflow: %s", data)
+	}
+	status, hdr, data = ts.post(t, "/v1/responses", map[string]any{"model": testModel, "input": "x", "stream": true})
+	wantError(t, status, hdr, data, 503, "")
+	wg.Wait()
+	if statuses[0] != 200 || statuses[1] != 200 {
+		t.Fatalf("running and queued requests: %v", statuses)
+	}
+}

@@ -75,26 +75,27 @@ type responsesRequest struct {
 }
 
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
-	body, e := s.readBody(w, r)
-	if e == nil {
-		var req *responsesRequest
-		if req, e = s.parseResponsesRequest(body); e == nil {
-			if len(req.dropped) > 0 {
-				s.cfg.Logger.Info("responses: hosted tools dropped from the prompt (a local server cannot run them)", "types", strings.Join(req.dropped, ","))
-			}
-			var p *prepared
-			if p, e = s.prepareChat(req.chat); e == nil {
-				p.idPrefix = "resp_"
-				p.answer = func(x *exchange, ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, j *job, events <-chan []outDelta) {
-					s.answerResponses(x, req, ctx, cancel, w, j, events)
-				}
-				s.execute(w, r, p)
-				return
-			}
-			e = responsesParam(e)
+	p, ok := s.prepare(w, r, func(body []byte) (*prepared, *apiError) {
+		req, e := s.parseResponsesRequest(body)
+		if e != nil {
+			return nil, e
 		}
+		if len(req.dropped) > 0 {
+			s.cfg.Logger.Info("responses: hosted tools dropped from the prompt (a local server cannot run them)", "types", strings.Join(req.dropped, ","))
+		}
+		p, e := s.prepareChat(req.chat)
+		if e != nil {
+			return nil, responsesParam(e)
+		}
+		p.idPrefix = "resp_"
+		p.answer = func(x *exchange, ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, j *job, events <-chan []outDelta) {
+			s.answerResponses(x, req, ctx, cancel, w, j, events)
+		}
+		return p, nil
+	})
+	if ok {
+		s.execute(w, r, p)
 	}
-	writeError(w, e)
 }
 
 // parseResponsesRequest validates the Responses-only structure (input items, tools,

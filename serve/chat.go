@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -20,6 +21,10 @@ type prepared struct {
 	maxTokens int
 	thinking  bool // the output starts inside <think>
 	newParser func() deltaParser
+	// answer, when set, writes the response in place of the chat and text formats (the
+	// Responses API does), with ids starting idPrefix.
+	answer   func(x *exchange, ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, j *job, events <-chan []outDelta)
+	idPrefix string
 }
 
 // readBody enforces the content type and the body limit, and reads the whole body (so
@@ -78,6 +83,9 @@ func (s *Server) prepareChat(req *chatRequest) (*prepared, *apiError) {
 		return nil, unknownModel(req.Model)
 	}
 	s.samplingDefaults.apply(&req.genRequest)
+	if req.EnableThinking == nil {
+		req.EnableThinking = s.cfg.Thinking
+	}
 	opts := chat.RenderOptions{
 		Messages:            toTemplateMessages(req.Messages),
 		AddGenerationPrompt: true,

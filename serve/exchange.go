@@ -43,9 +43,12 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, p *prepared) {
 	defer stopOnShutdown()
 
 	x := &exchange{s: s, p: p, client: r.Context(), created: time.Now().Unix(), model: s.name, callIndex: map[int]int{}, announced: map[int]bool{}}
-	if p.chat {
+	switch {
+	case p.idPrefix != "":
+		x.id = newID(p.idPrefix)
+	case p.chat:
 		x.id = newID("chatcmpl-")
-	} else {
+	default:
 		x.id = newID("cmpl-")
 	}
 	events := make(chan []outDelta, 256)
@@ -57,9 +60,12 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, p *prepared) {
 	// stream and respond return only once the engine is done with the job (or it left
 	// the queue unrun), so x.res and x.runErr are settled here.
 	defer func() { noteGeneration(w, x.res, x.runErr) }()
-	if p.gen.Stream {
+	switch {
+	case p.answer != nil:
+		p.answer(x, ctx, cancel, w, j, events)
+	case p.gen.Stream:
 		x.stream(ctx, cancel, w, j, events)
-	} else {
+	default:
 		x.respond(ctx, w, j, events)
 	}
 }
@@ -260,7 +266,7 @@ func (x *exchange) respond(ctx context.Context, w http.ResponseWriter, j *job, e
 		}
 		if x.reasoning.Len() > 0 {
 			r := x.reasoning.String()
-			msg.ReasoningContent = &r
+			msg.ReasoningContent, msg.Reasoning = &r, &r
 		}
 		writeJSON(w, http.StatusOK, chatResponse{ID: x.id, Object: "chat.completion", Created: x.created, Model: x.model,
 			Choices:           []chatChoice{{Index: 0, Message: msg, Logprobs: jsonNull, FinishReason: finish}},
@@ -401,7 +407,7 @@ func (x *exchange) chunks(ds []outDelta) []any {
 			if !x.p.chat {
 				out = append(out, x.textChunk(p, nil))
 			} else if kind == 1 {
-				out = append(out, x.chatChunk(chunkDelta{ReasoningContent: &p}, nil))
+				out = append(out, x.chatChunk(chunkDelta{ReasoningContent: &p, Reasoning: &p}, nil))
 			} else {
 				out = append(out, x.chatChunk(chunkDelta{Content: &p}, nil))
 			}

@@ -476,6 +476,10 @@ func foldChatStream(t testing.TB, data []byte) streamResult {
 						}
 						acc.args += tc.Function.Arguments
 					}
+				case "reasoning": // the same text as reasoning_content, under the newer name
+					if string(v) != string(ch.Delta["reasoning_content"]) {
+						t.Fatalf("reasoning differs from reasoning_content: %s", e.data)
+					}
 				case "role":
 				default:
 					t.Fatalf("unexpected delta key %q", k)

@@ -64,6 +64,10 @@ type Config struct {
 	// reading has its request cancelled. It also bounds reading the request body, so a
 	// client that stops sending gets a 400.
 	WriteTimeout time.Duration
+	// Thinking, when set, is whether a chat or responses request that says nothing about
+	// thinking (no reasoning_effort, reasoning.effort or enable_thinking) thinks; nil
+	// leaves it to the chat template (Qwen3.6: on).
+	Thinking *bool
 	// Logger receives the server's logs (default hclog.Default()); the server logs on
 	// its sub-loggers "http" (one access line per request) and "engine" (every engine
 	// error).
@@ -122,6 +126,8 @@ type Server struct {
 	prep chan struct{}
 	// bodyLimit is the default body limit, set by Load from the context.
 	bodyLimit atomic.Int64
+	// responseStore keeps Responses API conversations for previous_response_id.
+	responseStore responseStore
 
 	// onFinish, when set (tests), sees every finished generation.
 	onFinish func(genTrace)
@@ -265,6 +271,7 @@ func (s *Server) Handler() http.Handler {
 	for _, prefix := range []string{"/v1", ""} {
 		mux.Handle(prefix+"/chat/completions", s.post("chat.completions", s.handleChat))
 		mux.Handle(prefix+"/completions", s.post("completions", s.handleCompletions))
+		mux.Handle(prefix+"/responses", s.post("responses", s.handleResponses))
 		mux.Handle(prefix+"/models", s.get("models", s.handleModels))
 		mux.Handle(prefix+"/models/{id...}", s.get("models", s.handleModel))
 	}
@@ -336,10 +343,24 @@ type modelObject struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// The context a request may fill, under the names clients look for: context_length
+	// (OpenRouter, opencode), max_model_len (vLLM), meta.n_ctx_train (llama-server: the
+	// trained length, which may exceed what this server allocated).
+	ContextLength int       `json:"context_length"`
+	MaxModelLen   int       `json:"max_model_len"`
+	Meta          modelMeta `json:"meta"`
+}
+
+type modelMeta struct {
+	NCtxTrain int `json:"n_ctx_train"`
+	NVocab    int `json:"n_vocab"`
 }
 
 func (s *Server) modelObject(id string) modelObject {
-	return modelObject{ID: id, Object: "model", Created: s.created, OwnedBy: "pistil"}
+	capacity := s.runner.sess.Capacity()
+	return modelObject{ID: id, Object: "model", Created: s.created, OwnedBy: "pistil",
+		ContextLength: capacity, MaxModelLen: capacity,
+		Meta: modelMeta{NCtxTrain: s.model.Config().MaxPositionEmbeddings, NVocab: s.tok.VocabSize()}}
 }
 
 // modelObjects lists the served model under its name and then each alias, so a client

@@ -53,10 +53,13 @@ type chatChoice struct {
 }
 
 type responseMessage struct {
-	Role             string         `json:"role"`
-	Content          *string        `json:"content"`
-	ReasoningContent *string        `json:"reasoning_content,omitempty"`
-	ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
+	Role             string  `json:"role"`
+	Content          *string `json:"content"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	// Reasoning repeats ReasoningContent under the name newer servers and clients use
+	// (the OpenAI Agents SDK reads only this one).
+	Reasoning *string        `json:"reasoning,omitempty"`
+	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
 }
 
 type toolCallJSON struct {
@@ -94,6 +97,7 @@ type chunkDelta struct {
 	Role             string          `json:"role,omitempty"`
 	Content          *string         `json:"content,omitempty"`
 	ReasoningContent *string         `json:"reasoning_content,omitempty"`
+	Reasoning        *string         `json:"reasoning,omitempty"` // = ReasoningContent
 	ToolCalls        []toolCallChunk `json:"tool_calls,omitempty"`
 }
 

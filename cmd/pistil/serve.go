@@ -65,6 +65,7 @@ func serveCmd(args []string, stderr io.Writer, sigs <-chan os.Signal) error {
 	fs.StringVar(&cfg.ModelName, "name", "", "served model id (default: the model directory's name)")
 	fs.Var(&aliases, "alias", "further model ids to accept (comma-separated)")
 	grace := fs.Duration("grace", 30*time.Second, "on SIGTERM, how long running requests may finish before they are cancelled")
+	thinking := fs.String("thinking", "", "on|off: whether requests that say nothing about thinking think (default: the chat template's, on)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,8 +73,15 @@ func serveCmd(args []string, stderr io.Writer, sigs <-chan os.Signal) error {
 		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	cfg.AllowedHosts, cfg.CORSOrigins, cfg.Aliases = allowed, cors, aliases
-	if err := applyServerTable(fs, mf.pipeline, &cfg, grace); err != nil {
+	if err := applyServerTable(fs, mf.pipeline, &cfg, grace, thinking); err != nil {
 		return err
+	}
+	if *thinking != "" {
+		on, err := parseOnOff(*thinking)
+		if err != nil {
+			return fmt.Errorf("--thinking: %w", err)
+		}
+		cfg.Thinking = &on
 	}
 	if err := mf.resolve(); err != nil {
 		return err
@@ -171,17 +179,29 @@ type serverTable struct {
 	MaxBody       *int64   `toml:"max_body"`
 	Name          *string  `toml:"name"`
 	Grace         *string  `toml:"grace"`
+	Thinking      *string  `toml:"thinking"`
 }
 
 var serverTableKeys = map[string]string{
 	"host": "host", "port": "port", "api_key": "api-key", "queue": "queue", "cache_bytes": "cache-bytes",
 	"snapshot_every": "snapshot-every", "ctx": "ctx", "allowed_hosts": "allowed-hosts", "cors": "cors",
-	"max_body": "max-body", "name": "name", "grace": "grace",
+	"max_body": "max-body", "name": "name", "grace": "grace", "thinking": "thinking",
+}
+
+// parseOnOff reads the value of an on|off setting.
+func parseOnOff(v string) (bool, error) {
+	switch v {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("want on or off, got %q", v)
 }
 
 // applyServerTable reads [server] from the pipeline file (--pipeline, else ./pipeline.toml
 // when present) into cfg for every setting whose flag was not given.
-func applyServerTable(fs interface{ Visit(func(*flag.Flag)) }, path string, cfg *serve.Config, grace *time.Duration) error {
+func applyServerTable(fs interface{ Visit(func(*flag.Flag)) }, path string, cfg *serve.Config, grace *time.Duration, thinking *string) error {
 	if path == "" {
 		if _, err := os.Stat("pipeline.toml"); err != nil {
 			return nil
@@ -247,6 +267,12 @@ func applyServerTable(fs interface{ Visit(func(*flag.Flag)) }, path string, cfg 
 			return fmt.Errorf("%s: [server] grace: %w", path, err)
 		}
 		*grace = d
+	}
+	if use("thinking", t.Thinking != nil) {
+		if _, err := parseOnOff(*t.Thinking); err != nil {
+			return fmt.Errorf("%s: [server] thinking: %w", path, err)
+		}
+		*thinking = *t.Thinking
 	}
 	return nil
 }

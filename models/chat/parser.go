@@ -84,7 +84,9 @@ func (p *Parser) Push(text string) []Delta {
 }
 
 // Finish ends the response: held-back text is flushed as what it is (reasoning, content,
-// or the tool call parsed as far as it got; an unparseable call becomes content).
+// or the tool call parsed as far as it got). A call left open by the end of generation
+// never becomes content: with a name it is closed as a call with the arguments it got
+// (as a call cut by a stop string is), without one it is dropped.
 func (p *Parser) Finish() []Delta {
 	p.run(true)
 	switch p.state {

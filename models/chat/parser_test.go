@@ -171,6 +171,30 @@ var parserCases = []struct {
 		want: parsed{Calls: []ToolCall{call("f", `{"a": 1, "b": 2}`)}},
 	},
 	{
+		name: "call with no name left open at the end is dropped, not content",
+		opts: ParserOptions{ParseTools: true},
+		text: "answer <tool_call><|repo_name|>",
+		want: parsed{Content: "answer"},
+	},
+	{
+		name: "call cut inside its function tag is dropped",
+		opts: ParserOptions{ParseTools: true},
+		text: "<tool_call>\n<func",
+		want: parsed{},
+	},
+	{
+		name: "unparseable json call left open is dropped",
+		opts: ParserOptions{ParseTools: true},
+		text: "a\n<tool_call>\n{\"name\": \"f\", \"argu",
+		want: parsed{Content: "a"},
+	},
+	{
+		name: "named call left open after text is a call",
+		opts: ParserOptions{ParseTools: true},
+		text: "text\n\n<tool_call>\n<function=f>\n<parameter=a>\nx y",
+		want: parsed{Content: "text", Calls: []ToolCall{call("f", `{"a": "x y"}`)}},
+	},
+	{
 		name: "unterminated tool_call start flushed as text",
 		opts: ParserOptions{ParseTools: true},
 		text: "see <tool_ca",

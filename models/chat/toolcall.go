@@ -238,20 +238,22 @@ func (p *Parser) endCall(n int) {
 
 // endRawCall ends a call that is not one: its text, tags included, is content.
 func (p *Parser) endRawCall(n int) {
-	p.flushRawCall(toolCallClose)
+	p.flushRawCall()
 	p.buf = p.buf[n:]
 	p.call = nil
 	p.state = stateContent
 }
 
 // flushRawCall emits the whole unparseable call, tags included, as content.
-func (p *Parser) flushRawCall(closeTag string) {
-	p.emitContent(p.call.separator + toolCallOpen + p.call.raw.String() + closeTag)
+func (p *Parser) flushRawCall() {
+	p.emitContent(p.call.separator + toolCallOpen + p.call.raw.String() + toolCallClose)
 	p.call.raw.Reset()
 	p.call.separator = ""
 }
 
-// finishToolCall closes a call cut off by the end of generation.
+// finishToolCall closes a call cut off by the end of generation. An agent takes content
+// for the final answer, so markup of a call that never got a name (or a JSON body that
+// does not parse) is dropped rather than passed off as text.
 func (p *Parser) finishToolCall() {
 	c := p.call
 	switch {
@@ -266,8 +268,7 @@ func (p *Parser) finishToolCall() {
 	case c.mode == modeJSON && p.emitJSONCall(c.pending.String()+p.buf):
 		p.buf = ""
 	default:
-		p.consume(len(p.buf))
-		p.flushRawCall("")
+		p.buf = ""
 	}
 	p.call = nil
 	p.state = stateContent

@@ -129,14 +129,31 @@ await check("streaming without include_usage sends no usage chunk", async () => 
   }
 });
 
-await check("thinking goes to reasoning_content, never content", async () => {
-  const r = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0 });
+await check("thinking goes to reasoning_content (and reasoning), never content", async () => {
+  // The server runs with --thinking off: reasoning_effort turns it on for this request.
+  const think = { reasoning_effort: "high" };
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, ...think });
   const m = r.choices[0].message;
   assert.ok(!(m.content ?? "").includes("<think>") && !(m.content ?? "").includes("</think>"));
-  const stream = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, stream: true });
+  assert.ok(r.usage.completion_tokens_details.reasoning_tokens > 0, "reasoning_effort turned thinking on");
+  assert.equal(m.reasoning, m.reasoning_content, "reasoning repeats reasoning_content");
+  const stream = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, stream: true, ...think });
   const s = await readChatStream(stream);
   assert.equal(s.reasoning, m.reasoning_content ?? "", "streamed reasoning == non-streamed reasoning");
   assert.equal(s.content, m.content ?? "", "streamed content == non-streamed content");
+});
+
+await check("the server's thinking default (--thinking off) applies to a request that says nothing", async () => {
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0 });
+  assert.equal(r.usage.completion_tokens_details.reasoning_tokens, 0);
+  assert.equal(r.choices[0].message.reasoning_content, undefined);
+});
+
+await check("models carry the context length", async () => {
+  const one = await client.models.retrieve(model);
+  assert.equal(one.context_length, 8192, "the --ctx the server runs with");
+  assert.equal(one.max_model_len, 8192);
+  assert.ok(one.meta.n_ctx_train >= one.context_length);
 });
 
 await check("stop string cuts the output, streamed and not", async () => {

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs the OpenAI JavaScript SDK conformance script against a real `pistil serve` on a
-# tiny random model. Exits non-zero if any check fails or the server misbehaves.
+# Runs the conformance scripts against a real `pistil serve` on a tiny random model: the
+# OpenAI JavaScript SDK (conform.mjs), the agent clients (clients.mjs: AI SDK, LangChain
+# JS, OpenAI Agents SDK) and Codex CLI (codex.mjs), all from npm at the versions pinned in
+# package.json. Exits non-zero if any check fails or the server misbehaves.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -15,7 +17,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "-- installing the openai npm package"
+echo "-- installing the pinned npm packages"
 (cd "$here" && { npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error; })
 
 echo "-- building pistil"
@@ -25,8 +27,10 @@ echo "-- writing the tiny model"
 "$work/pistil" synth --preset tiny --layout mlx-q4 --seed 7 --out "$work/model" >/dev/null
 
 key="conformance-$RANDOM$RANDOM"
-"$work/pistil" serve --model "$work/model" --name tiny --port 0 --api-key "$key" --ctx 1024 \
-  --queue 8 2>"$work/server.log" &
+# --thinking off: requests that say nothing do not think (the checks turn it on where
+# they need it); --ctx 8192 fits Codex's trimmed prompt.
+"$work/pistil" serve --model "$work/model" --name tiny --port 0 --api-key "$key" --ctx 8192 \
+  --queue 8 --thinking off 2>"$work/server.log" &
 server_pid=$!
 
 # The server prints its address first, then loads the model; wait for both.
@@ -51,7 +55,10 @@ esac
 
 echo "-- running the conformance checks against $url"
 status=0
-PISTIL_URL="$url/v1" PISTIL_MODEL=tiny PISTIL_KEY="$key" node "$here/conform.mjs" || status=$?
+for script in conform.mjs clients.mjs codex.mjs; do
+  echo "-- $script"
+  PISTIL_URL="$url/v1" PISTIL_MODEL=tiny PISTIL_KEY="$key" node "$here/$script" || status=$?
+done
 
 # SIGTERM must drain and exit 0.
 kill -TERM "$server_pid"

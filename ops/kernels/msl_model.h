@@ -8,8 +8,8 @@
 //           struct out of an address space, MSL can), so a kernel cannot write its args;
 //           threadgroup variables outside a kernel's own scope are errors, as in MSL;
 //           only MSL built-ins are declared, and CUDA and libc names are poisoned.
-// PZ_EMU    the built-ins implemented by the CPU emulator (ops/kernels/emu), which
-//           defines them before including this header.
+// PZ_EMU    the built-ins implemented by the CPU emulator (ops/kernels/emu: its
+//           emu_builtins.h, included here, and emu_runtime.h, included before).
 //
 // It cannot check: the constant address space itself, that MSL rejects unqualified
 // pointer parameters, attribute spelling ([[buffer(0)]] and the position attributes are
@@ -44,7 +44,9 @@ typedef uint uint3 __attribute__((ext_vector_type(3)));
 typedef uint uint4 __attribute__((ext_vector_type(4)));
 typedef float float2 __attribute__((ext_vector_type(2)));
 typedef float float4 __attribute__((ext_vector_type(4)));
+#ifndef INFINITY
 #define INFINITY __builtin_inff()
+#endif
 
 namespace metal {
 template <typename T, typename U> T as_type(U u) {
@@ -82,7 +84,7 @@ uint simd_shuffle(uint, ushort);
 int atomic_fetch_add_explicit(threadgroup atomic_int*, int, memory_order);
 int atomic_fetch_add_explicit(device atomic_int*, int, memory_order);
 #else
-PZ_EMU_BUILTINS
+#include "emu_builtins.h"
 #endif
 } // namespace metal
 using namespace metal;

@@ -12,3 +12,8 @@
 // Nothing in this package has run on Apple hardware yet; `pistil selftest metal` is how
 // a Mac user checks it (README, Metal section).
 package metal
+
+import "errors"
+
+// ErrUnavailable is what asking for the backend answers away from a Mac with Apple silicon.
+var ErrUnavailable = errors.New("Metal is available only on macOS on Apple silicon")

@@ -25,10 +25,12 @@ type API interface {
 type CommandBuffer interface {
 	// ComputeEncoder: computeCommandEncoderWithDispatchType: (Concurrent = 1, Serial = 0).
 	ComputeEncoder(concurrent bool) ComputeEncoder
-	// WaitEvent / SignalEvent: encodeWaitForEvent:value: / encodeSignalEvent:value: on the
-	// backend's MTLSharedEvent, which chains the steps (hazard tracking is off).
-	WaitEvent(value uint64)
-	SignalEvent(value uint64)
+	// WaitForPrevious / SignalCompletion: encodeWaitForEvent:value: and
+	// encodeSignalEvent:value: on the device's MTLSharedEvent, whose value counts command
+	// buffers: each waits for the one made before it, so steps stay in order with hazard
+	// tracking off.
+	WaitForPrevious()
+	SignalCompletion()
 	// Commit: commit.
 	Commit()
 	// Wait: waitUntilCompleted, then status and error (the GPU's message on failure).
@@ -315,13 +317,11 @@ func (e *Encoder) Submit(s Step) (Ticket, error) {
 	if err != nil {
 		return Ticket{}, err
 	}
-	// Hazard tracking is off: each step waits for the one before on the shared event.
-	if e.steps > 0 {
-		cb.WaitEvent(e.steps)
-	}
+	// Hazard tracking is off: each step waits for the command buffer before it.
+	cb.WaitForPrevious()
 	e.encode(cb.ComputeEncoder(e.cfg.Concurrent), slot)
 	e.steps++
-	cb.SignalEvent(e.steps)
+	cb.SignalCompletion()
 	cb.Commit()
 	e.pending[slot] = inFlight{cb, e.steps}
 	return Ticket{step: e.steps, slot: slot}, nil
@@ -378,6 +378,20 @@ func (e *Encoder) Wait(t Ticket) error {
 	}
 	e.pending[t.slot] = inFlight{}
 	return f.cb.Wait()
+}
+
+// Drain waits for every command buffer still in flight.
+func (e *Encoder) Drain() error {
+	var first error
+	for slot, f := range e.pending {
+		if f.cb != nil {
+			e.pending[slot] = inFlight{}
+			if err := f.cb.Wait(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
 }
 
 // Token is the token the argmax of step t wrote (TokenHandoff), once t has completed.

@@ -88,8 +88,14 @@ func (c *fakeCB) ComputeEncoder(concurrent bool) ComputeEncoder {
 	c.rec("computeCommandEncoderWithDispatchType:", fmt.Sprint(map[bool]string{true: "Concurrent", false: "Serial"}[concurrent]))
 	return &fakeEncoder{cb: c}
 }
-func (c *fakeCB) WaitEvent(v uint64)   { c.rec("encodeWaitForEvent:value:", fmt.Sprint(v)) }
-func (c *fakeCB) SignalEvent(v uint64) { c.rec("encodeSignalEvent:value:", fmt.Sprint(v)) }
+
+// The event's values count command buffers: number id+1 waits for id, then signals id+1.
+func (c *fakeCB) WaitForPrevious() {
+	if c.id > 0 {
+		c.rec("encodeWaitForEvent:value:", fmt.Sprint(c.id))
+	}
+}
+func (c *fakeCB) SignalCompletion() { c.rec("encodeSignalEvent:value:", fmt.Sprint(c.id+1)) }
 func (c *fakeCB) Commit() {
 	if c.committed || c.open {
 		c.f.t.Errorf("command buffer %d committed twice or with an open encoder", c.id)
@@ -287,7 +293,7 @@ func checkRecording(t *testing.T, f *fakeAPI, p *plan.Plan, res Resources, cfg C
 	commitAt, waitAt := map[int]int{}, map[int]int{}
 	for cb := 0; cb < steps; cb++ {
 		slot := cb % cfg.InFlight
-		var dispatches, barriers, resources int
+		var dispatches, barriers, resources, waits, signals int
 		barrierPending := false
 		var encoderKind string
 		for i, c := range f.log {
@@ -297,6 +303,13 @@ func checkRecording(t *testing.T, f *fakeAPI, p *plan.Plan, res Resources, cfg C
 			switch c.name {
 			case "computeCommandEncoderWithDispatchType:":
 				encoderKind = c.arg
+				if cb > 0 && waits != 1 {
+					t.Errorf("cb %d: its encoder starts before it waits for the command buffer before it", cb)
+				}
+			case "encodeWaitForEvent:value:":
+				waits++
+			case "encodeSignalEvent:value:":
+				signals++
 			case "useResources:count:usage:":
 				resources++
 			case "memoryBarrierWithScope:":
@@ -350,6 +363,9 @@ func checkRecording(t *testing.T, f *fakeAPI, p *plan.Plan, res Resources, cfg C
 		if wantKind := map[bool]string{true: "Concurrent", false: "Serial"}[cfg.Concurrent]; encoderKind != wantKind {
 			t.Errorf("cb %d: %q encoder, want %q", cb, encoderKind, wantKind)
 		}
+		if signals != 1 || (cb > 0) != (waits == 1) || waits > 1 {
+			t.Errorf("cb %d: %d event waits and %d signals; each step waits for the one before and signals once", cb, waits, signals)
+		}
 		if resources != 1 {
 			t.Errorf("cb %d: useResources called %d times, want once per encoder", cb, resources)
 		}
@@ -383,17 +399,16 @@ func TestEncoderAblations(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var last Ticket
 			for s := 0; s < 3; s++ {
 				st := Step{Pos: s, Capacity: 64, Tokens: []int32{int32(s)}}
 				if cfg.TokenHandoff && s > 0 {
 					st.Tokens = nil
 				}
-				if last, err = e.Submit(st); err != nil {
+				if _, err := e.Submit(st); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := e.Wait(last); err != nil {
+			if err := e.Drain(); err != nil {
 				t.Fatal(err)
 			}
 			checkRecording(t, f, p, res, cfg, 3)

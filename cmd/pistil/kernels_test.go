@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -24,5 +25,19 @@ func TestKernelsPrintsEachBackendsSource(t *testing.T) {
 	}
 	if err := kernelsTo(&out, []string{"extra"}); err == nil {
 		t.Error("a stray argument gave no error")
+	}
+}
+
+// Away from a Mac, the self-test says why it cannot run; a wrong backend is a usage error.
+func TestSelftestAnswersOffMac(t *testing.T) {
+	if runtime.GOOS == "darwin" {
+		t.Skip("on a Mac the self-test runs for real")
+	}
+	var out bytes.Buffer
+	if err := selftestTo(&out, []string{"metal"}); err == nil || err.Error() != "Metal is available only on macOS on Apple silicon" {
+		t.Errorf("selftest metal: %v", err)
+	}
+	if err := selftestTo(&out, []string{"cuda"}); err == nil || !strings.Contains(err.Error(), "selftest metal") {
+		t.Errorf("selftest cuda: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"pistil/ops/kernels"
+	"pistil/pipeline"
 	"pistil/plan"
 )
 
@@ -398,4 +399,10 @@ func (e *Encoder) Drain() error {
 func (e *Encoder) Token(t Ticket) int32 {
 	next := e.res.Steps[(t.slot+1)%e.cfg.InFlight].Contents()
 	return int32(binary.LittleEndian.Uint32(next[16:]))
+}
+
+// ConfigOf is the encoder configuration of pipeline.toml's [metal] table (validated by
+// package pipeline).
+func ConfigOf(m pipeline.Metal) Config {
+	return Config{Concurrent: m.Encoder != "serial", PlanBarriers: m.Barriers != "every", InFlight: m.InFlight, TokenHandoff: m.TokenHandoff}
 }

@@ -468,3 +468,15 @@ func TestEncoderRefusesBadSetups(t *testing.T) {
 		t.Errorf("a kernel missing from the library: %v", err)
 	}
 }
+
+// pipeline.toml's [metal] defaults are the fast configuration, and each key maps to its
+// switch.
+func TestConfigOfPipeline(t *testing.T) {
+	if got := ConfigOf(pipeline.Default().Metal); got != DefaultConfig {
+		t.Errorf("default [metal] gives %+v, want %+v", got, DefaultConfig)
+	}
+	got := ConfigOf(pipeline.Metal{Encoder: "serial", Barriers: "every", InFlight: 1, TokenHandoff: false})
+	if want := (Config{Concurrent: false, PlanBarriers: false, InFlight: 1}); got != want {
+		t.Errorf("every switch off gives %+v, want %+v", got, want)
+	}
+}

@@ -144,7 +144,7 @@ func (m *Memory) Put(b []byte) uint64 {
 	return a
 }
 
-// Bytes is the n bytes at device address addr (aliasing the image).
+// Bytes is the n bytes at device address addr (aliasing the image until the next Alloc).
 func (m *Memory) Bytes(addr uint64, n int) []byte {
 	off := int(addr - Base)
 	return m.data[off : off+n]
@@ -152,7 +152,7 @@ func (m *Memory) Bytes(addr uint64, n int) []byte {
 
 // Launch is one dispatch: a kernel, its grid of threadgroups, threads per group and its
 // args struct (one of package kernels' args types, sent as its Go bytes: the layouts
-// are tested equal).
+// are tested equal), or those bytes already laid out.
 type Launch struct {
 	Kernel  string
 	Grid    [3]int
@@ -168,7 +168,7 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// Run executes the launches in order on mem and replaces mem's image with the result.
+// Run executes the launches in order on mem and writes the result into mem's image.
 // An emulator-detected fault (divergent barrier, deadlock, a bad launch) is an error
 // that names the kernel, the group and the source line.
 func (m *Machine) Run(mem *Memory, launches []Launch, opt Options) error {
@@ -224,15 +224,18 @@ func (m *Machine) Run(mem *Memory, launches []Launch, opt Options) error {
 	if out.Len() != len(mem.data) {
 		return fmt.Errorf("emulator returned %d bytes of memory, want %d", out.Len(), len(mem.data))
 	}
-	mem.data = out.Bytes()
+	copy(mem.data, out.Bytes()) // in place: slices of the image stay valid
 	return nil
 }
 
 // argBytes is an args struct's memory as Go lays it out (zeroed padding).
 func argBytes(a any) ([]byte, error) {
 	v := reflect.ValueOf(a)
+	if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Uint8 {
+		return v.Bytes(), nil // already laid out (a backend's encoded args)
+	}
 	if v.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("args of type %T: want a struct", a)
+		return nil, fmt.Errorf("args of type %T: want a struct or its bytes", a)
 	}
 	p := reflect.New(v.Type())
 	p.Elem().Set(v)

@@ -6,11 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"pistil/gpu"
 	"pistil/graph"
 	"pistil/internal/fixtures"
 	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
+	"pistil/ops/kernels"
 	"pistil/passes"
 	"pistil/pipeline"
 	"pistil/plan"
@@ -167,7 +169,11 @@ func (addressLowering) Lower(d *plan.Dispatch, args, results []Operand, steps ui
 	return [][]Launch{{{Kernel: "k_" + d.Op, Grid: [3]int{max(d.Grid[0], 1), max(d.Grid[1], 1), max(d.Grid[2], 1)}, Threads: 256, Args: b}}}, nil
 }
 
-func tinyPlans(t *testing.T) []*plan.Plan {
+func tinyPlans(t *testing.T) []*plan.Plan { return tinyPlansFor(t, "") }
+
+// tinyPlansFor compiles the tiny golden model's decode and prefill (16 tokens) plans for
+// a backend's target ("": the CPU's).
+func tinyPlansFor(t *testing.T, backend string) []*plan.Plan {
 	t.Helper()
 	ck, err := checkpoint.Open(fixtures.Golden("mlx-q4"))
 	if err != nil {
@@ -183,7 +189,7 @@ func tinyPlans(t *testing.T) []*plan.Plan {
 		t.Fatal(err)
 	}
 	var out []*plan.Plan
-	for _, ph := range []passes.Phase{{Name: "decode", Tokens: 1}, {Name: "prefill", Tokens: 16, LastLogitsOnly: true}} {
+	for _, ph := range []passes.Phase{{Name: "decode", Tokens: 1, Backend: backend}, {Name: "prefill", Tokens: 16, LastLogitsOnly: true, Backend: backend}} {
 		p, err := passes.Compile(g, ops.Default, ph, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -204,7 +210,12 @@ func fixture(t *testing.T, p *plan.Plan, inFlight int) (*fakeAPI, Resources) {
 		addr := uint64(b.ID+1) << 32
 		switch b.Kind {
 		case plan.Weight:
-			res.Weights[b.ID] = Operand{Addr: addr}
+			code, _ := dtypeCode(b.Type.DType)
+			w := kernels.Weight{Data: addr, DType: code}
+			if b.Type.DType.Quantized() {
+				w.Scales, w.Biases, w.Group = addr+1<<30, addr+3<<29, int32(b.Type.Group)
+			}
+			res.Weights[b.ID] = Operand{Addr: addr, W: w}
 		case plan.Input:
 		default:
 			fb := &fakeBuffer{addr: addr, data: make([]byte, b.Size(64))}
@@ -277,7 +288,13 @@ func TestEncoderRecordsThePlan(t *testing.T) {
 	}
 }
 
+// checkRecording checks the recorded calls of steps command buffers; with the address
+// lowering it also checks every operand's address.
 func checkRecording(t *testing.T, f *fakeAPI, p *plan.Plan, res Resources, cfg Config, steps int) {
+	checkCalls(t, f, p, res, cfg, steps, true)
+}
+
+func checkCalls(t *testing.T, f *fakeAPI, p *plan.Plan, res Resources, cfg Config, steps int, addrs bool) {
 	t.Helper()
 	if f.cbs != steps {
 		t.Fatalf("%d command buffers for %d steps", f.cbs, steps)
@@ -333,6 +350,9 @@ func checkRecording(t *testing.T, f *fakeAPI, p *plan.Plan, res Resources, cfg C
 					t.Errorf("cb %d: dispatch %d (%s): barrier before it %v, want %v", cb, dispatches, d.Op, barrierPending, want)
 				}
 				want := wantAddrs(p, d, res, slot)
+				if !addrs {
+					want = nil
+				}
 				for k, w := range want {
 					if got := binary.LittleEndian.Uint64(c.args[8*k:]); got != w {
 						t.Errorf("cb %d: dispatch %d (%s) operand %d bound at %#x, want %#x", cb, dispatches, d.Op, k, got, w)
@@ -478,5 +498,57 @@ func TestConfigOfPipeline(t *testing.T) {
 	got := ConfigOf(pipeline.Metal{Encoder: "serial", Barriers: "every", InFlight: 1, TokenHandoff: false})
 	if want := (Config{Concurrent: false, PlanBarriers: false, InFlight: 1}); got != want {
 		t.Errorf("every switch off gives %+v, want %+v", got, want)
+	}
+}
+
+// Driven by the shared GPU lowering over plans compiled for Metal, the encoder launches
+// exactly the plan's dispatches: each one's kernel, grid and group size as the plan's
+// select-kernels pass recorded them, in plan order, one launch each.
+func TestEncoderLaunchesTheMetalPlan(t *testing.T) {
+	for _, p := range tinyPlansFor(t, "metal") {
+		t.Run(p.Phase, func(t *testing.T) {
+			f, res := fixture(t, p, 2)
+			for _, d := range p.Dispatches {
+				if d.Kernel == "" {
+					t.Fatalf("dispatch %d (%s) has no kernel: was the plan compiled for metal?", d.Index, d.Op)
+				}
+				f.kernels[d.Kernel] = true
+			}
+			cfg := DefaultConfig
+			cfg.TokenHandoff = p.Tokens == 1
+			e, err := NewEncoder(f, cfg, p, res, GPULowering{Target: gpu.Metal, Bind: graph.Bindings{T: p.Tokens, N: 64}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Submit(Step{Pos: 3, Capacity: 64, Tokens: make([]int32, p.Tokens)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Drain(); err != nil {
+				t.Fatal(err)
+			}
+			var kernelsSeen []string
+			var grids [][3]int
+			var threads []string
+			for _, c := range f.log {
+				switch {
+				case c.cb != 0:
+				case c.name == "setComputePipelineState:":
+					kernelsSeen = append(kernelsSeen, c.arg)
+				case c.name == "dispatchThreadgroups:threadsPerThreadgroup:":
+					grids = append(grids, c.grid)
+					threads = append(threads, c.arg)
+				}
+			}
+			n := len(p.Dispatches)
+			if len(kernelsSeen) != n+map[bool]int{true: 1}[cfg.TokenHandoff] {
+				t.Fatalf("%d launches for %d dispatches", len(kernelsSeen), n)
+			}
+			for i, d := range p.Dispatches {
+				if kernelsSeen[i] != d.Kernel || grids[i] != d.Grid || threads[i] != fmt.Sprint(d.Block) {
+					t.Errorf("dispatch %d (%s): launched %s grid %v x %s, the plan says %s grid %v x %d", i, d.Op, kernelsSeen[i], grids[i], threads[i], d.Kernel, d.Grid, d.Block)
+				}
+			}
+			checkCalls(t, f, p, res, cfg, 1, false)
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"math"
 	"math/rand/v2"
 
 	"pistil/graph"
@@ -100,6 +101,26 @@ func matvecFused(e *env, a kernels.MatvecArgs, maxM, ys int) []Launch {
 }
 
 func q4w(w operand) kernels.Weight { return w.w }
+
+// partials is attention_partial output for attention_merge: per range a max, a positive
+// sum and an output row; the last range of each row empty (max -inf, nothing summed).
+func partials(r *rand.Rand, T, NH, S, D int) *ops.Tensor {
+	t := randF32(r, T, NH, S, D+2)
+	p := t.F32()
+	for row := 0; row < T*NH; row++ {
+		for s := 0; s < S; s++ {
+			e := p[(row*S+s)*(D+2):][:D+2]
+			e[1] = 1 + float32(r.Float64())*5
+			if s == S-1 {
+				e[0], e[1] = float32(math.Inf(-1)), 0
+				for i := range e[2:] {
+					e[2+i] = 0
+				}
+			}
+		}
+	}
+	return t
+}
 
 func cases() []kcase {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -291,10 +312,14 @@ func cases() []kcase {
 			in: []*ops.Tensor{randF32(r, 3, 8, headD), cache(graph.F32, 16, 1, headD), cache(graph.F32, 16, 1, headD)}, C: 7, launch: attentionGQA(0.125, 1)},
 		{name: "attention_gqa decode bf16 cache", op: "attention", attrs: graph.Attrs{"scale": 0.125},
 			in: []*ops.Tensor{randF32(r, 1, 8, headD), cache(graph.BF16, 48, 1, headD), cache(graph.BF16, 48, 1, headD)}, C: 40, launch: attentionGQA(0.125, 1)},
-		// Launched with 4 key ranges as CUDA would for decode: without a device-scope
-		// fence (GRID_FENCE 0) the Metal kernel must still give the whole answer.
-		{name: "attention_gqa splits ignored on Metal", op: "attention", attrs: graph.Attrs{"scale": 0.125},
-			in: []*ops.Tensor{randF32(r, 1, 8, headD), cache(graph.F32, 48, 1, headD), cache(graph.F32, 48, 1, headD)}, C: 33, launch: attentionGQA(0.125, 4)},
+		// Decode attention split over key ranges (the plan's split-attention), through the
+		// shared GPU lowering: attention_gqa writes each range's partial state (8-key tiles
+		// on Metal inside 16-key ranges), attention_merge combines them.
+		{name: "attention_partial decode", op: "attention_partial", attrs: graph.Attrs{"scale": 0.125, "splits": 4, "key_block": kernels.AttnKeyBlock},
+			in: []*ops.Tensor{randF32(r, 1, 8, headD), cache(graph.F32, 80, 1, headD), cache(graph.F32, 80, 1, headD)}, C: 70},
+		{name: "attention_partial 2 tokens bf16", op: "attention_partial", attrs: graph.Attrs{"scale": 0.125, "splits": 3, "key_block": kernels.AttnKeyBlock},
+			in: []*ops.Tensor{randF32(r, 2, 8, headD), cache(graph.BF16, 40, 1, headD), cache(graph.BF16, 40, 1, headD)}, C: 20},
+		{name: "attention_merge", op: "attention_merge", in: []*ops.Tensor{partials(r, 2, 8, 5, headD)}},
 		{name: "attention_gqa 2 kv heads D 256", op: "attention", attrs: graph.Attrs{"scale": 0.0625},
 			in: []*ops.Tensor{randF32(r, 2, 4, 256), cache(graph.F32, 12, 2, 256), cache(graph.F32, 12, 2, 256)}, C: 9, launch: attentionGQA(0.0625, 1)},
 		{name: "conv1d bf16 state", op: "conv1d", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}, launch: conv(0)},

@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"fmt"
 	"sort"
 	"testing"
 
@@ -17,11 +18,15 @@ import (
 var noKernel = map[string]bool{"input": true, "weight": true, "state": true, "reshape": true, "select": true, "last_row": true}
 
 // Every op of the tiny golden model's decode and prefill plans, with every fusion on and
-// with -O0, has an emulator case: the emulated kernels cover both plans.
+// with -O0, compiled for the CPU and for Metal, has an emulator case, and every kernel the
+// Metal plans launch is launched by one: the emulated kernels cover both plans.
 func TestCasesCoverThePlans(t *testing.T) {
-	covered := map[string]bool{}
+	covered, launched := map[string]bool{}, map[string]bool{}
 	for _, c := range cases() {
 		covered[c.op] = true
+	}
+	for _, k := range kernelsOfCases(t) {
+		launched[k] = true
 	}
 	ck, err := checkpoint.Open(fixtures.Golden("mlx-q4"))
 	if err != nil {
@@ -41,14 +46,20 @@ func TestCasesCoverThePlans(t *testing.T) {
 		name string
 		c    passes.Config
 	}{{"default", full}, {"-O0", passes.O0()}} {
-		for _, phase := range []passes.Phase{{Name: "decode", Tokens: 1}, {Name: "prefill", Tokens: 64, LastLogitsOnly: true}} {
-			p, err := passes.Compile(g, ops.Default, phase, cfg.c)
-			if err != nil {
-				t.Fatalf("%s %s: %v", cfg.name, phase.Name, err)
-			}
-			for _, d := range p.Dispatches {
-				if !noKernel[d.Op] && !covered[d.Op] {
-					missing[d.Op] = append(missing[d.Op], cfg.name+" "+phase.Name)
+		for _, backend := range []string{"", "metal"} {
+			for _, phase := range []passes.Phase{{Name: "decode", Tokens: 1, Backend: backend}, {Name: "prefill", Tokens: 64, LastLogitsOnly: true, Backend: backend}} {
+				p, err := passes.Compile(g, ops.Default, phase, cfg.c)
+				if err != nil {
+					t.Fatalf("%s %s %s: %v", cfg.name, backend, phase.Name, err)
+				}
+				where := fmt.Sprintf("%s %s %s", cfg.name, phase.Name, map[string]string{"": "cpu", "metal": "metal"}[backend])
+				for _, d := range p.Dispatches {
+					if !noKernel[d.Op] && !covered[d.Op] {
+						missing[d.Op] = append(missing[d.Op], where)
+					}
+					if backend == "metal" && !launched[d.Kernel] {
+						missing["kernel "+d.Kernel] = append(missing["kernel "+d.Kernel], where)
+					}
 				}
 			}
 		}
@@ -59,7 +70,7 @@ func TestCasesCoverThePlans(t *testing.T) {
 	}
 	sort.Strings(ops)
 	for _, op := range ops {
-		t.Errorf("op %s (in the %v plans) has no emulator case", op, uniq(missing[op]))
+		t.Errorf("%s (in the %v plans) has no emulator case", op, uniq(missing[op]))
 	}
 }
 

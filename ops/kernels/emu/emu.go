@@ -1,10 +1,11 @@
 // Package emu runs the Metal translation of pistil's kernels on the CPU, under an
 // emulation of Metal's execution model, so that they can be tested on machines without
-// a Mac: each threadgroup is its threads as real OS threads with real barriers, 32-lane
-// SIMD groups exchange values through simd_sum/max/shuffle/shuffle_xor, and threadgroup
-// memory is shared by the group. One thread runs at a time, switching only at barriers
-// and SIMD operations in a fixed order, so races and divergent barriers fail the same
-// way on every run (emu_runtime.h says how).
+// a Mac: every thread of a threadgroup is its own execution context (stack and
+// registers), barriers really block until the whole group arrives, 32-lane SIMD groups
+// exchange values through simd_sum/max/shuffle/shuffle_xor, and threadgroup memory is
+// shared by the group. One thread runs at a time, switching only at barriers and SIMD
+// operations in a fixed order, so races and divergent barriers fail the same way on
+// every run (emu_runtime.h says how).
 //
 // Build compiles an MSL source (kernels.MetalSource, or a deliberately broken variant)
 // with the MSL model header (kernels.MSLModel, PZ_EMU mode) and the emulator's runtime
@@ -215,6 +216,9 @@ func (m *Machine) Run(mem *Memory, launches []Launch, opt Options) error {
 	cmd.Stdin = &job
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if os.Getenv("PISTIL_EMU_TRACE") != "" {
+		cmd.Stderr = os.Stderr
+	}
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("emulator ran past %v (a kernel that never ends?)", timeout)

@@ -27,46 +27,63 @@ struct Reader {
 	uint32_t u32() { uint32_t v; memcpy(&v, take(4), 4); return v; }
 };
 
+// The launch being run: what each thread's context starts with.
+struct Running {
+	const Entry* e;
+	const unsigned char* args;
+	uint3 ngroups;
+};
+inline Running running;
+
+inline void thread_entry(int i) {
+	Sched& s = *sched;
+	uint3 gid;
+	gid.x = s.gx; gid.y = s.gy; gid.z = s.gz;
+	running.e->run(running.args, gid, running.ngroups, (uint)i, (uint)s.n, (uint)i % 32, (uint)i / 32, (uint)s.n / 32);
+	finish();
+}
+
 inline void run_launch(const Entry& e, const unsigned char* args_in, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t n, bool reverse) {
 	if (n < 32 || n > 1024 || n % 32 != 0) fail("%s: %u threads per group (the kernels assume a multiple of the SIMD width 32, at most 1024)", e.name, n);
 	if ((uint64_t)gx * gy * gz == 0 || (uint64_t)gx * gy * gz > (1u << 22)) fail("%s: grid %ux%ux%u", e.name, gx, gy, gz);
 	alignas(64) static unsigned char args[4096];
 	if (e.args > sizeof args) fail("%s: %zu bytes of args", e.name, e.args);
 	memcpy(args, args_in, e.args);
+	static std::vector<std::unique_ptr<Thread>> pool; // stacks kept across launches
+	while (pool.size() < n) {
+		auto t = std::make_unique<Thread>();
+		t->stack = mmap(nullptr, stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (t->stack == MAP_FAILED) fail("cannot map a thread stack: %s", strerror(errno));
+		pool.push_back(std::move(t));
+	}
 	Sched s;
 	s.n = (int)n;
 	s.nsimd = (int)n / 32;
 	s.reverse = reverse;
 	s.kernel = e.name;
 	s.simd.resize(s.nsimd);
-	for (uint32_t i = 0; i < n; i++) s.th.push_back(std::make_unique<Thread>());
+	for (uint32_t i = 0; i < n; i++) s.th.push_back(std::move(pool[i]));
 	sched = &s;
-	uint64_t groups = (uint64_t)gx * gy * gz;
-	std::vector<std::thread> pool;
-	for (uint32_t i = 0; i < n; i++) {
-		pool.emplace_back([&s, &e, i, n, groups, gx, gy, gz] {
-			self = (int)i;
-			for (uint64_t k = 0; k < groups; k++) {
-				s.th[i]->go.acquire();
-				uint3 gid, ng;
-				gid.x = s.gx; gid.y = s.gy; gid.z = s.gz;
-				ng.x = gx; ng.y = gy; ng.z = gz;
-				e.run(args, gid, ng, i, n, i % 32, i / 32, n / 32);
-				finish();
-			}
-		});
-	}
+	running = Running{&e, args, {}};
+	running.ngroups.x = gx; running.ngroups.y = gy; running.ngroups.z = gz;
 	for (uint32_t z = 0; z < gz; z++) for (uint32_t y = 0; y < gy; y++) for (uint32_t x = 0; x < gx; x++) {
-		for (auto& t : s.th) t->state = Runnable;
+		for (uint32_t i = 0; i < n; i++) {
+			Thread& t = *s.th[i];
+			t.state = Runnable;
+			getcontext(&t.ctx);
+			t.ctx.uc_stack.ss_sp = t.stack;
+			t.ctx.uc_stack.ss_size = stack_bytes;
+			t.ctx.uc_link = nullptr;
+			makecontext(&t.ctx, (void (*)())thread_entry, 1, (int)i);
+		}
 		for (auto& sg : s.simd) { sg.arrived = 0; sg.line = 0; }
 		s.done = 0;
 		s.bar_arrived = 0;
 		s.gx = x; s.gy = y; s.gz = z;
-		s.current = reverse ? (int)n - 1 : 0;
-		s.th[s.current]->go.release();
-		s.group_done.acquire();
+		self = reverse ? (int)n - 1 : 0;
+		swapcontext(&s.main_ctx, &s.th[self]->ctx);
 	}
-	for (auto& t : pool) t.join();
+	for (uint32_t i = 0; i < n; i++) pool[i] = std::move(s.th[i]);
 	sched = nullptr;
 }
 
@@ -86,6 +103,7 @@ inline int host_main(const Entry* entries, size_t n_entries) {
 	if (mem != (void*)base) fail("cannot map device memory at %#llx: %s", (unsigned long long)base, strerror(errno));
 	memcpy(mem, r.take(size), size);
 	uint32_t launches = r.u32();
+	bool trace = getenv("PISTIL_EMU_TRACE") != nullptr; // one line per launch, to find a slow or stuck one
 	for (uint32_t l = 0; l < launches; l++) {
 		uint32_t len = r.u32();
 		std::string name((const char*)r.take(len), len);
@@ -95,6 +113,7 @@ inline int host_main(const Entry* entries, size_t n_entries) {
 		for (size_t i = 0; i < n_entries; i++) if (name == entries[i].name) e = &entries[i];
 		if (!e) fail("launch %u: no kernel %s", l, name.c_str());
 		if (alen != e->args) fail("launch %u: %s takes %zu bytes of args, got %u", l, name.c_str(), e->args, alen);
+		if (trace) fprintf(stderr, "emulator: launch %u %s grid %ux%ux%u x %u\n", l, e->name, gx, gy, gz, threads);
 		run_launch(*e, args, gx, gy, gz, threads, reverse);
 	}
 	for (size_t off = 0; off < size;) {

@@ -1,17 +1,19 @@
 // The CPU emulator of Metal's execution model that runs pistil's generated MSL on Linux
 // (package pistil/ops/kernels/emu builds it with clang++ and drives it).
 //
-// A threadgroup is GROUP_SIZE real OS threads. Exactly one of them runs at a time: a
-// thread runs until it reaches a threadgroup barrier or a SIMD-group operation, where it
-// waits until every thread of the group (or every lane of its 32-lane SIMD group) has
-// arrived, and hands the processor to the next runnable thread (ascending thread index,
-// or descending with the reverse schedule). So every interleaving is deterministic: a
-// missing barrier shows up as a read of memory another thread has not written yet, on
-// every run, not once in a while. Threadgroup memory is the kernels' function-static
-// storage (groups run one after another). The emulator stops with a message naming the
-// source line when the threads of a group meet at different barriers, when a barrier or
-// SIMD operation is reached after some of its threads returned, or when no thread can run
-// (deadlock).
+// Each thread of a threadgroup is its own execution context, with its own stack and
+// registers (a ucontext), and the threads of a group interleave only at threadgroup
+// barriers and SIMD-group operations: a thread runs until it reaches one, where it waits
+// until every thread of the group (or every lane of its 32-lane SIMD group) has arrived,
+// and the next runnable thread (ascending thread index, or descending with the reverse
+// schedule) continues. Every interleaving is therefore deterministic: a missing barrier
+// shows up as a read of memory another thread has not written yet, on every run, not
+// once in a while. (An earlier version ran each thread on its own OS thread with the same
+// one-at-a-time schedule: the same semantics, a hundred times slower to switch.)
+// Threadgroup memory is the kernels' function-static storage (groups run one after
+// another). The emulator stops with a message naming the source line when the threads
+// of a group meet at different barriers, when a barrier or SIMD operation is reached
+// after some of its threads returned, or when no thread can run (deadlock).
 #pragma once
 #include <cmath>
 #include <cstdarg>
@@ -20,11 +22,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <semaphore>
 #include <string>
-#include <thread>
 #include <vector>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 namespace pz_emu {
@@ -45,9 +46,12 @@ enum State { Runnable, Waiting, Done };
 enum SimdOp { OpSum, OpMax, OpXor, OpShuffle, OpBarrier };
 
 struct Thread {
-	std::binary_semaphore go{0};
+	ucontext_t ctx;
+	void* stack = nullptr;
 	State state = Runnable;
 };
+
+constexpr size_t stack_bytes = 256 << 10;
 
 struct Simd {
 	int arrived = 0, line = 0, op = 0;
@@ -61,14 +65,21 @@ struct Sched {
 	bool reverse = false;
 	std::vector<std::unique_ptr<Thread>> th;
 	std::vector<Simd> simd;
-	int bar_arrived = 0, bar_line = 0, done = 0, current = 0;
-	std::binary_semaphore group_done{0};
+	int bar_arrived = 0, bar_line = 0, done = 0;
+	ucontext_t main_ctx; // the host, which runs the groups one after another
 	const char* kernel = "";
 	unsigned gx = 0, gy = 0, gz = 0;
 };
 
 inline Sched* sched;
-inline thread_local int self = -1;
+inline int self = -1; // the emulated thread running now
+
+// switch_to runs thread next, saving the caller's context in from (when it will resume).
+inline void switch_to(ucontext_t* from, int next) {
+	self = next;
+	if (from) swapcontext(from, &sched->th[next]->ctx);
+	else setcontext(&sched->th[next]->ctx);
+}
 
 // next_runnable is the thread to run after `from` (which is not runnable), or -1.
 inline int next_runnable(int from) {
@@ -101,9 +112,7 @@ inline void wait() {
 	s.th[self]->state = Waiting;
 	int next = next_runnable(self);
 	if (next < 0) deadlock();
-	s.current = next;
-	s.th[next]->go.release();
-	s.th[self]->go.acquire();
+	if (next != self) switch_to(&s.th[self]->ctx, next);
 }
 
 inline void group_barrier(int line) {
@@ -170,22 +179,19 @@ inline uint64_t simd(int op, bool is_int, uint64_t v, uint64_t arg, int line) {
 	return sg.out[lane];
 }
 
-// finish marks the caller's kernel invocation returned and runs the next thread.
-inline void finish() {
+// finish marks the caller's kernel invocation returned and runs the next thread; it does
+// not return.
+[[noreturn]] inline void finish() {
 	Sched& s = *sched;
 	s.th[self]->state = Done;
 	s.done++;
 	int g = self / 32;
 	if (s.simd[g].arrived > 0) fail("%s group (%u,%u,%u): thread %d returned while lanes of its SIMD group wait at the SIMD op of line %d", s.kernel, s.gx, s.gy, s.gz, self, s.simd[g].line);
 	if (s.bar_arrived > 0) fail("%s group (%u,%u,%u): thread %d returned while %d threads wait at the barrier of line %d", s.kernel, s.gx, s.gy, s.gz, self, s.bar_arrived, s.bar_line);
-	if (s.done == s.n) {
-		s.group_done.release();
-		return;
-	}
+	if (s.done == s.n) setcontext(&s.main_ctx); // the group is over: back to the host
 	int next = next_runnable(self);
 	if (next < 0) deadlock();
-	s.current = next;
-	s.th[next]->go.release();
+	switch_to(nullptr, next); // this thread's context is finished; it is remade per group
 }
 
 } // namespace pz_emu

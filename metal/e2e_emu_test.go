@@ -111,7 +111,9 @@ func TestTinyModelOnTheEmulator(t *testing.T) {
 	pre, dec := compile(T), compile(1)
 	preRes, preLogits := bind(pre)
 	decRes, decLogits := bind(dec)
-	low := func(p *plan.Plan) Lowering { return GPULowering{Target: gpu.Metal, Bind: graph.Bindings{T: p.Tokens, N: N}} }
+	low := func(p *plan.Plan) Lowering {
+		return GPULowering{Target: gpu.Metal, Bind: graph.Bindings{T: p.Tokens, N: N}}
+	}
 	encPre, err := NewEncoder(api, Config{Concurrent: true, PlanBarriers: true, InFlight: 1}, pre, preRes, low(pre))
 	if err != nil {
 		t.Fatal(err)

@@ -237,20 +237,24 @@ func wrapBuffer(id objc.ID, n int64) *buffer {
 	return &buffer{id: id, addr: uint64(send(id, selGPUAddress)), data: unsafe.Slice((*byte)(p), n)}
 }
 
-// mapViews wraps a mapped region (mmap'd file bytes) in no-copy views covering the spans
-// (PlanViews) and returns them with the view and offset of each span.
-func (d *device) mapViews(region []byte, spans []Span, page int64) ([]*buffer, []int, []int64, error) {
-	views, err := PlanViews(int64(len(region)), spans, int64(d.info.MaxBufferLength), page)
+// mapViews wraps size bytes of mapped memory at base (page-aligned: a Region) in no-copy
+// views covering the spans (PlanViews) and returns them with the view and offset of each
+// span.
+func (d *device) mapViews(base unsafe.Pointer, size int64, spans []Span, page int64) ([]*buffer, []int, []int64, error) {
+	views, err := PlanViews(size, spans, int64(d.info.MaxBufferLength), page)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if uintptr(unsafe.Pointer(&region[0]))%uintptr(page) != 0 {
-		return nil, nil, nil, fmt.Errorf("metal: mapped region at %p is not %d-byte aligned", &region[0], page)
+	if uintptr(base)%uintptr(page) != 0 {
+		return nil, nil, nil, fmt.Errorf("metal: mapped region at %p is not %d-byte aligned", base, page)
 	}
 	var bufs []*buffer
 	for _, v := range views {
-		b, err := d.newNoCopyBuffer(unsafe.Add(unsafe.Pointer(&region[0]), v.Off), v.Len)
+		b, err := d.newNoCopyBuffer(unsafe.Add(base, v.Off), v.Len)
 		if err != nil {
+			for _, made := range bufs {
+				send(made.id, selRelease)
+			}
 			return nil, nil, nil, err
 		}
 		bufs = append(bufs, b)

@@ -17,7 +17,9 @@ type Report struct {
 	Pipelines any            `json:"pipelines,omitempty"`
 	Checks    []Check        `json:"checks"`
 	Skipped   []SkippedCheck `json:"skipped"`
-	Result    string         `json:"result"` // PASS or FAIL
+	// Speed holds measured numbers (tok/s) on the model given, this machine only.
+	Speed  map[string]float64 `json:"speed,omitempty"`
+	Result string             `json:"result"` // PASS or FAIL
 }
 
 // Check is one self-test step.
@@ -33,7 +35,8 @@ type SkippedCheck struct {
 	Reason string `json:"reason"`
 }
 
-func (r *Report) add(name string, err error, detail string) bool {
+// Add records a check: passed when err is nil, else failed with err's text.
+func (r *Report) Add(name string, err error, detail string) bool {
 	c := Check{Name: name, Pass: err == nil, Detail: detail}
 	if err != nil {
 		c.Detail = err.Error()
@@ -42,7 +45,11 @@ func (r *Report) add(name string, err error, detail string) bool {
 	return err == nil
 }
 
-func (r *Report) finish() {
+// Skip records a check that could not run, and why.
+func (r *Report) Skip(name, reason string) { r.Skipped = append(r.Skipped, SkippedCheck{name, reason}) }
+
+// Finish sets Result: PASS when every check passed.
+func (r *Report) Finish() {
 	r.Result = "PASS"
 	for _, c := range r.Checks {
 		if !c.Pass {

@@ -78,3 +78,41 @@ func Locate(views []View, s Span) (int, int64, error) {
 }
 
 func roundUp(n, to int64) int64 { return (n + to - 1) / to * to }
+
+// Region is a run of memory that no-copy views may cover: from the page holding its
+// first tensor byte to the end of the page holding its last.
+type Region struct {
+	Base, End uintptr // page-aligned
+	// Spans are the tensors inside, relative to Base, in the order given to PlanRegions
+	// by Index.
+	Spans []Span
+	Index []int
+}
+
+// PlanRegions groups tensors given by address ([addr, addr+len) each) into regions: two
+// tensors share a region when no whole page lies between them. Every page of a region
+// then holds a byte of some tensor, so it is mapped (an mmap maps whole pages), and a
+// view may cover it even though pistil never learns where a checkpoint file's mapping
+// begins and ends.
+func PlanRegions(addrs []uintptr, lens []int64, page int64) []Region {
+	order := make([]int, len(addrs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return addrs[order[a]] < addrs[order[b]] })
+	p := uintptr(page)
+	var out []Region
+	for _, i := range order {
+		start := addrs[i] / p * p
+		end := (addrs[i] + uintptr(max(lens[i], 1)) + p - 1) / p * p
+		if n := len(out); n > 0 && start <= out[n-1].End {
+			out[n-1].End = max(out[n-1].End, end)
+		} else {
+			out = append(out, Region{Base: start, End: end})
+		}
+		r := &out[len(out)-1]
+		r.Spans = append(r.Spans, Span{int64(addrs[i] - r.Base), lens[i]})
+		r.Index = append(r.Index, i)
+	}
+	return out
+}

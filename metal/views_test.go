@@ -84,3 +84,36 @@ func TestPlanViewsRefusesWhatCannotFit(t *testing.T) {
 		t.Error("Locate placed a span that crosses the view's end")
 	}
 }
+
+// Tensors a page or less apart share a region; a whole page between them splits it; a
+// region spans whole pages; every tensor is in exactly one region at its own offset.
+func TestPlanRegions(t *testing.T) {
+	base := uintptr(1 << 30)
+	addrs := []uintptr{base + 4*page + 100, base + 10, base + 3*page, base + 40*page + 7}
+	lens := []int64{page, 2*page + 50, page - 100, 10}
+	regions := PlanRegions(addrs, lens, page)
+	if len(regions) != 2 {
+		t.Fatalf("%d regions, want 2: %+v", len(regions), regions)
+	}
+	if r := regions[0]; r.Base != base || r.End != base+6*page || len(r.Spans) != 3 {
+		t.Errorf("first region %#x..%#x with %d tensors, want %#x..%#x with 3", r.Base, r.End, len(r.Spans), base, base+6*page)
+	}
+	if r := regions[1]; r.Base != base+40*page || r.End != base+41*page {
+		t.Errorf("second region %#x..%#x", r.Base, r.End)
+	}
+	seen := map[int]bool{}
+	for _, r := range regions {
+		for k, i := range r.Index {
+			if seen[i] {
+				t.Errorf("tensor %d in two regions", i)
+			}
+			seen[i] = true
+			if s := r.Spans[k]; r.Base+uintptr(s.Off) != addrs[i] || s.Len != lens[i] || r.Base+uintptr(s.Off+s.Len) > r.End {
+				t.Errorf("tensor %d placed at %+v in region %#x..%#x", i, s, r.Base, r.End)
+			}
+		}
+	}
+	if len(seen) != len(addrs) {
+		t.Errorf("%d of %d tensors placed", len(seen), len(addrs))
+	}
+}

@@ -45,6 +45,10 @@ type Backend struct {
 	resident []Buffer // every buffer of the model's weights, for useResources:
 	noCopy   int64    // weight bytes bound without a copy
 	copied   int64
+	// keep holds every tensor a no-copy view covers: a view over bytes a transform made
+	// on the Go heap (not the checkpoint's mapping; Go's heap is mmap'd memory and never
+	// moves) must not see them collected.
+	keep []*ops.Tensor
 }
 
 // Name implements exec.Backend.
@@ -151,13 +155,15 @@ func (b *Backend) bindWeights(p *plan.Plan, weights func(string) (*ops.Tensor, e
 			return fmt.Errorf("weight %s: %w", buf.Name, err)
 		}
 		pending[buf.Name] = &kernels.Weight{DType: code, Group: int32(t.Group)}
+		b.keep = append(b.keep, t)
 		for part, pair := range [][2][]byte{{data, t.Data}, {scales, t.Scales}, {biases, t.Biases}} {
 			if len(pair[0]) == 0 {
 				continue
 			}
 			pc := piece{buf.Name, part, pair[0]}
-			// Bytes that are the checkpoint's own (not packed by a transform) lie in its
-			// mapping: a no-copy view may cover them.
+			// Bytes the tensor holds itself (the checkpoint's mapping, or a transform's
+			// result kept alive in b.keep) may be covered by a no-copy view; only what
+			// packed made here is copied.
 			if unsafe.SliceData(pair[0]) == unsafe.SliceData(pair[1]) {
 				mapped = append(mapped, pc)
 			} else {

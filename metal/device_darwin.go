@@ -237,37 +237,6 @@ func wrapBuffer(id objc.ID, n int64) *buffer {
 	return &buffer{id: id, addr: uint64(send(id, selGPUAddress)), data: unsafe.Slice((*byte)(p), n)}
 }
 
-// mapViews wraps size bytes of mapped memory at base (page-aligned: a Region) in no-copy
-// views covering the spans (PlanViews) and returns them with the view and offset of each
-// span.
-func (d *device) mapViews(base unsafe.Pointer, size int64, spans []Span, page int64) ([]*buffer, []int, []int64, error) {
-	views, err := PlanViews(size, spans, int64(d.info.MaxBufferLength), page)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if uintptr(base)%uintptr(page) != 0 {
-		return nil, nil, nil, fmt.Errorf("metal: mapped region at %p is not %d-byte aligned", base, page)
-	}
-	var bufs []*buffer
-	for _, v := range views {
-		b, err := d.newNoCopyBuffer(unsafe.Add(base, v.Off), v.Len)
-		if err != nil {
-			for _, made := range bufs {
-				send(made.id, selRelease)
-			}
-			return nil, nil, nil, err
-		}
-		bufs = append(bufs, b)
-	}
-	which, offs := make([]int, len(spans)), make([]int64, len(spans))
-	for i, s := range spans {
-		if which[i], offs[i], err = Locate(views, s); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	return bufs, which, offs, nil
-}
-
 // makeResident puts buffers in a residency set added to the queue (macOS 15+); it
 // returns false when the device has none, and encoders then declare them with
 // useResources:.

@@ -21,11 +21,6 @@ func matmulRows(e *env) []Launch {
 	return []Launch{{kernels.KernelMatmulRows, [3]int{ceilDiv(int(a.M), 8), 1, 1}, 256, a}}
 }
 
-func matvecQ4(e *env) []Launch {
-	a := matmulArgs(e, e.in[0], e.in[1], e.out[0])
-	return []Launch{{kernels.KernelMatvecQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecRows*4), 1, 1}, 128, a}}
-}
-
 func matmulTiled(e *env) []Launch {
 	a := matmulArgs(e, e.in[0], e.in[1], e.out[0])
 	return []Launch{{kernels.KernelMatmulTiled, [3]int{ceilDiv(int(a.M), kernels.TileM), ceilDiv(int(a.Rows), kernels.TileN), 1}, 256, a}}
@@ -213,13 +208,12 @@ func cases() []kcase {
 		}},
 		{name: "matmul_rows bf16 3 rows", op: "matmul", in: []*ops.Tensor{randF32(r, 3, 64), randBF16(r, 40, 64)}, launch: matmulRows},
 		{name: "matmul_rows q8 decode", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q8, 9, 128)}, launch: matmulRows},
-		{name: "matvec_q4 odd M", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 37, hidden)}, launch: matvecQ4},
+		{name: "matvec_q4 odd M", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 37, hidden)}}, // gpu.Metal: matvec_q4
 		{name: "matmul_tiled q4", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, hidden), randQuant(r, graph.Q4, 72, hidden)}, launch: matmulTiled},
 		{name: "matmul_tiled f32", op: "matmul", in: []*ops.Tensor{randF32(r, 9, 64), randF32(r, 24, 64)}, launch: matmulTiled},
 		{name: "expert_rows bf16 per-slot x", op: "expert_matmul", in: []*ops.Tensor{randF32(r, 2, 4, 64), randBF16(r, 8, 40, 64), routed(r, 2, 4, 8)},
 			launch: expertLaunch(kernels.KernelExpertRows)},
-		{name: "expert_matvec_q4 decode", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 1, 4, 16)},
-			launch: expertLaunch(kernels.KernelExpertMVQ4)},
+		{name: "expert_matvec_q4 decode", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 1, 4, 16)}}, // gpu.Metal: expert_matvec_q4
 		{name: "expert_tiled q4 prefill", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 20, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 20, 4, 16)},
 			launch: expertLaunch(kernels.KernelExpertTiled)},
 		{name: "expert_matvec_swiglu_q4", op: "expert_matmul_swiglu",

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"pistil/metal/kernelcheck"
 	"pistil/ops/kernels"
 )
 
@@ -11,8 +12,8 @@ import (
 // threads in the other order between synchronisation points.
 func TestKernelsMatchReferencesReverseSchedule(t *testing.T) {
 	m := machine(t)
-	for _, c := range cases() {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range kernelcheck.Cases() {
+		t.Run(c.Name(), func(t *testing.T) {
 			if err := runCase(m, c, Options{Reverse: true}); err != nil {
 				t.Fatal(err)
 			}
@@ -62,9 +63,9 @@ func TestEmulatorCatchesMutants(t *testing.T) {
 			old: "for (i32 m2 = FA_KEYS; m2 < SIMD_WIDTH; m2 <<= 1)", new: "for (i32 m2 = 2 * FA_KEYS; m2 < SIMD_WIDTH; m2 <<= 1)",
 			cases: []string{"attention_gqa prefill"}},
 	}
-	byName := map[string]kcase{}
-	for _, c := range cases() {
-		byName[c.name] = c
+	byName := map[string]kernelcheck.Case{}
+	for _, c := range kernelcheck.Cases() {
+		byName[c.Name()] = c
 	}
 	for _, mu := range mutants {
 		t.Run(mu.name, func(t *testing.T) {

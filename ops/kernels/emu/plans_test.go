@@ -7,6 +7,7 @@ import (
 
 	"pistil/graph"
 	"pistil/internal/fixtures"
+	"pistil/metal/kernelcheck"
 	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
@@ -22,8 +23,8 @@ var noKernel = map[string]bool{"input": true, "weight": true, "state": true, "re
 // Metal plans launch is launched by one: the emulated kernels cover both plans.
 func TestCasesCoverThePlans(t *testing.T) {
 	covered, launched := map[string]bool{}, map[string]bool{}
-	for _, c := range cases() {
-		covered[c.op] = true
+	for _, c := range kernelcheck.Cases() {
+		covered[c.Op()] = true
 	}
 	for _, k := range kernelsOfCases(t) {
 		launched[k] = true

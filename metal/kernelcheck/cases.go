@@ -1,4 +1,4 @@
-package emu
+package kernelcheck
 
 import (
 	"math"
@@ -117,7 +117,8 @@ func partials(r *rand.Rand, T, NH, S, D int) *ops.Tensor {
 	return t
 }
 
-func cases() []kcase {
+// Cases is every check, over every kernel of kernels.Names (the same inputs each call).
+func Cases() []Case {
 	r := rand.New(rand.NewPCG(1, 2))
 	const hidden, headD, vocab = 192, 64, 512
 	cache := func(dt graph.DType, rows, kvh, d int) *ops.Tensor {
@@ -197,7 +198,7 @@ func cases() []kcase {
 	for i := vocab; i < 2*vocab; i++ {
 		argTies.F32()[i] = 1
 	}
-	return []kcase{
+	return []Case{
 		{name: "embed q4", op: "embed", in: []*ops.Tensor{randQuant(r, graph.Q4, vocab, hidden), ids([]int32{3, 511, 0}, 3)}, launch: embed},
 		{name: "embed bf16", op: "embed", in: []*ops.Tensor{randBF16(r, 50, 96), ids([]int32{7, 1}, 2)}, launch: embed},
 		{name: "dequant q4", op: "dequant", in: []*ops.Tensor{randQuant(r, graph.Q4, 3, 5, 128)}, launch: func(e *env) []Launch {

@@ -412,6 +412,7 @@ func (b *Backend) NewState(specs []exec.StateSpec, capacity int) (exec.State, er
 			if err != nil {
 				return fmt.Errorf("state %s: %w", sp.Name, err)
 			}
+			clear(mb.Contents()) // a session starts from zero state, whatever the allocator gives
 			s.bufs[sp.Name], s.sizes[sp.Name] = mb, n
 			if len(sp.Type.Shape) > 0 && sp.Type.Shape[0].Sym == graph.SymN && !sp.Type.Shape[0].IsConst() {
 				s.rowBytes[sp.Name] = graph.Type{DType: sp.Type.DType, Shape: sp.Type.Shape[1:]}.Bytes(bind)

@@ -110,7 +110,6 @@ var (
 	selNewBufferWithLength        = objc.RegisterName("newBufferWithLength:options:")
 	selNewBufferWithBytesNoCopy   = objc.RegisterName("newBufferWithBytesNoCopy:length:options:deallocator:")
 	selContents                   = objc.RegisterName("contents")
-	selLength                     = objc.RegisterName("length")
 	selGPUAddress                 = objc.RegisterName("gpuAddress")
 	selNewResidencySet            = objc.RegisterName("newResidencySetWithDescriptor:error:")
 	selSetInitialCapacity         = objc.RegisterName("setInitialCapacity:")

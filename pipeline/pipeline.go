@@ -24,6 +24,7 @@ type Pipeline struct {
 	Passes map[string]bool `toml:"passes"`
 	CPU    CPU             `toml:"cpu"`
 	CUDA   CUDA            `toml:"cuda"`
+	Metal  Metal           `toml:"metal"`
 	// Server is kept raw for the server to decode (DecodeServer).
 	Server toml.Primitive `toml:"server"`
 
@@ -52,6 +53,14 @@ type CUDA struct {
 	Graphs bool `toml:"graphs"`
 }
 
+// Metal is the [metal] table: the Metal encoder's ablation switches (metal.Config).
+type Metal struct {
+	Encoder      string `toml:"encoder"`  // "concurrent" or "serial"
+	Barriers     string `toml:"barriers"` // "plan" or "every" (after every dispatch)
+	InFlight     int    `toml:"in_flight"`
+	TokenHandoff bool   `toml:"token_handoff"`
+}
+
 // Default is the built-in configuration; it equals the repository's pipeline.toml (a
 // test keeps them in step), so a missing file changes nothing.
 func Default() *Pipeline {
@@ -63,8 +72,9 @@ func Default() *Pipeline {
 			"fuse-projections": true, "fuse-add-norm": true, "fuse-norm-out-proj": true,
 			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "check": false,
 		},
-		CPU:  CPU{Kernels: "fast"},
-		CUDA: CUDA{Graphs: true},
+		CPU:   CPU{Kernels: "fast"},
+		CUDA:  CUDA{Graphs: true},
+		Metal: Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
 }
 
@@ -137,8 +147,24 @@ func (p *Pipeline) validate() error {
 	default:
 		return fmt.Errorf("cpu.kernels = %q: want \"fast\" or \"reference\"", p.CPU.Kernels)
 	}
+	if err := p.Metal.validate(); err != nil {
+		return err
+	}
 	_, err := p.PassConfig(nil)
 	return err
+}
+
+func (m *Metal) validate() error {
+	if m.Encoder != "concurrent" && m.Encoder != "serial" {
+		return fmt.Errorf("metal.encoder = %q: want \"concurrent\" or \"serial\"", m.Encoder)
+	}
+	if m.Barriers != "plan" && m.Barriers != "every" {
+		return fmt.Errorf("metal.barriers = %q: want \"plan\" or \"every\"", m.Barriers)
+	}
+	if m.InFlight != 1 && m.InFlight != 2 {
+		return fmt.Errorf("metal.in_flight = %d: want 1 or 2", m.InFlight)
+	}
+	return nil
 }
 
 // PassConfig is the passes.Config of the [passes] switches with the -pass flag values

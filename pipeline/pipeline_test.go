@@ -19,6 +19,14 @@ func TestRepositoryFileEqualsDefault(t *testing.T) {
 	if !reflect.DeepEqual(p.Phases, d.Phases) || !reflect.DeepEqual(p.Passes, d.Passes) || p.CPU != d.CPU || p.CUDA != d.CUDA {
 		t.Errorf("pipeline.toml %+v %v %+v differs from Default %+v %v %+v", p.Phases, p.Passes, p.CPU, d.Phases, d.Passes, d.CPU)
 	}
+	if q, err := Parse([]byte("[metal]\ntoken_handoff = false\n")); err != nil {
+		t.Error(err)
+	} else if q.Metal.TokenHandoff || q.Metal.InFlight != 2 {
+		t.Errorf("[metal] with only token_handoff = false gives %+v", q.Metal)
+	}
+	if p.Metal != d.Metal {
+		t.Errorf("pipeline.toml [metal] %+v differs from Default %+v", p.Metal, d.Metal)
+	}
 	if !p.CUDA.Graphs {
 		t.Errorf("pipeline.toml [cuda] graphs = false; the default replays CUDA graphs")
 	}
@@ -35,6 +43,9 @@ func TestRepositoryFileEqualsDefault(t *testing.T) {
 func TestParseErrors(t *testing.T) {
 	cases := map[string]string{
 		"[phases]\nprefill_chunk = 0":         "prefill_chunk",
+		"[metal]\nencoder = \"fast\"":         "metal.encoder",
+		"[metal]\nbarriers = \"none\"":        "metal.barriers",
+		"[metal]\nin_flight = 3":              "metal.in_flight",
 		"[phases]\ncompile = [\"train\"]":     "unknown phase",
 		"[phases]\nprefill_logits = \"some\"": "prefill_logits",
 		"[passes]\nplan-memory = false":       "required",

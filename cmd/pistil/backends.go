@@ -4,4 +4,5 @@ package main
 import (
 	_ "pistil/cpu"
 	_ "pistil/cuda"
+	_ "pistil/metal"
 )

@@ -68,7 +68,7 @@ func (p *passList) Set(v string) error { *p = append(*p, v); return nil }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.dir, "model", "", "model directory (config.json, safetensors, tokenizer), or a Hugging Face repo id found in the local cache")
-	fs.StringVar(&m.backend, "backend", "cpu", "backend: cpu or cuda (NVIDIA GPU 0, through the driver API and NVRTC)")
+	fs.StringVar(&m.backend, "backend", "cpu", "backend: cpu, cuda (NVIDIA GPU 0, through the driver API and NVRTC) or metal (the Mac's GPU; not yet run on Apple hardware)")
 	fs.StringVar(&m.pipeline, "pipeline", "", "pipeline.toml to read (default: ./pipeline.toml if present)")
 	fs.IntVar(&m.chunk, "chunk", 0, "prefill chunk size (0: pipeline.toml's)")
 	fs.IntVar(&m.workers, "workers", 0, "CPU worker goroutines (0: every core)")

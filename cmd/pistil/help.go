@@ -40,6 +40,10 @@ var docs = map[string]commandDoc{
 		[]string{`echo -n "Hello, world!" | pistil tokenize --model /tmp/tiny`, `echo 72 105 | pistil tokenize --model /tmp/tiny --decode`}},
 	"render": {"pistil render --model DIR --messages FILE.json|- [--tools FILE.json] [--no-think] [--ids]",
 		[]string{`echo '[{"role":"user","content":"Hi"}]' | pistil render --model /tmp/tiny --messages -`}},
+	"kernels": {"pistil kernels [--backend metal|cuda]",
+		[]string{"pistil kernels --backend metal > /tmp/pistil.metal"}},
+	"selftest": {"pistil selftest metal [--model DIR] [--decode-steps N]   (on a Mac with Apple silicon)",
+		[]string{"pistil selftest metal --model testdata/golden/tiny-s1/mlx-q4 > metal-selftest.json"}},
 	"serve": {"pistil serve --model DIR|REPO [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--ctx N] [--log-level info] [--log-json]",
 		[]string{"pistil serve --model /tmp/tiny --port 8080"}},
 }

@@ -10,14 +10,21 @@
 // SIMD_MAX, SIMD_XOR, SIMD_BROADCAST work across a SIMD group; EXPF, SQRTF, POWF, COSF,
 // SINF, LOG1PF, FMAXF, NEG_INF are the float maths; bf16_to_f32, f32_to_bf16, f16_to_f32
 // convert; scalar types are u64 i64 i32 u32 u16 u8 f32, vectors vec4u vec4f.
+//
+// MSL has no global thread index: a kernel receives its position as parameters. So a
+// DEVICE helper that reads THREAD_ID, LANE, SIMD_ID, NUM_SIMDS or GROUP_SIZE declares
+// CTX_ before its first parameter and is called with CTX_ARG_ before its first argument
+// (both expand to nothing on CUDA). Sizes that differ per backend (FA_KEYS,
+// EXPERT_SLOTS) come from the backend's Tuning.
 package kernels
 
 import (
 	"embed"
+	"fmt"
 	"strings"
 )
 
-//go:embed *.k prelude_cuda.h
+//go:embed *.k prelude_cuda.h prelude_metal.h msl_model.h
 var files embed.FS
 
 // Families are the kernel files in the order they are concatenated (helpers first).
@@ -74,7 +81,7 @@ const (
 	AttnMaxD      = 256 // ATT_MAX_D
 	AttnSIMDs     = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
 	AttnMaxSplits = 64  // ATT_MAX_SPLITS: attention_gqa's most key ranges
-	AttnKeyBlock  = 16  // FA_KEYS: attention_gqa's key ranges are whole blocks of this many keys
+	AttnKeyBlock  = 16  // ATT_KEY_BLOCK: attention_gqa's key ranges are whole blocks of this many keys
 	ConvMaxK      = 8   // CONV_MAX_K
 	DeltaMaxDk    = 128 // DELTA_LANES * DELTA_MAX_ROWS
 	DeltaLanes    = 8   // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
@@ -104,14 +111,69 @@ func Dialect() string {
 	return b.String()
 }
 
-// CUDASource is the whole translation unit NVRTC compiles: the CUDA prelude, the
-// generated args header, the kernels and the layout probe.
-func CUDASource() string {
-	prelude, err := files.ReadFile("prelude_cuda.h")
+// Tuning holds what differs between backends in the kernels' own sizes: the .k files
+// see it as #defines (TuningDecls), the host as these fields. Metal gives a threadgroup
+// 32 KiB of memory where CUDA allows 48 KiB of static shared memory.
+type Tuning struct {
+	Backend string
+	// AttnTileKeys (FA_KEYS) is how many keys attention_gqa stages in group memory at a
+	// time: a divisor of SIMD_WIDTH and of AttnKeyBlock, so it changes no result.
+	AttnTileKeys int32
+	// ExpertSlots (EXPERT_SLOTS) is how many routed slots expert_tiled gathers at a time.
+	ExpertSlots int32
+	// GroupMemoryLimit is the most group (threadgroup, shared) memory a kernel may declare.
+	GroupMemoryLimit int
+}
+
+// CUDA and Metal are the two backends' tunings.
+var (
+	CUDA  = Tuning{Backend: "cuda", AttnTileKeys: 16, ExpertSlots: 4096, GroupMemoryLimit: 48 << 10}
+	Metal = Tuning{Backend: "metal", AttnTileKeys: 8, ExpertSlots: 2048, GroupMemoryLimit: 32 << 10}
+)
+
+// TuningDecls is the #define block of a backend's tuning.
+func TuningDecls(t Tuning) string {
+	return fmt.Sprintf("// Tuning of the %s backend (kernels.Tuning); do not edit.\n#define FA_KEYS %d\n#define EXPERT_SLOTS %d\n",
+		t.Backend, t.AttnTileKeys, t.ExpertSlots)
+}
+
+func embedded(name string) string {
+	b, err := files.ReadFile(name)
 	if err != nil {
-		panic("kernels: embedded prelude missing")
+		panic("kernels: embedded file missing: " + name) // the embed pattern guarantees it
 	}
-	return string(prelude) + CDecls() + Dialect() + ProbeSource()
+	return string(b)
+}
+
+// CUDASource is the whole translation unit NVRTC compiles: the CUDA prelude, the
+// backend's tuning, the generated args header, the kernels and the layout probe.
+func CUDASource() string {
+	return embedded("prelude_cuda.h") + TuningDecls(CUDA) + CDecls() + Dialect() + ProbeSource()
+}
+
+// MSLModel is msl_model.h: the MSL built-ins as clang C++, with which MetalSource is
+// type-checked (-DPZ_CHECK) and emulated (-DPZ_EMU) on machines without Apple's compiler.
+func MSLModel() string { return embedded("msl_model.h") }
+
+// MetalPrelude is prelude_metal.h, the dialect in MSL.
+func MetalPrelude() string { return embedded("prelude_metal.h") }
+
+// MetalSource is the whole MSL library the Metal backend compiles (language version 3.1,
+// safe math): the Metal prelude, the backend's tuning, the args header, the kernels and
+// the layout probe.
+func MetalSource() string {
+	return MetalPrelude() + TuningDecls(Metal) + CDecls() + Dialect() + ProbeSource()
+}
+
+// Source is the complete source a backend ("cuda" or "metal") compiles.
+func Source(backend string) (string, error) {
+	switch backend {
+	case "cuda":
+		return CUDASource(), nil
+	case "metal":
+		return MetalSource(), nil
+	}
+	return "", fmt.Errorf("no kernel source for backend %q (want cuda or metal)", backend)
 }
 
 // MatvecRowsPerGroup is how many output rows one group of the q4 matrix-vector kernels

@@ -34,7 +34,7 @@ func TestCUDAPreludeDefinesTheDialect(t *testing.T) {
 	p := string(prelude)
 	upper := regexp.MustCompile(`\b[A-Z][A-Z0-9_]{2,}\b`)
 	defined := map[string]bool{}
-	for _, m := range regexp.MustCompile(`#define ([A-Za-z_0-9]+)`).FindAllStringSubmatch(p+CDecls()+Dialect(), -1) {
+	for _, m := range regexp.MustCompile(`#define ([A-Za-z_0-9]+)`).FindAllStringSubmatch(p+TuningDecls(CUDA)+CDecls()+Dialect(), -1) {
 		defined[m[1]] = true
 	}
 	for _, m := range regexp.MustCompile(`DEVICE [a-z0-9_]+ ([A-Za-z_0-9]+)\(`).FindAllStringSubmatch(p, -1) {
@@ -43,7 +43,7 @@ func TestCUDAPreludeDefinesTheDialect(t *testing.T) {
 	for _, name := range []string{"KERNEL", "KERNEL_BOUNDED", "DEVICE", "GLOBAL", "TG_MEM", "TG_PTR", "PTR", "BARRIER",
 		"THREAD_ID", "GROUP_SIZE", "GROUP_ID_X", "GROUP_ID_Y", "NUM_GROUPS_X", "LANE", "SIMD_ID", "NUM_SIMDS",
 		"SIMD_WIDTH", "SIMD_BARRIER", "SIMD_SUM", "SIMD_MAX", "SIMD_XOR", "UNROLL", "ATOMIC_ADD_TG", "EXPF", "SQRTF", "POWF",
-		"COSF", "SINF", "LOG1PF", "FMAXF", "NEG_INF"} {
+		"COSF", "SINF", "LOG1PF", "FMAXF", "NEG_INF", "CTX_", "CTX_ARG_"} {
 		if !defined[name] {
 			t.Errorf("the CUDA prelude does not define %s", name)
 		}

@@ -19,6 +19,9 @@ typedef float4 vec4f;
 // KERNEL_BOUNDED also tells the compiler the most threads per group it is launched with.
 #define KERNEL_BOUNDED(name, Args, threads) extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a)
 #define DEVICE static __device__ __forceinline__
+// CUDA's thread position is global (threadIdx), so helpers need no thread context.
+#define CTX_
+#define CTX_ARG_
 #define GLOBAL
 #define TG_MEM __shared__
 #define TG_PTR(T) T*

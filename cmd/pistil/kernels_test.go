@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"runtime"
+	"strings"
+	"testing"
+
+	"pistil/ops/kernels"
+)
+
+func TestKernelsPrintsEachBackendsSource(t *testing.T) {
+	for backend, want := range map[string]string{"metal": kernels.MetalSource(), "cuda": kernels.CUDASource()} {
+		var out bytes.Buffer
+		if err := kernelsTo(&out, []string{"--backend", backend}); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != want {
+			t.Errorf("--backend %s: printed %d bytes, not the %d of the source the backend compiles", backend, out.Len(), len(want))
+		}
+	}
+	var out bytes.Buffer
+	if err := kernelsTo(&out, []string{"--backend", "vulkan"}); err == nil || !strings.Contains(err.Error(), "vulkan") {
+		t.Errorf("--backend vulkan: %v, want an error naming it", err)
+	}
+	if err := kernelsTo(&out, []string{"extra"}); err == nil {
+		t.Error("a stray argument gave no error")
+	}
+}
+
+// Away from a Mac, the self-test says why it cannot run; a wrong backend is a usage error.
+func TestSelftestAnswersOffMac(t *testing.T) {
+	if runtime.GOOS == "darwin" {
+		t.Skip("on a Mac the self-test runs for real")
+	}
+	var out bytes.Buffer
+	if err := selftestTo(&out, []string{"metal"}); err == nil || err.Error() != "Metal is available only on macOS on Apple silicon" {
+		t.Errorf("selftest metal: %v", err)
+	}
+	if err := selftestTo(&out, []string{"cuda"}); err == nil || !strings.Contains(err.Error(), "selftest metal") {
+		t.Errorf("selftest cuda: %v", err)
+	}
+}

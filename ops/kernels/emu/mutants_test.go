@@ -1,0 +1,105 @@
+package emu
+
+import (
+	"strings"
+	"testing"
+
+	"pistil/metal/kernelcheck"
+	"pistil/ops/kernels"
+)
+
+// The schedule is fixed, so the reverse order runs every case again with each pair of
+// threads in the other order between synchronisation points.
+func TestKernelsMatchReferencesReverseSchedule(t *testing.T) {
+	m := machine(t)
+	for _, c := range kernelcheck.Cases() {
+		t.Run(c.Name(), func(t *testing.T) {
+			if err := runCase(m, c, Options{Reverse: true}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Deliberate bugs in the Metal source that the emulator must catch: each makes at least
+// one of the named cases fail (wrong numbers, or an emulator fault naming the line).
+func TestEmulatorCatchesMutants(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skip(err)
+	}
+	src := kernels.MetalSource()
+	mutants := []struct {
+		name, old, new string
+		cases          []string
+		want           string // in the error, when the emulator itself reports the fault
+	}{
+		{name: "missing barrier (group_sum reads partial sums before they are written)",
+			old: "\tif (LANE == 0) scratch[SIMD_ID] = v;\n\tBARRIER();", new: "\tif (LANE == 0) scratch[SIMD_ID] = v;",
+			cases: []string{"rms_norm bf16 w", "l2_norm"}},
+		{name: "missing barrier (matmul tile used before it is loaded)",
+			old:   "\t\tUNROLL for (i32 i = 0; i < 8; i++) xs[(lk + i) * (TILE_N + 1) + lr] = v[i];\n\t\tBARRIER();",
+			new:   "\t\tUNROLL for (i32 i = 0; i < 8; i++) xs[(lk + i) * (TILE_N + 1) + lr] = v[i];",
+			cases: []string{"matmul_tiled q4"}},
+		{name: "a barrier only some threads reach",
+			old: "\tv = SIMD_SUM(v);\n\tBARRIER();", new: "\tv = SIMD_SUM(v);\n\tif (LANE == 0) BARRIER();",
+			cases: []string{"rms_norm bf16 w"}, want: "barrier of line"},
+		{name: "a SIMD op only some lanes reach",
+			old: "\tv = SIMD_SUM(v);\n", new: "\tif (LANE < 16) v = SIMD_SUM(v);\n",
+			cases: []string{"rms_norm bf16 w"}, want: "deadlock"},
+		{name: "wrong shuffle mask (gated_delta reduces lanes of other columns)",
+			old: "\t\tmem += SIMD_XOR(mem, 4);", new: "\t\tmem += SIMD_XOR(mem, 8);",
+			cases: []string{"gated_delta"}},
+		{name: "router tie rule inverted (higher expert id wins a tie)",
+			old:   "if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }\n\t\t\t}\n\t\t\tUNROLL",
+			new:   "if (ov > bv || (ov == bv && oi > bi)) { bv = ov; bi = oi; }\n\t\t\t}\n\t\t\tUNROLL",
+			cases: []string{"router ties", "router 256 experts ties"}},
+		{name: "argmax tie rule inverted across SIMD groups",
+			old: "if (bestv[w] > bv || (bestv[w] == bv && besti[w] < bi))", new: "if (bestv[w] > bv || (bestv[w] == bv && besti[w] > bi))",
+			cases: []string{"argmax ties"}},
+		{name: "bf16 stores truncate instead of rounding to nearest even",
+			old: "\tb += 0x7fffu + ((b >> 16) & 1u);\n", new: "\n",
+			cases: []string{"kv_append bf16 store", "conv1d bf16 state"}},
+		{name: "attention_gqa key tile of the wrong width (FA_PARTS lanes not combined)",
+			old: "for (i32 m2 = FA_KEYS; m2 < SIMD_WIDTH; m2 <<= 1)", new: "for (i32 m2 = 2 * FA_KEYS; m2 < SIMD_WIDTH; m2 <<= 1)",
+			cases: []string{"attention_gqa prefill"}},
+	}
+	byName := map[string]kernelcheck.Case{}
+	for _, c := range kernelcheck.Cases() {
+		byName[c.Name()] = c
+	}
+	for _, mu := range mutants {
+		t.Run(mu.name, func(t *testing.T) {
+			if strings.Count(src, mu.old) != 1 {
+				t.Fatalf("the Metal source contains %q %d times, want once; update the mutant", mu.old, strings.Count(src, mu.old))
+			}
+			m, err := Build(strings.Replace(src, mu.old, mu.new, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failures []string
+			for _, name := range mu.cases {
+				c, ok := byName[name]
+				if !ok {
+					t.Fatalf("no case %q", name)
+				}
+				if err := runCase(m, c, Options{}); err != nil {
+					failures = append(failures, name+": "+err.Error())
+				}
+			}
+			if len(failures) == 0 {
+				t.Fatalf("every case passes with the bug in place: the emulator missed it")
+			}
+			if mu.want != "" && !strings.Contains(strings.Join(failures, "\n"), mu.want) {
+				t.Errorf("failures do not mention %q:\n%s", mu.want, strings.Join(failures, "\n"))
+			}
+			t.Logf("caught: %s", firstLine(failures[0]))
+		})
+	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -33,3 +33,5 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+require github.com/santhosh-tekuri/jsonschema/v6 v6.0.3

@@ -25,6 +25,8 @@ type prepared struct {
 	// Responses API does), with ids starting idPrefix.
 	answer   func(x *exchange, ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, j *job, events <-chan []outDelta)
 	idPrefix string
+	// constraint, when set, is the grammar the output follows.
+	constraint *constraint
 }
 
 // readBody enforces the content type and the body limit, and reads the whole body (so
@@ -107,6 +109,11 @@ func (s *Server) prepareChat(req *chatRequest) (*prepared, *apiError) {
 	p := &prepared{chat: true, gen: req.genRequest, prompt: prompt, thinking: chat.PromptEndsInReasoning(rendered.Text)}
 
 	p.splits = s.messageSplits(prompt)
+	if p.constraint = req.Constraint; p.constraint != nil {
+		if _, err := s.constrainVocab(); err != nil {
+			return nil, internalError("structured output: " + err.Error())
+		}
+	}
 	thinking, parseTools := p.thinking, req.ToolsEnabled
 	p.newParser = func() deltaParser {
 		return chatParser{chat.NewParser(chat.ParserOptions{StartInReasoning: thinking, ParseTools: parseTools, Tools: tools})}
@@ -233,7 +240,12 @@ func (s *Server) prepareCompletion(req *completionRequest) (*prepared, *apiError
 	// Cut at message headers too, as chat prompts are: both endpoints share the prefix
 	// cache, and a snapshot is exact only for a prompt cut at the same points.
 	p := &prepared{gen: req.genRequest, prompt: prompt, splits: s.messageSplits(prompt),
-		newParser: func() deltaParser { return plainParser{} }}
+		newParser: func() deltaParser { return plainParser{} }, constraint: req.Constraint}
+	if p.constraint != nil {
+		if _, err := s.constrainVocab(); err != nil {
+			return nil, internalError("structured output: " + err.Error())
+		}
+	}
 	if e := s.fitContext(p, "prompt"); e != nil {
 		return nil, e
 	}

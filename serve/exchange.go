@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -33,6 +34,8 @@ type exchange struct {
 	calls              []toolCallJSON
 	callIndex          map[int]int  // parser's tool call index -> position in calls
 	announced          map[int]bool // positions whose id and name were streamed
+	logprobs           []tokenLogprob
+	streamedText       int // bytes of completion text whose logprobs were streamed (text_offset)
 }
 
 // execute queues p, runs it on the engine and answers, streamed or not.
@@ -87,21 +90,28 @@ func (x *exchange) run(ctx context.Context, events chan<- []outDelta) {
 	if p.gen.IgnoreEOS {
 		stopTokens = nil
 	}
+	sampler, recorder, err := s.samplerFor(p)
+	feed := &logprobFeed{rec: recorder}
 	task := &genTask{
 		prompt:     p.prompt,
 		splits:     p.splits,
 		maxTokens:  p.maxTokens,
-		sampler:    newSampler(p.gen.Sampling),
+		sampler:    sampler,
 		stopTokens: stopTokens,
 		onToken: func(id int32) bool {
 			ds, stop := pipe.push(id)
-			send(ds)
+			feed.token()
+			send(feed.attach(ds, false))
 			return stop
 		},
 	}
-	x.res, x.runErr = s.runner.run(ctx, task)
-	if x.runErr == nil {
-		send(pipe.finish())
+	if recorder != nil {
+		task.onLogits = recorder.record
+	}
+	if err != nil {
+		x.runErr = err
+	} else if x.res, x.runErr = s.runner.run(ctx, task); x.runErr == nil {
+		send(feed.attach(pipe.finish(), true))
 	}
 	if errors.Is(x.runErr, context.Canceled) || errors.Is(x.runErr, context.DeadlineExceeded) || ctx.Err() != nil {
 		s.metrics.cancelled.Add(1)
@@ -165,6 +175,7 @@ func (x *exchange) collect(ds []outDelta) {
 	for _, d := range ds {
 		x.content.WriteString(d.Content)
 		x.reasoning.WriteString(d.Reasoning)
+		x.logprobs = append(x.logprobs, d.Logprobs...)
 		if tc := d.ToolCall; tc != nil {
 			i, ok := x.callIndex[tc.Index]
 			if !ok {
@@ -269,13 +280,13 @@ func (x *exchange) respond(ctx context.Context, w http.ResponseWriter, j *job, e
 			msg.ReasoningContent, msg.Reasoning = &r, &r
 		}
 		writeJSON(w, http.StatusOK, chatResponse{ID: x.id, Object: "chat.completion", Created: x.created, Model: x.model,
-			Choices:           []chatChoice{{Index: 0, Message: msg, Logprobs: jsonNull, FinishReason: finish}},
+			Choices:           []chatChoice{{Index: 0, Message: msg, Logprobs: x.logprobsJSON(x.logprobs), FinishReason: finish}},
 			Usage:             x.usage(),
 			SystemFingerprint: systemFingerprint, Timings: x.timings()})
 		return
 	}
 	writeJSON(w, http.StatusOK, textResponse{ID: x.id, Object: "text_completion", Created: x.created, Model: x.model,
-		Choices:           []textChoice{{Text: x.content.String(), Index: 0, Logprobs: jsonNull, FinishReason: &finish}},
+		Choices:           []textChoice{{Text: x.content.String(), Index: 0, Logprobs: x.logprobsJSON(x.logprobs), FinishReason: &finish}},
 		Usage:             x.usage(),
 		SystemFingerprint: systemFingerprint, Timings: x.timings()})
 }
@@ -399,8 +410,7 @@ func (x *exchange) stream(ctx context.Context, cancel context.CancelFunc, w http
 
 // chunks turns deltas into stream chunks, merging neighbours of the same kind and
 // splitting text longer than maxEventText.
-func (x *exchange) chunks(ds []outDelta) []any {
-	var out []any
+func (x *exchange) chunks(ds []outDelta) (out []any) {
 	flushText := func(kind int, text string) {
 		for _, piece := range splitText(text, maxEventText) {
 			p := piece
@@ -415,6 +425,7 @@ func (x *exchange) chunks(ds []outDelta) []any {
 	}
 	var pending strings.Builder
 	pendingKind := -1
+	defer func() { out = x.attachLogprobs(out, ds) }()
 	for _, d := range ds {
 		switch {
 		case d.ToolCall != nil:
@@ -502,6 +513,52 @@ func splitText(s string, n int) []string {
 	}
 	if s != "" {
 		out = append(out, s)
+	}
+	return out
+}
+
+// logprobsJSON is a choice's logprobs object (null unless the request asked for them).
+func (x *exchange) logprobsJSON(entries []tokenLogprob) json.RawMessage {
+	if !x.p.gen.Logprobs {
+		return jsonNull
+	}
+	if x.p.chat {
+		return x.s.chatLogprobsJSON(entries)
+	}
+	return x.s.textLogprobsJSON(entries, 0)
+}
+
+// attachLogprobs puts the logprobs of ds on the first of the chunks made from them, or on
+// a chunk of their own when ds made none (their text is still held back).
+func (x *exchange) attachLogprobs(out []any, ds []outDelta) []any {
+	var entries []tokenLogprob
+	for _, d := range ds {
+		entries = append(entries, d.Logprobs...)
+	}
+	if len(entries) == 0 || !x.p.gen.Logprobs {
+		return out
+	}
+	var raw json.RawMessage
+	if x.p.chat {
+		raw = x.s.chatLogprobsJSON(entries)
+	} else {
+		raw = x.s.textLogprobsJSON(entries, x.streamedText)
+		x.streamedText += x.s.logprobsText(entries)
+	}
+	if len(out) == 0 {
+		if x.p.chat {
+			out = append(out, x.chatChunk(chunkDelta{}, nil))
+		} else {
+			out = append(out, x.textChunk("", nil))
+		}
+	}
+	switch c := out[0].(type) {
+	case chatChunk:
+		c.Choices[0].Logprobs = raw
+		out[0] = c
+	case textResponse:
+		c.Choices[0].Logprobs = raw
+		out[0] = c
 	}
 	return out
 }

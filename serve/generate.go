@@ -33,6 +33,8 @@ type genTask struct {
 	// onToken receives every generated token except stop tokens; true ends generation
 	// with "stop" (a stop string matched).
 	onToken func(id int32) bool
+	// onLogits, when set, sees the logits each token was sampled from (logprobs).
+	onLogits func(id int32, logits []float32)
 }
 
 // genResult is what a generation did.
@@ -111,7 +113,7 @@ func (r *runner) run(ctx context.Context, t *genTask) (res genResult, err error)
 		stops = append(stops, id)
 	}
 	gen, err := r.sess.Generate(ctx, t.prompt[start:], exec.GenerateOptions{
-		MaxTokens: t.maxTokens, Sampler: t.sampler, StopTokens: stops, Prefill: prefill,
+		MaxTokens: t.maxTokens, Sampler: t.sampler, StopTokens: stops, Prefill: prefill, OnLogits: t.onLogits,
 		OnToken: func(id int32) error {
 			if t.stopTokens[id] {
 				return nil // the loop ends on it; stop tokens are not text

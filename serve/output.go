@@ -19,6 +19,9 @@ type outDelta struct {
 	Reasoning string
 	Content   string
 	ToolCall  *toolCallDelta
+	// Logprobs are the entries of the tokens generated since the previous delta that
+	// carried some (the pipeline may hold a token's text back past later tokens).
+	Logprobs []tokenLogprob
 }
 
 // toolCallDelta is a fragment of one tool call. The first fragment of each Index carries

@@ -47,6 +47,10 @@ type genRequest struct {
 	// SamplingGiven says which sampling fields the client set; the model's defaults
 	// fill the others.
 	SamplingGiven samplingGiven
+	// Logprobs asks for each token's log probability, with the TopLogprobs most likely
+	// alternatives (0..20).
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // chatMessage is one validated message, with content flattened to text.
@@ -75,15 +79,18 @@ type toolDef struct {
 
 type chatRequest struct {
 	genRequest
-	Messages       []chatMessage
-	Tools          []toolDef
-	ToolsEnabled   bool // tools present and tool_choice is not "none"
+	Messages     []chatMessage
+	Tools        []toolDef
+	ToolsEnabled bool // tools present and tool_choice is not "none"
+	// Constraint is the output's grammar: response_format or a forced tool_choice.
+	Constraint     *constraint
 	EnableThinking *bool
 	Preserve       *bool
 }
 
 type completionRequest struct {
 	genRequest
+	Constraint   *constraint
 	Prompt       string
 	PromptTokens []int32 // set when the prompt was given as token ids
 	// ParseSpecial reads control-token text in Prompt as control tokens (default true:
@@ -123,6 +130,7 @@ type rawChat struct {
 	ResponseFormat     json.RawMessage `json:"response_format"`
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 	ReasoningEffort    *string         `json:"reasoning_effort"`
+	ParallelToolCalls  *bool           `json:"parallel_tool_calls"`
 }
 
 type rawCompletion struct {
@@ -134,6 +142,8 @@ type rawCompletion struct {
 	Logprobs json.RawMessage `json:"logprobs"`
 	// ParseSpecial false tokenizes "<|im_end|>" in the prompt as text (llama-server's name).
 	ParseSpecial *bool `json:"parse_special"`
+	// ResponseFormat is a common extension (vLLM, llama.cpp) on the legacy endpoint.
+	ResponseFormat json.RawMessage `json:"response_format"`
 }
 
 // decodeObject parses body as one JSON object into v. Anything else (arrays, scalars,

@@ -20,19 +20,18 @@ func parseChatRequest(body []byte) (*chatRequest, *apiError) {
 	}
 	req := &chatRequest{genRequest: g}
 
-	if raw.Logprobs != nil && *raw.Logprobs {
-		return nil, unsupported("logprobs", "logprobs is not supported yet")
-	}
+	req.Logprobs = raw.Logprobs != nil && *raw.Logprobs
 	if !isNull(raw.TopLogprobs) {
 		n, err := parseInt(raw.TopLogprobs)
 		if err != nil || n < 0 || n > 20 {
 			return nil, invalidValue("top_logprobs", "top_logprobs must be an integer between 0 and 20")
 		}
-		if raw.Logprobs == nil || !*raw.Logprobs {
+		if !req.Logprobs {
 			return nil, invalidValue("top_logprobs", "top_logprobs requires logprobs to be true")
 		}
+		req.TopLogprobs = int(n)
 	}
-	if e := checkResponseFormat(raw.ResponseFormat); e != nil {
+	if req.Constraint, e = parseResponseFormat(raw.ResponseFormat); e != nil {
 		return nil, e
 	}
 
@@ -46,7 +45,19 @@ func parseChatRequest(body []byte) (*chatRequest, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	req.ToolsEnabled = len(req.Tools) > 0 && choice != "none"
+	req.ToolsEnabled = len(req.Tools) > 0 && choice.Mode != "none"
+	parallel := raw.ParallelToolCalls == nil || *raw.ParallelToolCalls
+	if choice.forced() {
+		if req.Constraint != nil {
+			return nil, invalidValue("tool_choice", "tool_choice %q and response_format cannot both constrain the output", choice.Mode)
+		}
+		if req.Constraint, e = toolChoiceConstraint(choice, req.Tools, parallel); e != nil {
+			return nil, e
+		}
+	}
+	if e := checkConstraint(&req.genRequest, req.Constraint); e != nil {
+		return nil, e
+	}
 
 	if raw.ReasoningEffort != nil {
 		switch *raw.ReasoningEffort {
@@ -85,42 +96,6 @@ func parseChatRequest(body []byte) (*chatRequest, *apiError) {
 		}
 	}
 	return req, nil
-}
-
-func checkResponseFormat(raw json.RawMessage) *apiError {
-	if isNull(raw) {
-		return nil
-	}
-	var rf struct {
-		Type *string `json:"type"`
-	}
-	if err := json.Unmarshal(raw, &rf); err != nil || rf.Type == nil {
-		return invalidValue("response_format", "response_format must be an object with a type")
-	}
-	switch *rf.Type {
-	case "text":
-		return nil
-	case "json_object", "json_schema":
-		return unsupported("response_format", "response_format type %q is not supported yet (only \"text\")", *rf.Type)
-	}
-	return invalidValue("response_format.type", "response_format.type must be text, json_object or json_schema; got %q", truncate(*rf.Type, 40))
-}
-
-func parseToolChoice(raw json.RawMessage) (string, *apiError) {
-	if isNull(raw) {
-		return "auto", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", unsupported("tool_choice", "tool_choice as an object (a named or allowed function) is not supported; use \"auto\" or \"none\"")
-	}
-	switch s {
-	case "auto", "none":
-		return s, nil
-	case "required":
-		return "", unsupported("tool_choice", "tool_choice \"required\" cannot be enforced yet; use \"auto\" or \"none\"")
-	}
-	return "", invalidValue("tool_choice", "tool_choice must be \"auto\", \"none\" or \"required\"; got %q", truncate(s, 40))
 }
 
 func parseTools(raw json.RawMessage) ([]toolDef, *apiError) {
@@ -385,8 +360,22 @@ func parseCompletionRequest(body []byte) (*completionRequest, *apiError) {
 		return nil, unsupported("best_of", "best_of other than 1 is not supported")
 	}
 	if !isNull(raw.Logprobs) {
-		return nil, unsupported("logprobs", "logprobs is not supported yet")
+		// The legacy API's logprobs is the number of alternatives per token (up to 5 in
+		// OpenAI's; up to 20 here, as in chat).
+		n, err := parseInt(raw.Logprobs)
+		if err != nil || n < 0 || n > 20 {
+			return nil, invalidValue("logprobs", "logprobs must be an integer between 0 and 20")
+		}
+		req.Logprobs, req.TopLogprobs = true, int(n)
 	}
+	c, e := parseResponseFormat(raw.ResponseFormat)
+	if e != nil {
+		return nil, e
+	}
+	if e := checkConstraint(&req.genRequest, c); e != nil {
+		return nil, e
+	}
+	req.Constraint = c
 	if isNull(raw.Prompt) {
 		return nil, badRequest("prompt", "missing_required_parameter", "prompt is required")
 	}

@@ -113,6 +113,7 @@ type Server struct {
 	imStart    int32 // id of "<|im_start|>" (-1 if none)
 	// samplingDefaults fill the sampling fields a request leaves out.
 	samplingDefaults samplingDefaults
+	structured       structuredState
 
 	ready    atomic.Bool
 	loadErr  atomic.Pointer[string]

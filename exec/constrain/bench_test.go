@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"pistil/internal/schemagen"
 )
 
 // BenchmarkMaskQwen measures what constraining costs per token on the real Qwen
@@ -20,7 +22,7 @@ func BenchmarkMaskQwen(b *testing.B) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	var grammars []*Grammar
 	for len(grammars) < 50 {
-		g, err := CompileSchema(randomSchema(rng))
+		g, err := CompileSchema(schemagen.Schema(rng))
 		if err != nil {
 			b.Fatal(err)
 		}

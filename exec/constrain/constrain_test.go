@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"pistil/internal/schemagen"
 )
 
 // Every generation a random chooser makes under the mask is valid JSON that validates
@@ -13,7 +15,7 @@ func TestRandomSchemasValidate(t *testing.T) {
 	v, _ := synthVocab(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 200; i++ {
-		doc := randomSchema(rng)
+		doc := schemagen.Schema(rng)
 		g, err := CompileSchema(doc)
 		if err != nil {
 			t.Fatalf("schema %d does not compile: %v\n%s", i, err, doc)
@@ -34,7 +36,7 @@ func TestRandomSchemasValidateQwen(t *testing.T) {
 	v, _ := qwenVocab(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := 0; i < 40; i++ {
-		doc := randomSchema(rng)
+		doc := schemagen.Schema(rng)
 		g, err := CompileSchema(doc)
 		if err != nil {
 			t.Fatalf("schema %d does not compile: %v\n%s", i, err, doc)
@@ -56,7 +58,7 @@ func TestMaskMatchesTokenByToken(t *testing.T) {
 	v, _ := synthVocab(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := 0; i < 30; i++ {
-		doc := randomSchema(rng)
+		doc := schemagen.Schema(rng)
 		g, err := CompileSchema(doc)
 		if err != nil {
 			t.Fatal(err)

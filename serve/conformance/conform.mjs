@@ -224,8 +224,8 @@ await check("tool definitions and a tool-call round trip are accepted", async ()
   assert.equal(s.content, ch.message.content ?? "");
   assert.equal(s.calls.length, (ch.message.tool_calls ?? []).length);
   await assert.rejects(
-    client.chat.completions.create({ model, messages: history, tools, tool_choice: "required", max_tokens: 4 }),
-    (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice",
+    client.chat.completions.create({ model, messages: history, tools, tool_choice: { type: "function", function: { name: "nope" } }, max_tokens: 4 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice.function.name",
   );
   await assert.rejects(
     client.chat.completions.create({ model, messages: [{ role: "tool", content: "x" }], max_tokens: 4 }),
@@ -286,6 +286,157 @@ await check("an aborted stream leaves the server healthy", async () => {
   assert.ok(n >= 2, "the stream delivered chunks before the abort");
   const r = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, ...noThinking });
   assert.equal(r.choices[0].message.content, reference.choices[0].message.content);
+});
+
+// --- structured output, forced tool calls, logprobs (issue 13). The model is random, so
+// its unconstrained output is noise: these checks hold only because the server constrains.
+
+const personSchema = {
+  type: "object",
+  properties: {
+    name: { type: "string", minLength: 1, maxLength: 12 },
+    age: { type: "integer", minimum: 0, maximum: 120 },
+    email: { type: "string", format: "email" },
+    tags: { type: "array", items: { enum: ["a", "b", "c"] }, maxItems: 3 },
+    pet: { anyOf: [{ type: "null" }, { type: "object", properties: { kind: { const: "cat" } }, required: ["kind"], additionalProperties: false }] },
+  },
+  required: ["name", "age", "email"],
+  additionalProperties: false,
+};
+
+// checkPerson validates against personSchema by hand (the SDK has no validator).
+function checkPerson(text) {
+  const v = JSON.parse(text);
+  assert.equal(typeof v, "object");
+  for (const k of Object.keys(v)) assert.ok(k in personSchema.properties, `unexpected key ${k}`);
+  assert.equal(typeof v.name, "string");
+  const n = Array.from(v.name).length;
+  assert.ok(n >= 1 && n <= 12, `name length ${n}`);
+  assert.ok(Number.isInteger(v.age) && v.age >= 0 && v.age <= 120, `age ${v.age}`);
+  assert.match(v.email, /^[^@\s]+@[^@\s]+\.[^@\s]+$/);
+  if ("tags" in v) {
+    assert.ok(Array.isArray(v.tags) && v.tags.length <= 3);
+    for (const t of v.tags) assert.ok(["a", "b", "c"].includes(t));
+  }
+  if ("pet" in v && v.pet !== null) assert.deepEqual(v.pet, { kind: "cat" });
+  return v;
+}
+
+await check("response_format json_schema: the answer validates, streamed and not, thinking on and off", async () => {
+  const response_format = { type: "json_schema", json_schema: { name: "person", strict: true, schema: personSchema } };
+  for (const thinking of [false, true]) {
+    const extra = { chat_template_kwargs: { enable_thinking: thinking } };
+    for (const seed of [1, 2]) {
+      const r = await client.chat.completions.create({ model, messages, max_tokens: 160, temperature: 1, seed, response_format, ...extra });
+      assert.equal(r.choices[0].finish_reason, "stop");
+      checkPerson(r.choices[0].message.content);
+      const stream = await client.chat.completions.create({ model, messages, max_tokens: 160, temperature: 1, seed, response_format, stream: true, ...extra });
+      const s = await readChatStream(stream);
+      assert.equal(s.content, r.choices[0].message.content, "same seed: streamed == non-streamed");
+      assert.equal(s.finish, "stop");
+    }
+  }
+});
+
+await check("response_format json_object gives a JSON object", async () => {
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 96, temperature: 1, seed: 3, response_format: { type: "json_object" }, ...noThinking });
+  const v = JSON.parse(r.choices[0].message.content);
+  assert.ok(v !== null && typeof v === "object" && !Array.isArray(v));
+});
+
+await check("a schema keyword the engine cannot honour is a 400 naming it", async () => {
+  await assert.rejects(
+    client.chat.completions.create({
+      model, messages, max_tokens: 4,
+      response_format: { type: "json_schema", json_schema: { name: "s", schema: { type: "string", pattern: "^a+$" } } },
+    }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "response_format.json_schema.schema" && /pattern/.test(e.message),
+  );
+});
+
+const forcedTools = [
+  { type: "function", function: { name: "get_weather", description: "Weather for a city", parameters: {
+    type: "object", properties: { city: { type: "string", maxLength: 20 }, days: { type: "integer", minimum: 1, maximum: 7 } }, required: ["city"] } } },
+  { type: "function", function: { name: "get_time", description: "Time in a zone", parameters: {
+    type: "object", properties: { zone: { enum: ["UTC", "CET", "PST"] } }, required: ["zone"], additionalProperties: false } } },
+];
+
+function checkCall(call) {
+  const args = JSON.parse(call.arguments);
+  if (call.name === "get_weather") {
+    assert.equal(typeof args.city, "string");
+    assert.ok(Array.from(args.city).length <= 20);
+    if ("days" in args) assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7);
+  } else {
+    assert.equal(call.name, "get_time");
+    assert.deepEqual(Object.keys(args), ["zone"]);
+    assert.ok(["UTC", "CET", "PST"].includes(args.zone));
+  }
+}
+
+await check("tool_choice required and named: always a valid call, streamed and not", async () => {
+  const ask = [{ role: "user", content: "What now?" }];
+  for (const [tool_choice, parallel_tool_calls] of [["required", false], ["required", true], [{ type: "function", function: { name: "get_time" } }, false]]) {
+    for (const thinking of [false, true]) {
+      const body = { model, messages: ask, tools: forcedTools, tool_choice, parallel_tool_calls, max_tokens: 160, temperature: 1, seed: 5,
+        chat_template_kwargs: { enable_thinking: thinking } };
+      const r = await client.chat.completions.create(body);
+      const ch = r.choices[0];
+      assert.equal(ch.finish_reason, "tool_calls");
+      assert.ok(ch.message.tool_calls.length >= 1);
+      if (!parallel_tool_calls) assert.equal(ch.message.tool_calls.length, 1);
+      for (const tc of ch.message.tool_calls) {
+        assert.match(tc.id, /^call_/);
+        if (typeof tool_choice === "object") assert.equal(tc.function.name, "get_time");
+        checkCall(tc.function);
+      }
+      const s = await readChatStream(await client.chat.completions.create({ ...body, stream: true }));
+      assert.equal(s.finish, "tool_calls");
+      assert.deepEqual(s.calls.map((c) => [c.name, c.arguments]), ch.message.tool_calls.map((c) => [c.function.name, c.function.arguments]));
+    }
+  }
+});
+
+await check("logprobs and top_logprobs in chat, streamed and not", async () => {
+  const body = { model, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3, ...noThinking };
+  const r = await client.chat.completions.create(body);
+  const content = r.choices[0].logprobs.content;
+  const ends = r.choices[0].finish_reason === "stop" ? 1 : 0; // the end-of-turn token has no entry
+  assert.equal(content.length, r.usage.completion_tokens - ends);
+  assert.equal(Buffer.from(content.flatMap((e) => e.bytes)).toString("utf8"), r.choices[0].message.content, "the tokens' bytes are the content");
+  for (const e of content) {
+    assert.ok(e.logprob <= 0 && Number.isFinite(e.logprob));
+    assert.ok(Array.isArray(e.bytes));
+    assert.equal(e.top_logprobs.length, 3);
+    // greedy: the chosen token is the most likely one, first in top_logprobs
+    assert.equal(e.top_logprobs[0].token, e.token);
+    assert.equal(e.top_logprobs[0].logprob, e.logprob);
+    for (let i = 1; i < 3; i++) assert.ok(e.top_logprobs[i].logprob <= e.top_logprobs[i - 1].logprob);
+  }
+  const s = await readChatStream(await client.chat.completions.create({ ...body, stream: true }));
+  const streamed = s.chunks.flatMap((c) => c.choices[0]?.logprobs?.content ?? []);
+  assert.deepEqual(streamed, content, "streamed logprobs == non-streamed");
+});
+
+await check("logprobs in text completions, streamed and not", async () => {
+  const body = { model, prompt: "Once upon a time", max_tokens: 8, temperature: 0, logprobs: 2 };
+  const r = await client.completions.create(body);
+  const lp = r.choices[0].logprobs;
+  assert.equal(lp.tokens.length, lp.token_logprobs.length);
+  assert.equal(lp.tokens.length, lp.top_logprobs.length);
+  if (!r.choices[0].text.includes("\uFFFD")) assert.equal(lp.tokens.join(""), r.choices[0].text);
+  for (const [i, t] of lp.tokens.entries()) {
+    assert.ok(lp.token_logprobs[i] <= 0);
+    assert.equal(Math.max(...Object.values(lp.top_logprobs[i])), lp.token_logprobs[i], `greedy token ${JSON.stringify(t)} is the most likely`);
+  }
+  let tokens = [];
+  let logprobs = [];
+  for await (const c of await client.completions.create({ ...body, stream: true })) {
+    const l = c.choices[0]?.logprobs;
+    if (l) { tokens.push(...l.tokens); logprobs.push(...l.token_logprobs); }
+  }
+  assert.deepEqual(tokens, lp.tokens);
+  assert.deepEqual(logprobs, lp.token_logprobs);
 });
 
 console.log(`${passed} passed, ${failed} failed`);

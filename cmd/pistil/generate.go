@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"pistil/exec"
+	"pistil/exec/constrain"
 	"pistil/models/chat"
 	"pistil/models/tokenizer"
 	"pistil/pipeline"
@@ -155,6 +156,7 @@ func generateCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, sigs 
 	noThink := fs.Bool("no-think", false, "with --chat: disable thinking")
 	special := fs.Bool("special", false, "print special tokens (<|im_end|>, <|endoftext|>) instead of leaving them out")
 	maxTokens := fs.Int("max-tokens", 128, "most tokens to generate (prompt + max-tokens must fit the model's maximum context)")
+	jsonSchema := fs.String("json-schema", "", "constrain the output to JSON valid against the JSON Schema in FILE (after </think> when thinking)")
 	contextSize := fs.Int("context", 0, "session capacity in tokens (0: prompt + max-tokens)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -200,6 +202,7 @@ func generateCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, sigs 
 
 	var tok *tokenizer.Tokenizer
 	var ids []int32
+	thinking := false // the prompt leaves the model inside <think>
 	if *promptIDs != "" {
 		if ids, err = parseIDList(*promptIDs); err != nil {
 			return err
@@ -230,6 +233,7 @@ func generateCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, sigs 
 				return err
 			}
 			ids = rendered.IDs
+			thinking = chat.PromptEndsInReasoning(rendered.Text)
 		} else {
 			// Without --chat the prompt is raw, written whole: "<|im_start|>" in it is the
 			// control token (as /v1/completions does by default).
@@ -270,13 +274,21 @@ func generateCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, sigs 
 	for _, id := range m.Config().EOSTokenIDs {
 		stops = append(stops, int32(id))
 	}
+	var sampler exec.TokenSampler = exec.NewSampler(sf.params())
+	var constrained *constrain.ConstrainedSampler
+	if *jsonSchema != "" {
+		if constrained, err = schemaSampler(*jsonSchema, tok, stops, sampler, *maxTokens, thinking); err != nil {
+			return err
+		}
+		sampler = constrained
+	}
 	pre, err := prefill(ctx, s, ids, m.Chunk(), stderr)
 	var dec decodeStats
 	var res exec.GenerateResult
 	printer := newTokenPrinter(tok, *special)
 	if err == nil {
 		res, err = s.Generate(ctx, nil, exec.GenerateOptions{
-			MaxTokens: *maxTokens, Sampling: sf.params(), StopTokens: stops,
+			MaxTokens: *maxTokens, Sampler: sampler, StopTokens: stops,
 			OnToken: func(id int32) error {
 				dec.note(time.Now())
 				fmt.Fprint(stdout, printer.push(id))
@@ -298,7 +310,30 @@ func generateCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, sigs 
 	}
 	fmt.Fprintf(stderr, "prompt %d tokens: prefill %.1f tok/s; generated %d tokens: decode %.1f tok/s; finish %s\n",
 		pre.total, pre.tokensPerSec(), len(res.Tokens), dec.tokensPerSec(), res.FinishReason)
+	if constrained != nil && !constrained.Matcher().Done() {
+		return fmt.Errorf("--max-tokens %d ended the output before its JSON value was complete", *maxTokens)
+	}
 	return nil
+}
+
+// schemaSampler constrains inner to the JSON Schema in file.
+func schemaSampler(file string, tok *tokenizer.Tokenizer, stops []int32, inner exec.TokenSampler, maxTokens int, thinking bool) (*constrain.ConstrainedSampler, error) {
+	if tok == nil {
+		return nil, errors.New("--json-schema needs the model's tokenizer")
+	}
+	doc, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--json-schema: %w", err)
+	}
+	g, err := constrain.CompileSchema(doc)
+	if err != nil {
+		return nil, fmt.Errorf("--json-schema %s: %w", file, err)
+	}
+	v, err := constrain.NewVocab(tok, tok.VocabSize(), stops)
+	if err != nil {
+		return nil, fmt.Errorf("--json-schema: %w", err)
+	}
+	return constrain.NewSampler(inner, g, v, constrain.Options{MaxTokens: maxTokens, Thinking: thinking})
 }
 
 // readPromptText reads --prompt (- for stdin) or --prompt-file; both empty is no text.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -218,5 +219,52 @@ func TestGeneratePrefillProgress(t *testing.T) {
 	}
 	if chunked != whole {
 		t.Errorf("chunked prefill continued %q, whole %q", chunked, whole)
+	}
+}
+
+// pistil generate --json-schema on a random-weight model (noise unconstrained) prints
+// JSON that has the schema's shape, thinking on and off; an unsupported keyword is an
+// error naming it.
+func TestGenerateJSONSchema(t *testing.T) {
+	model := tinyModel(t)
+	schema := filepath.Join(t.TempDir(), "schema.json")
+	os.WriteFile(schema, []byte(`{"type":"object","properties":{"n":{"type":"integer","minimum":1,"maximum":9},"tags":{"type":"array","items":{"enum":["x","y"]},"maxItems":2}},"required":["n","tags"],"additionalProperties":false}`), 0o644)
+	for seed := 0; seed < 4; seed++ {
+		args := []string{"--model", model, "--prompt", "numbers", "--chat", "--max-tokens", "80",
+			"--temperature", "1", "--seed", strconv.Itoa(seed), "--json-schema", schema}
+		thinking := seed%2 == 1
+		if !thinking {
+			args = append(args, "--no-think")
+		}
+		out, _, err := runGenerateForTest(t, "", args...)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if thinking {
+			// the reasoning is free text; the answer follows </think>
+			i := strings.LastIndex(out, "</think>")
+			if i < 0 {
+				t.Fatalf("seed %d: no </think> in %q", seed, out)
+			}
+			out = out[i+len("</think>"):]
+		}
+		var v struct {
+			N    *int     `json:"n"`
+			Tags []string `json:"tags"`
+		}
+		dec := json.NewDecoder(strings.NewReader(out))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil || v.N == nil || *v.N < 1 || *v.N > 9 || len(v.Tags) > 2 {
+			t.Fatalf("seed %d: output %q does not follow the schema (%v)", seed, out, err)
+		}
+		for _, tag := range v.Tags {
+			if tag != "x" && tag != "y" {
+				t.Fatalf("seed %d: tag %q", seed, tag)
+			}
+		}
+	}
+	os.WriteFile(schema, []byte(`{"type":"string","pattern":"^a"}`), 0o644)
+	if _, _, err := runGenerateForTest(t, "", "--model", model, "--prompt", "x", "--json-schema", schema); err == nil || !strings.Contains(err.Error(), `"pattern"`) {
+		t.Fatalf("unsupported keyword: %v", err)
 	}
 }

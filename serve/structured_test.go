@@ -266,6 +266,10 @@ func TestLogprobsMatchReferenceLogits(t *testing.T) {
 		topIDs  []string
 		token   string
 	}
+	var worst, worstStep float64
+	defer func() {
+		t.Logf("largest |logprob - reference|: %.3g against one Forward pass, %.3g against the same prefill cuts and decode steps", worst, worstStep)
+	}()
 	for i := 0; i < 6; i++ {
 		chat, stream := i%2 == 0, i/2%2 == 1
 		withSchema := i >= 4
@@ -351,11 +355,32 @@ func TestLogprobsMatchReferenceLogits(t *testing.T) {
 			t.Fatal(err)
 		}
 		vocab := len(rows) / (len(tr.Prompt) + len(gen))
+		// The same logits step by step: prefill cut where the server cuts, then decode.
+		replay, err := ref.NewSession(len(tr.Prompt) + len(gen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = replay.Prefill(context.Background(), tr.Prompt, exec.PrefillOptions{Cuts: ts.messageSplits(tr.Prompt),
+			SnapshotEvery: testConfig().SnapshotEvery, OnSnapshot: func(*exec.Snapshot) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		for k, id := range gen {
 			row := rows[(len(tr.Prompt)-1+k)*vocab : (len(tr.Prompt)+k)*vocab]
 			want := logSoftmax(row, int(id))
-			if d := math.Abs(entries[k].logprob - want); d > 1e-4 {
+			d := math.Abs(entries[k].logprob - want)
+			worst = math.Max(worst, d)
+			if d > 1e-4 {
 				t.Fatalf("case %d position %d: logprob %v, reference %v (diff %g)", i, k, entries[k].logprob, want, d)
+			}
+			stepWant := logSoftmax(replay.Logits(), int(id))
+			sd := math.Abs(entries[k].logprob - stepWant)
+			worstStep = math.Max(worstStep, sd)
+			if sd > 1e-6*math.Max(1, math.Abs(stepWant)) {
+				t.Fatalf("case %d position %d: logprob %v, decode-path reference %v (diff %g)", i, k, entries[k].logprob, stepWant, sd)
+			}
+			if err := replay.Decode(context.Background(), id); err != nil {
+				t.Fatal(err)
 			}
 			if !withSchema {
 				// greedy: the chosen token is the most likely one, so it heads top_logprobs

@@ -99,8 +99,8 @@ func (m *Matcher) Accept(id int32) error {
 	return nil
 }
 
-// AcceptToolCallOpen advances over <tool_call> when the grammar is at its start (a call the
-// model opened inside its reasoning); false when it cannot.
+// acceptSym advances over a symbol token (a <tool_call> the model opened inside its
+// reasoning, where the grammar starts); false when the grammar does not allow it here.
 func (m *Matcher) acceptSym(k int) bool {
 	next := m.a.stepSym(m.state, k)
 	if next < 0 {
@@ -296,9 +296,9 @@ func (px *plainIndex) addUpTo(dst []uint64, k int) {
 		return
 	}
 	orInto(dst, px.upTo[maxBucket])
-	for id, n := range px.chars {
-		if int(n) > maxBucket && int(n) <= k {
-			setBit(dst, int32(id))
+	for i, id := range px.long {
+		if int(px.longChars[i]) <= k {
+			setBit(dst, id)
 		}
 	}
 }
@@ -314,8 +314,8 @@ func (px *plainIndex) removeUpTo(dst []uint64, k int) {
 	for i, w := range px.upTo[maxBucket] {
 		dst[i] &^= w
 	}
-	for id, n := range px.chars {
-		if n > 0 && int(n) <= k {
+	for i, id := range px.long {
+		if int(px.longChars[i]) <= k {
 			dst[id>>6] &^= 1 << (uint(id) & 63)
 		}
 	}

@@ -35,8 +35,9 @@ type Vocab struct {
 type plainIndex struct {
 	// upTo[k]: tokens of whole characters only, that add at most k characters.
 	upTo [][]uint64
-	// chars is each such token's character count (0: not such a token).
-	chars []uint16
+	// long lists those that add more than maxBucket characters, with their counts.
+	long      []int32
+	longChars []int32
 	// longest is the largest character count among them.
 	longest int
 	// partial lists plain tokens that end inside a UTF-8 character.
@@ -163,7 +164,7 @@ func (v *Vocab) buildTrie() {
 
 func (v *Vocab) indexPlain(mode uint8) plainIndex {
 	spec := strSpec{min: 0, max: -1, mode: mode}
-	px := plainIndex{chars: make([]uint16, v.size)}
+	var px plainIndex
 	counts := make([]int, v.size)
 	for id, b := range v.tokens {
 		if b == nil {
@@ -179,8 +180,11 @@ func (v *Vocab) indexPlain(mode uint8) plainIndex {
 			px.partial = append(px.partial, partialToken{id: int32(id), chars: int32(chars), pending: pendingBytes[sub]})
 		default:
 			counts[id] = chars
-			px.chars[id] = uint16(min(chars, 1<<16-1))
 			px.longest = max(px.longest, chars)
+			if chars > maxBucket {
+				px.long = append(px.long, int32(id))
+				px.longChars = append(px.longChars, int32(chars))
+			}
 		}
 	}
 	px.upTo = make([][]uint64, maxBucket+1)

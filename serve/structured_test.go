@@ -57,8 +57,7 @@ func TestStructuredRandomSchemasValidate(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		doc := schemagen.Schema(rng)
 		stream, thinking := structuredMode(i)
-		// room for the shortest answer twice over, and some reasoning: generations stay short
-		budget := 2*minTokens(t, ts, doc) + 32
+		budget := testBudget(minTokens(t, ts, doc), thinking)
 		body := chatBody(fmt.Sprintf("answer %d as JSON", i), map[string]any{
 			"max_tokens": budget, "temperature": 1, "seed": i,
 			"response_format": map[string]any{"type": "json_schema",
@@ -86,6 +85,16 @@ func TestStructuredRandomSchemasValidate(t *testing.T) {
 	if reasoned == 0 {
 		t.Fatal("no request with thinking on reasoned before its answer: the constraint did not start after </think>")
 	}
+}
+
+// testBudget is max_tokens for a case whose shortest answer takes least tokens: some room
+// beyond it, and with thinking on, room for some reasoning before the reserve (twice the
+// shortest answer) forces </think>. Short generations keep the tests fast.
+func testBudget(least int, thinking bool) int {
+	if thinking {
+		return 2*least + 24
+	}
+	return least + 16
 }
 
 // minTokens is the fewest tokens that complete a schema's grammar (end token included).
@@ -149,19 +158,24 @@ func TestStructuredJSONObject(t *testing.T) {
 func TestStructuredToolChoiceForced(t *testing.T) {
 	ts := startServer(t, nil)
 	rng := rand.New(rand.NewPCG(31, 32))
-	for i := 0; i < 16; i++ {
-		n := 1 + rng.IntN(2)
-		var tools []map[string]any
-		var ctools []constrain.Tool
-		params := map[string][]byte{}
-		for k := 0; k < n; k++ {
-			name := fmt.Sprintf("tool_%d_%d", i, k)
-			doc := schemagen.Parameters(rng)
-			params[name] = doc
-			ctools = append(ctools, constrain.Tool{Name: name, Parameters: doc})
-			tools = append(tools, map[string]any{"type": "function", "function": map[string]any{
-				"name": name, "parameters": json.RawMessage(doc)}})
+	var tools []map[string]any
+	var allTools []constrain.Tool
+	params := map[string][]byte{}
+	for i := 0; i < 24; i++ {
+		if i%4 == 0 {
+			// A new tool set every four cases: the four modes of one set share the prompt
+			// (the long tool instructions), so three of them restore it from the cache.
+			tools, allTools = nil, nil
+			for k := 0; k < 1+rng.IntN(2); k++ {
+				name := fmt.Sprintf("tool_%d_%d", i, k)
+				doc := schemagen.Parameters(rng)
+				params[name] = doc
+				allTools = append(allTools, constrain.Tool{Name: name, Parameters: doc})
+				tools = append(tools, map[string]any{"type": "function", "function": map[string]any{
+					"name": name, "parameters": json.RawMessage(doc)}})
+			}
 		}
+		ctools, n := allTools, len(allTools)
 		stream, thinking := structuredMode(i)
 		var choice any = "required"
 		named := ""
@@ -175,8 +189,7 @@ func TestStructuredToolChoiceForced(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// room for the longest shortest call twice over, and some reasoning
-		budget := 2*grammarMinTokens(t, ts, g) + 24
+		budget := testBudget(grammarMinTokens(t, ts, g), thinking)
 		parallel := i%5 != 0
 		body := chatBody("call a tool", map[string]any{"max_tokens": budget, "temperature": 1, "seed": i,
 			"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel,

@@ -28,6 +28,42 @@ func BenchmarkMaskQwen(b *testing.B) {
 		}
 		grammars = append(grammars, g)
 	}
+	benchMasks(b, v, grammars, rng, 200)
+}
+
+// BenchmarkNewVocabQwen is the one-time cost per model of indexing the tokenizer.
+func BenchmarkNewVocabQwen(b *testing.B) {
+	_, tok := qwenVocab(b)
+	for i := 0; i < b.N; i++ {
+		if _, err := NewVocab(tok, tok.VocabSize(), endTokens(tok)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMaskQwenToolCall is BenchmarkMaskQwen for forced tool calls: random tool sets
+// (one to three tools with random parameter schemas), parallel calls allowed.
+func BenchmarkMaskQwenToolCall(b *testing.B) {
+	v, _ := qwenVocab(b)
+	rng := rand.New(rand.NewPCG(13, 14))
+	var grammars []*Grammar
+	for len(grammars) < 20 {
+		var tools []Tool
+		for k := 0; k < 1+rng.IntN(3); k++ {
+			tools = append(tools, Tool{Name: "fn_" + string(rune('a'+k)), Parameters: schemagen.Parameters(rng)})
+		}
+		g, err := CompileToolCall(tools, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		grammars = append(grammars, g)
+	}
+	benchMasks(b, v, grammars, rng, 300)
+}
+
+// benchMasks runs random-choice generations of up to budget tokens through the grammars
+// in turn and reports per-token mask latency percentiles.
+func benchMasks(b *testing.B, v *Vocab, grammars []*Grammar, rng *rand.Rand, budget int) {
 	mask := make([]uint64, v.words)
 	var lat, cpu []time.Duration
 	runtime.LockOSThread()
@@ -36,7 +72,6 @@ func BenchmarkMaskQwen(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		g := grammars[i%len(grammars)]
 		m, _ := g.NewMatcher(v, false)
-		const budget = 200
 		for step := 0; step < budget && !m.Done(); step++ {
 			start, startCPU := time.Now(), threadCPU()
 			n := m.Mask(mask, budget-step)
@@ -60,15 +95,5 @@ func BenchmarkMaskQwen(b *testing.B) {
 			report(cpu, "cpu-us/token")
 		}
 		b.ReportMetric(float64(len(lat))/float64(b.N), "tokens/op")
-	}
-}
-
-// BenchmarkNewVocabQwen is the one-time cost per model of indexing the tokenizer.
-func BenchmarkNewVocabQwen(b *testing.B) {
-	_, tok := qwenVocab(b)
-	for i := 0; i < b.N; i++ {
-		if _, err := NewVocab(tok, tok.VocabSize(), endTokens(tok)); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"pistil/exec"
@@ -337,11 +336,11 @@ func (s *Server) textLogprobsJSON(entries []tokenLogprob, offset int) json.RawMe
 	return marshalJSON(out)
 }
 
-// logprobsText is the text of entries, for the offsets of the next ones.
+// logprobsText is the length of the entries' token texts, for the offsets of the next ones.
 func (s *Server) logprobsText(entries []tokenLogprob) int {
 	n := 0
 	for _, e := range entries {
-		n += len(strings.ToValidUTF8(s.tok.Decode([]int32{e.ID}), "\uFFFD"))
+		n += len(s.tok.Decode([]int32{e.ID}))
 	}
 	return n
 }

@@ -161,7 +161,7 @@ func TestStructuredToolChoiceForced(t *testing.T) {
 	var tools []map[string]any
 	var allTools []constrain.Tool
 	params := map[string][]byte{}
-	for i := 0; i < 24; i++ {
+	for i := 0; i < 16; i++ {
 		if i%4 == 0 {
 			// A new tool set every four cases: the four modes of one set share the prompt
 			// (the long tool instructions), so three of them restore it from the cache.

@@ -157,7 +157,9 @@ type automaton struct {
 	masks    int // states holding a cached mask
 }
 
-const maxCachedMasks = 1024
+// maxCachedMasks bounds the masks one generation keeps (31 KB each for the Qwen vocabulary):
+// the states that repeat (free strings, structure) are few.
+const maxCachedMasks = 256
 
 func newAutomaton(nodes []node, entry int32) *automaton {
 	a := &automaton{nodes: nodes, index: map[string]int32{}}

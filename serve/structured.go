@@ -109,6 +109,9 @@ func schemaError(param string, err error) *apiError {
 type toolChoice struct {
 	Mode string // "auto", "none", "required" or "function"
 	Name string // for "function"
+	// Allowed, from {"type": "allowed_tools"}, limits "required" to these functions (with
+	// mode "auto" it is not enforced: the model may also answer, or call another tool).
+	Allowed []string
 }
 
 func (c toolChoice) forced() bool { return c.Mode == "required" || c.Mode == "function" }
@@ -130,13 +133,39 @@ func parseToolChoice(raw json.RawMessage) (toolChoice, *apiError) {
 		Function *struct {
 			Name *string `json:"name"`
 		} `json:"function"`
-		Name *string `json:"name"` // the Responses API's flat form
+		Name         *string `json:"name"` // the Responses API's flat form
+		AllowedTools *struct {
+			Mode  string `json:"mode"`
+			Tools []struct {
+				Type     string `json:"type"`
+				Function struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			} `json:"tools"`
+		} `json:"allowed_tools"`
 	}
 	if err := json.Unmarshal(raw, &obj); err != nil || bytes.TrimSpace(raw)[0] != '{' {
 		return toolChoice{}, invalidValue("tool_choice", "tool_choice must be a string or an object")
 	}
+	if obj.Type != nil && *obj.Type == "allowed_tools" {
+		at := obj.AllowedTools
+		if at == nil || len(at.Tools) == 0 {
+			return toolChoice{}, invalidValue("tool_choice.allowed_tools", "tool_choice.allowed_tools needs tools")
+		}
+		if at.Mode != "auto" && at.Mode != "required" {
+			return toolChoice{}, invalidValue("tool_choice.allowed_tools.mode", "tool_choice.allowed_tools.mode must be \"auto\" or \"required\"")
+		}
+		c := toolChoice{Mode: at.Mode}
+		for i, t := range at.Tools {
+			if t.Type != "function" || t.Function.Name == "" {
+				return toolChoice{}, invalidValue(fmt.Sprintf("tool_choice.allowed_tools.tools[%d]", i), "allowed tools must be functions with a name")
+			}
+			c.Allowed = append(c.Allowed, t.Function.Name)
+		}
+		return c, nil
+	}
 	if obj.Type == nil || *obj.Type != "function" {
-		return toolChoice{}, unsupported("tool_choice.type", "tool_choice objects must have type \"function\"")
+		return toolChoice{}, unsupported("tool_choice.type", "tool_choice objects must have type \"function\" or \"allowed_tools\"")
 	}
 	name := obj.Name
 	if obj.Function != nil {
@@ -159,7 +188,7 @@ func toolChoiceConstraint(choice toolChoice, tools []toolDef, parallel bool) (*c
 	}
 	var list []constrain.Tool
 	for i, t := range tools {
-		if choice.Mode == "function" && t.Name != choice.Name {
+		if choice.Mode == "function" && t.Name != choice.Name || choice.Allowed != nil && !slices.Contains(choice.Allowed, t.Name) {
 			continue
 		}
 		params, e := toolParameters(t.Raw, i)
@@ -167,6 +196,9 @@ func toolChoiceConstraint(choice toolChoice, tools []toolDef, parallel bool) (*c
 			return nil, e
 		}
 		list = append(list, constrain.Tool{Name: t.Name, Parameters: params})
+	}
+	if len(list) == 0 && choice.Allowed != nil {
+		return nil, invalidValue("tool_choice.allowed_tools.tools", "none of tool_choice.allowed_tools is in tools")
 	}
 	if len(list) == 0 {
 		return nil, invalidValue("tool_choice.function.name", "tool_choice names the function %q, which is not in tools", truncate(choice.Name, 64))

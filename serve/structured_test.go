@@ -179,11 +179,19 @@ func TestStructuredToolChoiceForced(t *testing.T) {
 		stream, thinking := structuredMode(i)
 		var choice any = "required"
 		named := ""
-		if i%3 == 2 {
+		switch i % 3 {
+		case 2:
 			k := rng.IntN(n)
 			named = ctools[k].Name
 			ctools = ctools[k : k+1]
 			choice = map[string]any{"type": "function", "function": map[string]any{"name": named}}
+		case 1:
+			if n > 1 { // allowed_tools, required: only the first tool may be called
+				named = ctools[0].Name
+				ctools = ctools[:1]
+				choice = map[string]any{"type": "allowed_tools", "allowed_tools": map[string]any{"mode": "required",
+					"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": named}}}}}
+			}
 		}
 		g, err := constrain.CompileToolCall(ctools, false)
 		if err != nil {
@@ -253,6 +261,8 @@ func TestStructuredBadRequests(t *testing.T) {
 		{map[string]any{"tool_choice": "required"}, "tool_choice", "tools"},
 		{map[string]any{"tools": []any{tool}, "tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "g"}}}, "tool_choice.function.name", "g"},
 		{map[string]any{"response_format": map[string]any{"type": "json_object"}, "ignore_eos": true}, "ignore_eos", "ignore_eos"},
+		{map[string]any{"tools": []any{tool}, "tool_choice": map[string]any{"type": "allowed_tools", "allowed_tools": map[string]any{"mode": "required",
+			"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "g"}}}}}}, "tool_choice.allowed_tools.tools", "allowed_tools"},
 	} {
 		status, hdr, data := ts.post(t, "/v1/chat/completions", chatBody("x", c.extra))
 		e := wantError(t, status, hdr, data, 400, c.param)

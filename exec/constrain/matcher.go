@@ -126,9 +126,10 @@ func (m *Matcher) next(state int32, id int32) int32 {
 
 // Mask sets in dst (Vocab.Size bits, as 64-bit words) the tokens allowed next, given
 // that at most budget tokens may still be generated, this one included: a token is
-// allowed only if the grammar can still be completed within the budget after it. When
-// the budget is too small for any, every grammatical token is allowed (the output will be
-// cut by the length limit). It returns the number of tokens allowed.
+// allowed only if the grammar can still be completed within the budget after it
+// (counting a byte as a token, which bounds the tokens needed from above). When the
+// budget is too small for any, the tokens that leave the least to write are allowed, so
+// the output closes as soon as it can. It returns the number of tokens allowed.
 func (m *Matcher) Mask(dst []uint64, budget int) int {
 	s := m.a.states[m.state]
 	limit := int32(min(budget-1, inf))
@@ -141,12 +142,31 @@ func (m *Matcher) Mask(dst []uint64, budget int) int {
 	if full == nil {
 		full = make([]uint64, m.v.words)
 	}
+	maxDist, minDist := m.compute(s, full, dst, limit)
+	if cache {
+		s.mask, s.maskMaxDist = full, maxDist
+		m.a.masks++
+	}
+	n := popcount(dst)
+	if n == 0 && minDist < inf {
+		m.compute(s, full, dst, minDist)
+		n = popcount(dst)
+	}
+	if n == 0 { // cannot happen: minDist is some token's; but never answer an empty mask
+		copy(dst, full)
+		n = popcount(dst)
+	}
+	return n
+}
+
+// compute fills full with every allowed token and dst with those leading to a state at
+// most limit from the end; it returns the largest and the smallest such distance.
+func (m *Matcher) compute(s *dstate, full, dst []uint64, limit int32) (maxDist, minDist int32) {
 	clear(dst)
-	var maxDist int32
 	if s.fast {
-		maxDist = m.fastMask(s, full, dst, limit)
+		maxDist, minDist = m.fastMask(s, full, dst, limit)
 	} else {
-		maxDist = m.walk(m.state, full, dst, limit)
+		maxDist, minDist = m.walk(m.state, full, dst, limit)
 	}
 	for k := 0; k < numSyms; k++ {
 		t := m.a.stepSym(m.state, k)
@@ -154,7 +174,7 @@ func (m *Matcher) Mask(dst []uint64, budget int) int {
 			continue
 		}
 		d := m.a.states[t].dist
-		maxDist = max(maxDist, d)
+		maxDist, minDist = max(maxDist, d), min(minDist, d)
 		for _, id := range m.v.syms[k] {
 			setBit(full, id)
 			if d <= limit {
@@ -162,16 +182,7 @@ func (m *Matcher) Mask(dst []uint64, budget int) int {
 			}
 		}
 	}
-	if cache {
-		s.mask, s.maskMaxDist = full, maxDist
-		m.a.masks++
-	}
-	n := popcount(dst)
-	if n == 0 {
-		copy(dst, full)
-		n = popcount(dst)
-	}
-	return n
+	return maxDist, minDist
 }
 
 func setBit(b []uint64, id int32) { b[id>>6] |= 1 << (uint(id) & 63) }
@@ -186,19 +197,19 @@ func popcount(b []uint64) int {
 
 // walk visits the trie depth first against the automaton: a byte the state rejects
 // prunes every token below it.
-func (m *Matcher) walk(state int32, full, dst []uint64, limit int32) int32 {
+func (m *Matcher) walk(state int32, full, dst []uint64, limit int32) (maxDist, minDist int32) {
 	v, a := m.v, m.a
 	type item struct{ node, state int32 }
 	stack := make([]item, 0, 256)
 	stack = append(stack, item{0, state})
-	var maxDist int32
+	minDist = inf
 	for len(stack) > 0 {
 		it := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		if it.node != 0 {
 			if id := v.tokenAt[it.node]; id >= 0 {
 				d := a.states[it.state].dist
-				maxDist = max(maxDist, d)
+				maxDist, minDist = max(maxDist, d), min(minDist, d)
 				setBit(full, id)
 				if d <= limit {
 					setBit(dst, id)
@@ -223,24 +234,25 @@ func (m *Matcher) walk(state int32, full, dst []uint64, limit int32) int32 {
 			}
 		}
 	}
-	return maxDist
+	return maxDist, minDist
 }
 
 // fastMask answers a free-string state: whole-character plain tokens come from the
 // precomputed buckets (by how many characters they add, against maxLength and the
 // budget), and only the listed tokens that end mid-character or hold a terminator,
 // escape or tag byte are run through the automaton.
-func (m *Matcher) fastMask(s *dstate, full, dst []uint64, limit int32) int32 {
+func (m *Matcher) fastMask(s *dstate, full, dst []uint64, limit int32) (maxDist, minDist int32) {
 	px := &m.v.plain[s.str.mode]
 	room := px.longest // characters the string may still take
 	if s.str.max >= 0 {
 		room = min(room, s.str.max-int(s.count))
 	}
 	need := max(0, s.str.min-int(s.count)) // characters still required
-	var maxDist int32
+	minDist = inf
 	if room > 0 {
 		px.addUpTo(full, room)
 		maxDist = int32(max(0, need-1)) + s.tailDist
+		minDist = int32(max(0, need-int(px.longestUpTo[room]))) + s.tailDist
 		// within the budget: need-n more characters, then the tail
 		if slack := int(limit - s.tailDist); slack >= 0 {
 			fewest := max(1, need-slack)
@@ -253,7 +265,7 @@ func (m *Matcher) fastMask(s *dstate, full, dst []uint64, limit int32) int32 {
 		}
 	}
 	allow := func(id int32, d int32) {
-		maxDist = max(maxDist, d)
+		maxDist, minDist = max(maxDist, d), min(minDist, d)
 		setBit(full, id)
 		if d <= limit {
 			setBit(dst, id)
@@ -286,7 +298,7 @@ func (m *Matcher) fastMask(s *dstate, full, dst []uint64, limit int32) int32 {
 			allow(sp.id, m.a.states[t].dist)
 		}
 	}
-	return maxDist
+	return maxDist, minDist
 }
 
 // addUpTo ORs in the plain tokens of at most k characters.

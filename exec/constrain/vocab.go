@@ -38,8 +38,10 @@ type plainIndex struct {
 	// long lists those that add more than maxBucket characters, with their counts.
 	long      []int32
 	longChars []int32
-	// longest is the largest character count among them.
-	longest int
+	// longest is the largest character count among them; longestUpTo[k] the largest one
+	// not above k.
+	longest     int
+	longestUpTo []int32
 	// partial lists plain tokens that end inside a UTF-8 character.
 	partial []partialToken
 	// special lists tokens with a terminator, escape or tag byte after a plain start.
@@ -186,6 +188,15 @@ func (v *Vocab) indexPlain(mode uint8) plainIndex {
 				px.longChars = append(px.longChars, int32(chars))
 			}
 		}
+	}
+	px.longestUpTo = make([]int32, px.longest+1)
+	for _, n := range counts {
+		if n > 0 {
+			px.longestUpTo[n] = int32(n)
+		}
+	}
+	for k := 1; k <= px.longest; k++ {
+		px.longestUpTo[k] = max(px.longestUpTo[k], px.longestUpTo[k-1])
 	}
 	px.upTo = make([][]uint64, maxBucket+1)
 	for k := range px.upTo {

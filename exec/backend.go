@@ -84,6 +84,19 @@ type BackendOptions struct {
 	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs)
 	// instead of launching its kernels one by one.
 	Graphs bool
+	// Metal is the Metal encoder's ablation switches (pipeline.toml [metal]); the zero
+	// value means the backend's fast defaults.
+	Metal MetalOptions
+}
+
+// MetalOptions mirror pipeline.toml's [metal] table: the encoder "concurrent" or
+// "serial", barriers from the "plan" or after "every" dispatch, command buffers in flight
+// (1 or 2), and the GPU token handoff. Each keeps the answer the same.
+type MetalOptions struct {
+	Encoder      string
+	Barriers     string
+	InFlight     int
+	TokenHandoff bool
 }
 
 // BackendFactory makes a backend instance.

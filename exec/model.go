@@ -37,6 +37,8 @@ type Options struct {
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.
 	Graphs bool
+	// Metal is the Metal encoder's switches (zero: its defaults).
+	Metal MetalOptions
 	// CostContext is the context length the plans' reported costs assume (0:
 	// passes.DefaultCostContext); `pistil compile` prints the same plans at its default.
 	CostContext int

@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	exec.RegisterBackend("metal", func(exec.BackendOptions) (exec.Backend, error) {
+	exec.RegisterBackend("metal", func(o exec.BackendOptions) (exec.Backend, error) {
 		d, err := openDevice()
 		if err != nil {
 			return nil, err
@@ -20,7 +20,7 @@ func init() {
 		if err := d.thread.do(d.buildPipelines); err != nil {
 			return nil, err
 		}
-		return NewBackend(&darwinDevice{metalAPI{d: d}}, DefaultConfig), nil
+		return NewBackend(&darwinDevice{metalAPI{d: d}}, ConfigOfOptions(o.Metal)), nil
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"pistil/exec"
 	"pistil/ops/kernels"
 	"pistil/pipeline"
 	"pistil/plan"
@@ -399,6 +400,15 @@ func (e *Encoder) Drain() error {
 func (e *Encoder) Token(t Ticket) int32 {
 	next := e.res.Steps[(t.slot+1)%e.cfg.InFlight].Contents()
 	return int32(binary.LittleEndian.Uint32(next[16:]))
+}
+
+// ConfigOfOptions is the encoder configuration a model is opened with: pipeline.toml's
+// [metal] table as exec.Options carries it, or DefaultConfig when the caller set none.
+func ConfigOfOptions(o exec.MetalOptions) Config {
+	if o == (exec.MetalOptions{}) {
+		return DefaultConfig
+	}
+	return ConfigOf(pipeline.Metal(o))
 }
 
 // ConfigOf is the encoder configuration of pipeline.toml's [metal] table (validated by

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"pistil/exec"
 	"pistil/gpu"
 	"pistil/graph"
 	"pistil/internal/fixtures"
@@ -550,5 +551,23 @@ func TestEncoderLaunchesTheMetalPlan(t *testing.T) {
 			}
 			checkCalls(t, f, p, res, cfg, 1, false)
 		})
+	}
+}
+
+// The [metal] table reaches the backend: pipeline.ExecOptions carries it in exec.Options,
+// exec.Open hands it to the factory in BackendOptions, and the darwin factory builds its
+// encoder from ConfigOfOptions; a caller that sets nothing gets the fast defaults.
+func TestMetalSwitchesReachTheBackend(t *testing.T) {
+	p := pipeline.Default()
+	p.Metal = pipeline.Metal{Encoder: "serial", Barriers: "every", InFlight: 1, TokenHandoff: false}
+	o, err := p.ExecOptions("metal", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ConfigOfOptions(o.Metal), (Config{InFlight: 1}); got != want {
+		t.Errorf("[metal] with every switch off reaches the encoder as %+v, want %+v", got, want)
+	}
+	if got := ConfigOfOptions(exec.MetalOptions{}); got != DefaultConfig {
+		t.Errorf("no [metal] settings give %+v, want the defaults %+v", got, DefaultConfig)
 	}
 }

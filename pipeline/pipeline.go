@@ -228,7 +228,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
-		Passes: cfg, Kernels: p.CPU.Kernels, Graphs: p.CUDA.Graphs, CostContext: p.Phases.CostContext}, nil
+		Passes: cfg, Kernels: p.CPU.Kernels, Graphs: p.CUDA.Graphs, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext}, nil
 }
 
 // DecodeServer decodes the [server] table into v (a struct of the server's settings).

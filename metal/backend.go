@@ -194,7 +194,7 @@ func (b *Backend) bindWeights(p *plan.Plan, weights func(string) (*ops.Tensor, e
 		if err != nil {
 			return fmt.Errorf("weight %s: %w", buf.Name, err)
 		}
-		code, err := dtypeCode(t.DType)
+		code, err := gpu.DTypeCode(t.DType)
 		if err != nil {
 			return fmt.Errorf("weight %s: %w", buf.Name, err)
 		}

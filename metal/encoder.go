@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"pistil/exec"
+	"pistil/gpu"
 	"pistil/ops/kernels"
 	"pistil/pipeline"
 	"pistil/plan"
@@ -191,7 +192,7 @@ func NewEncoder(api API, cfg Config, p *plan.Plan, res Resources, low Lowering) 
 			} else {
 				return Operand{}, fmt.Errorf("plan buffer %d (%s) is not bound", o.Buffer, p.Buffers[o.Buffer].Name)
 			}
-			code, err := dtypeCode(o.Type.DType)
+			code, err := gpu.DTypeCode(o.Type.DType)
 			if err != nil {
 				return Operand{}, err
 			}

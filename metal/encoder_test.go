@@ -211,7 +211,7 @@ func fixture(t *testing.T, p *plan.Plan, inFlight int) (*fakeAPI, Resources) {
 		addr := uint64(b.ID+1) << 32
 		switch b.Kind {
 		case plan.Weight:
-			code, _ := dtypeCode(b.Type.DType)
+			code, _ := gpu.DTypeCode(b.Type.DType)
 			w := kernels.Weight{Data: addr, DType: code}
 			if b.Type.DType.Quantized() {
 				w.Scales, w.Biases, w.Group = addr+1<<30, addr+3<<29, int32(b.Type.Group)

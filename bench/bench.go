@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"pistil/exec"
+	"pistil/plan"
 )
 
 // Seed fixes the pseudo-random prompt ids, so every run of the benchmark feeds the same
@@ -27,6 +28,13 @@ type Spec struct {
 	DecodeTokens int
 	// Repeats are the timed runs per measurement; Warmup the untimed runs before them.
 	Repeats, Warmup int
+	// BandwidthBytes is the buffer the streaming read bandwidth is measured with before
+	// anything else (MeasureBandwidth; 0: not measured).
+	BandwidthBytes int64
+	// Plans, when set, compiles the model's plan for steps of tokens with its costs
+	// counted at a context length (exec.CompilePlan with Options.CostContext): the bytes
+	// per token and flops of the measurements come from them (addRoofline).
+	Plans func(tokens, context int) (*plan.Plan, error)
 }
 
 // Capacity is the session capacity the spec needs: the longest prompt, or the longest
@@ -66,6 +74,9 @@ func (s Spec) Validate(maxContext int) error {
 	if s.Warmup < 0 {
 		return fmt.Errorf("warm-up runs %d must not be negative", s.Warmup)
 	}
+	if s.BandwidthBytes < 0 {
+		return fmt.Errorf("bandwidth buffer %d bytes must not be negative", s.BandwidthBytes)
+	}
 	if maxContext > 0 {
 		for _, p := range s.Prompts {
 			if p > maxContext {
@@ -99,13 +110,22 @@ type Measurement struct {
 	MedianTPS float64 `json:"median_tokens_per_sec"`
 	MinTPS    float64 `json:"min_tokens_per_sec"`
 	MaxTPS    float64 `json:"max_tokens_per_sec"`
+	// Roofline (addRoofline): a prefill run's flops and the GFLOP/s of its median; a
+	// decode step's bytes read (weights among them) and the share of the measured
+	// bandwidth its median reached.
+	FlopsPerRun         int64   `json:"flops_per_run,omitempty"`
+	MedianGFLOPS        float64 `json:"median_gflops,omitempty"`
+	BytesPerToken       int64   `json:"bytes_per_token,omitempty"`
+	WeightBytesPerToken int64   `json:"weight_bytes_per_token,omitempty"`
+	BandwidthShare      float64 `json:"bandwidth_share,omitempty"`
 }
 
 // Result is every measurement of a spec.
 type Result struct {
-	Capacity int           `json:"capacity"`
-	Prefill  []Measurement `json:"prefill"`
-	Decode   []Measurement `json:"decode"`
+	Capacity  int           `json:"capacity"`
+	Bandwidth *Bandwidth    `json:"bandwidth,omitempty"`
+	Prefill   []Measurement `json:"prefill"`
+	Decode    []Measurement `json:"decode"`
 }
 
 // Measure runs the spec on m. One session of spec.Capacity() tokens serves every
@@ -123,6 +143,13 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 	}
 	ids := PromptIDs(capacity, m.Config().VocabSize)
 	res := &Result{Capacity: capacity}
+	if spec.BandwidthBytes > 0 {
+		bw, err := MeasureBandwidth(spec.BandwidthBytes, 0, 5)
+		if err != nil {
+			return nil, err
+		}
+		res.Bandwidth = &bw
+	}
 	for _, n := range spec.Prompts {
 		meas, err := measure(spec, n, func() (time.Duration, error) {
 			s.Reset()
@@ -141,6 +168,11 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 			return nil, fmt.Errorf("decode at context %d: %w", c, err)
 		}
 		res.Decode = append(res.Decode, meas)
+	}
+	if spec.Plans != nil {
+		if err := addRoofline(spec.Plans, m.Chunk(), res, spec.DecodeTokens); err != nil {
+			return nil, fmt.Errorf("bytes and flops from the plans: %w", err)
+		}
 	}
 	return res, nil
 }

@@ -61,3 +61,40 @@ func TestSpecCapacityAndValidate(t *testing.T) {
 		t.Errorf("one token over the model's context: %v", err)
 	}
 }
+
+// TestReadSumKernelsVisitEveryWord: both read loops fold every word by OR, so a word
+// with a bit no other word has that went unread shows up as a missing bit.
+func TestReadSumKernelsVisitEveryWord(t *testing.T) {
+	buf := make([]uint64, 64*37)
+	for i := range buf {
+		buf[i] = 1 << (uint(i) % 61)
+	}
+	buf[64*36+63] = 1 << 63 // the last word alone has the top bit
+	buf[0] |= 1 << 62       // and the first alone bit 62
+	var want uint64
+	for _, v := range buf {
+		want |= v
+	}
+	if got := readSumGo(buf); got != want {
+		t.Errorf("portable read loop folds to %#x, want %#x (a word missed)", got, want)
+	}
+	if got := readSum(buf); got != want {
+		t.Errorf("%s read loop folds to %#x, want %#x (a word missed)", readKernel, got, want)
+	}
+}
+
+func TestMeasureBandwidth(t *testing.T) {
+	if _, err := MeasureBandwidth(1<<10, 1, 1); err == nil || !strings.Contains(err.Error(), "too small") {
+		t.Errorf("a 1 KiB buffer: %v, want a too-small error", err)
+	}
+	if _, err := MeasureBandwidth(8<<20, 1, 0); err == nil || !strings.Contains(err.Error(), "passes 0") {
+		t.Errorf("zero passes: %v", err)
+	}
+	bw, err := MeasureBandwidth(8<<20, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bw.BytesPerSec <= 0 || bw.SingleThread <= 0 || bw.Threads != 2 || bw.BufferBytes != 8<<20 {
+		t.Errorf("bandwidth %+v: want positive speeds over 2 threads and 8 MiB", bw)
+	}
+}

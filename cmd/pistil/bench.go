@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"pistil/bench"
+	"pistil/exec"
 	"pistil/passes"
 	"pistil/pipeline"
+	"pistil/plan"
 )
 
 func init() {
@@ -89,6 +91,7 @@ func runBench(args []string) error {
 	sweep := fs.Bool("sweep", false, "the published method: prefill and decode at ten lengths 256..128K (those that fit the model, memory and --max-length), repeats in alternating order, medians")
 	maxLength := fs.Int("max-length", 0, "with --sweep: leave out lengths above this (0: none)")
 	plotOut := fs.String("plot", "", "draw prefill and decode tok/s against length into this PNG")
+	bandwidthMiB := fs.Int64("bandwidth-mib", bench.DefaultBandwidthBytes>>20, "buffer in MiB for measuring the streaming read bandwidth first (0: not measured)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -109,7 +112,7 @@ func runBench(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	spec := bench.Spec{DecodeTokens: *decodeTokens, Repeats: *repeats, Warmup: *warmup}
+	spec := bench.Spec{DecodeTokens: *decodeTokens, Repeats: *repeats, Warmup: *warmup, BandwidthBytes: *bandwidthMiB << 20}
 	var err error
 	if spec.Prompts, err = parseLengths("--prompts", *prompts); err != nil {
 		return err
@@ -164,6 +167,9 @@ func runBench(args []string) error {
 				fmt.Fprintf(os.Stderr, "sweep: repeat %d/%d, length %d (%d of %d)\n", repeat+1, spec.Repeats, length, index+1, len(kept))
 			}}
 	}
+	if spec.Plans, err = benchPlans(&mf); err != nil {
+		return err
+	}
 	rep.Machine.Backend = mf.backend
 	if d, ok := m.Backend().(interface{ Device() string }); ok {
 		rep.Machine.Device = d.Device()
@@ -205,6 +211,20 @@ func runBench(args []string) error {
 		fmt.Fprintf(benchOut, "plot written to %s\n", *plotOut)
 	}
 	return nil
+}
+
+// benchPlans compiles the plans bench's roofline reads: the ones the model runs, with
+// costs counted at the context asked for.
+func benchPlans(mf *modelFlags) (func(tokens, context int) (*plan.Plan, error), error) {
+	o, err := mf.options()
+	if err != nil {
+		return nil, err
+	}
+	return func(tokens, context int) (*plan.Plan, error) {
+		oc := o
+		oc.CostContext = context
+		return exec.CompilePlan(mf.dir, oc, tokens)
+	}, nil
 }
 
 // describePipeline records the pipeline file and the optional passes the model's plans
@@ -279,12 +299,37 @@ func printBenchHeader(w io.Writer, rep *benchReport) {
 }
 
 func printBenchTable(w io.Writer, rep *benchReport) {
-	fmt.Fprintf(w, "%-8s %-22s %12s %12s %12s\n", "phase", "tokens", "median tok/s", "min", "max")
+	if bw := rep.Bandwidth; bw != nil {
+		fmt.Fprintf(w, "streaming read bandwidth %.1f GB/s with %d threads (%.1f with one; %s loads, %d MiB buffer, best of %d)\n\n",
+			bw.BytesPerSec/1e9, bw.Threads, bw.SingleThread/1e9, bw.Kernel, bw.BufferBytes>>20, bw.Passes)
+	}
+	fmt.Fprintf(w, "%-8s %-22s %12s %12s %12s  %s\n", "phase", "tokens", "median tok/s", "min", "max", "roofline (median)")
 	for _, m := range rep.Prefill {
-		fmt.Fprintf(w, "%-8s %-22s %12.1f %12.1f %12.1f\n", "prefill", fmt.Sprintf("%d prompt", m.Tokens), m.MedianTPS, m.MinTPS, m.MaxTPS)
+		roofline := "" // a --sweep has no roofline
+		if m.FlopsPerRun > 0 {
+			roofline = fmt.Sprintf("%.1f GFLOP/s", m.MedianGFLOPS)
+		}
+		fmt.Fprintf(w, "%-8s %-22s %12.1f %12.1f %12.1f  %s\n", "prefill", fmt.Sprintf("%d prompt", m.Tokens), m.MedianTPS, m.MinTPS, m.MaxTPS, roofline)
 	}
 	for _, m := range rep.Decode {
-		fmt.Fprintf(w, "%-8s %-22s %12.1f %12.1f %12.1f\n", "decode", fmt.Sprintf("%d at context %d", m.Tokens, m.Context), m.MedianTPS, m.MinTPS, m.MaxTPS)
+		roofline := ""
+		if m.BytesPerToken > 0 {
+			share := "bandwidth not measured"
+			if m.BandwidthShare > 0 {
+				share = fmt.Sprintf("%.0f%% of bandwidth", 100*m.BandwidthShare)
+			}
+			roofline = fmt.Sprintf("%s/token (weights %s), %s", decimalBytes(m.BytesPerToken), decimalBytes(m.WeightBytesPerToken), share)
+		}
+		fmt.Fprintf(w, "%-8s %-22s %12.1f %12.1f %12.1f  %s\n", "decode", fmt.Sprintf("%d at context %d", m.Tokens, m.Context),
+			m.MedianTPS, m.MinTPS, m.MaxTPS, roofline)
 	}
 	fmt.Fprintf(w, "session capacity %d tokens\n", rep.Capacity)
+}
+
+// decimalBytes writes n in MB below a GB, else in GB (decimal units, like bandwidths).
+func decimalBytes(n int64) string {
+	if n < 1e9 {
+		return fmt.Sprintf("%.2f MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%.3f GB", float64(n)/1e9)
 }

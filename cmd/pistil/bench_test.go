@@ -34,7 +34,8 @@ func TestBenchWritesEveryMeasurement(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{"backend cpu", "GOMAXPROCS", "model mlx-q4", "optional passes on:",
-		"near uniform", "16 prompt", "4 at context 8", "session capacity 16 tokens", file} {
+		"near uniform", "16 prompt", "4 at context 8", "session capacity 16 tokens", file,
+		"streaming read bandwidth", "GFLOP/s", "% of bandwidth"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}

@@ -130,6 +130,10 @@ func refAttention(env *Env, v *graph.Value, in, out []*Tensor) error {
 		return fmt.Errorf("attention: %d context rows exceed the cache's %d", L, N)
 	}
 	scale := float32(v.Attrs.Float("scale"))
+	if !env.referenceKernels() && attnTileable(D) && kc.DType == vc.DType {
+		tiledAttention(env, q, kc, vc, out[0].F32(), C, scale, attnFast)
+		return nil
+	}
 	group := NH / KVH
 	qs, o := q.F32(), out[0].F32()
 	parallelItems(env, NH, func(_, h int) {

@@ -1,0 +1,52 @@
+package ops
+
+import "golang.org/x/sys/cpu"
+
+// AVX2/FMA kernels of the tiled attention (attention_amd64.s); the wrappers check the
+// lengths the assembly relies on, so a short slice panics in Go instead of being read
+// past its end.
+
+//go:noescape
+func attnScoresAVX2(q *float32, nq, D int, k *float32, kStride, nk int, s *float32)
+
+//go:noescape
+func attnAccumAVX2(p *float32, nq, D int, v *float32, vStride, nk int, o *float32)
+
+//go:noescape
+func attnRowMaxAVX2(s *float32, nq, nk int, m *float32)
+
+//go:noescape
+func attnExp2SumAVX2(s *float32, nq, nk int, m, l *float32)
+
+var avx2AttnKernels = &attnKernels{
+	name: "avx2",
+	scores: func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
+		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
+		attnScoresAVX2(&q[0], nq, D, &k[0], kStride, nk, &s[0])
+	},
+	accum: func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32) {
+		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
+		attnAccumAVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
+	},
+	rowMax: func(s []float32, nq, nk int, m []float32) {
+		checkAttn(nq, 16, nk, len(s) >= nk*nq && len(m) >= nq)
+		attnRowMaxAVX2(&s[0], nq, nk, &m[0])
+	},
+	exp2Sum: func(s []float32, nq, nk int, m, l []float32) {
+		checkAttn(nq, 16, nk, len(s) >= nk*nq && len(m) >= nq && len(l) >= nq)
+		attnExp2SumAVX2(&s[0], nq, nk, &m[0], &l[0])
+	},
+}
+
+func checkAttn(nq, D, nk int, lengthsOK bool) {
+	if nq <= 0 || nq%8 != 0 || D <= 0 || D%16 != 0 || nk <= 0 || !lengthsOK {
+		panic("ops: attention kernel called with a bad shape or a short slice")
+	}
+}
+
+func init() {
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		attnFast = avx2AttnKernels
+		attnKernelSets = append(attnKernelSets, avx2AttnKernels)
+	}
+}

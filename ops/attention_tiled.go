@@ -1,0 +1,408 @@
+package ops
+
+import (
+	"math"
+	"sync"
+
+	"pistil/graph"
+)
+
+// Tiled attention: the fast path of refAttention (which stays the oracle, and runs when
+// Env.Kernels is "reference"). The work of one KV head is done for all the query heads
+// that share it at once, over a block of query tokens: each K and V row is read once per
+// block for every one of them, instead of once per query head and token. A block's
+// scores S = Q·Kᵀ against a block of keys go through an online softmax (running maximum
+// m and sum l per query row, the output rescaled when m grows), then O += P·V, so no
+// score matrix larger than one key block exists and a long prompt's memory traffic is
+// O(T·C/block). Keys of one query block may be split into ranges run by different
+// workers (decode has a single query token), whose partial (m, l, O) are merged at the
+// end. Scores are in base 2: the queries are prescaled by scale·log2(e).
+//
+// The inner loops are kernels (attnKernels) over packed layouts: query rows, and the
+// output rows they accumulate, are stored in quads, four rows interleaved per chunk of 8
+// floats ([quad][D/8][4][8]), so that a kernel loads the same chunk of four rows with one
+// base pointer; scores are key-major ([key][row]), so a key's scores for every row are
+// contiguous and the softmax runs across rows.
+
+// attnKernels are one implementation of the tiled attention's inner loops. nq (packed
+// rows) is a multiple of 8 and D of 16 (attnTileable).
+type attnKernels struct {
+	name string
+	// scores writes s[j*nq+i] = q_i · k_j for the nk key rows at k (kStride floats apart).
+	scores func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32)
+	// accum adds Σ_j p[j*nq+i]·v_j to every output row i (o packed like q).
+	accum func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32)
+	// rowMax raises m[i] to the largest s[j*nq+i] over the nk keys.
+	rowMax func(s []float32, nq, nk int, m []float32)
+	// exp2Sum replaces s[j*nq+i] by 2^(s[j*nq+i]-m[i]), 0 where that is below -125 (masked
+	// keys are -inf), and adds it to l[i].
+	exp2Sum func(s []float32, nq, nk int, m, l []float32)
+}
+
+// attnFast is the best set for this machine (the amd64 init may replace it); tests swap
+// it to check every set.
+var attnFast = goAttnKernels
+
+// attnKernelSets lists the sets this machine can run, for the tests.
+var attnKernelSets = []*attnKernels{goAttnKernels}
+
+const (
+	attnKeyBlock  = 64       // keys per score block
+	attnQBytes    = 32 << 10 // a block's packed query rows: about the L1 cache
+	attnMinSplit  = 256      // fewest keys a split range gets
+	log2e         = 1.4426950408889634
+	attnMaskedExp = -125 // exponents below this contribute 0 (exp2Sum)
+)
+
+// attnTileable reports whether the tiled path takes these shapes.
+func attnTileable(D int) bool { return D%16 == 0 && D > 0 }
+
+// attnItem is one unit of tiled work: query tokens [t0, t1) of one KV head against keys
+// [k0, k1).
+type attnItem struct {
+	kvh, t0, t1, k0, k1 int
+	part                int // index of its partial result
+}
+
+func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float32, kern *attnKernels) {
+	T, NH, D := q.Shape[0], q.Shape[1], q.Shape[2]
+	KVH := kc.Shape[1]
+	G := NH / KVH
+	// Query tokens per block: as many as keep the block's packed rows near attnQBytes.
+	bq := max(1, attnQBytes/(4*D*G))
+	bq = min(bq, T)
+	nqb := (T + bq - 1) / bq
+	rows := (bq*G + 7) &^ 7
+	// Split the keys of each block only when the blocks alone would leave workers idle.
+	w := env.workers()
+	splits := 1
+	if KVH*nqb < 2*w {
+		splits = max(1, min((2*w+KVH*nqb-1)/(KVH*nqb), (C+T)/attnMinSplit))
+	}
+	var items []attnItem
+	// Later query blocks see more keys: they go first, so the dynamic hand-out ends on
+	// small items.
+	for b := nqb - 1; b >= 0; b-- {
+		t0, t1 := b*bq, min((b+1)*bq, T)
+		keys := C + t1
+		for kvh := 0; kvh < KVH; kvh++ {
+			for s := 0; s < splits; s++ {
+				k0 := (keys * s / splits) &^ (attnKeyBlock - 1)
+				k1 := (keys * (s + 1) / splits) &^ (attnKeyBlock - 1)
+				if s == splits-1 {
+					k1 = keys
+				}
+				if k0 < k1 {
+					items = append(items, attnItem{kvh: kvh, t0: t0, t1: t1, k0: k0, k1: k1, part: len(items)})
+				}
+			}
+		}
+	}
+	// partial results: per item, m and l of each row and its packed output rows.
+	buf := attnPool.Get().(*attnBuffers)
+	defer attnPool.Put(buf)
+	partM := grow(&buf.m, len(items)*rows)
+	partL := grow(&buf.l, len(items)*rows)
+	partO := grow(&buf.o, len(items)*rows*D)
+	qs := q.F32()
+	workers := min(w, len(items))
+	for len(buf.workers) < workers {
+		buf.workers = append(buf.workers, &attnScratch{})
+	}
+	parallelItems(env, len(items), func(worker, i int) {
+		it := items[i]
+		sc := buf.workers[worker]
+		sc.ensure(rows, D, kc.DType != graph.F32)
+		qp := grow(&sc.q, rows*D)
+		packQueries(qs, it, NH, G, D, scale*log2e, qp)
+		m := partM[it.part*rows : (it.part+1)*rows]
+		l := partL[it.part*rows : (it.part+1)*rows]
+		op := partO[it.part*rows*D : (it.part+1)*rows*D]
+		attendRange(kern, qp, rows, it, G, D, C, kc, vc, m, l, op, sc)
+	})
+	// Merge each block's partials (keys split over items; the items of a block are
+	// consecutive) and write the output rows.
+	var blocks [][]attnItem
+	for i := 0; i < len(items); {
+		j := i + 1
+		for j < len(items) && items[j].kvh == items[i].kvh && items[j].t0 == items[i].t0 {
+			j++
+		}
+		blocks = append(blocks, items[i:j])
+		i = j
+	}
+	merge := func(lo, hi int) {
+		for _, its := range blocks[lo:hi] {
+			mergeParts(its, rows, G, NH, D, partM, partL, partO, o)
+		}
+	}
+	if T*NH*D < 1<<15 {
+		merge(0, len(blocks)) // decode: less work than starting the goroutines
+	} else {
+		parallelRange(env, len(blocks), merge)
+	}
+}
+
+// attnBuffers are a call's partial results and its workers' scratch, recycled across
+// calls (a decode step runs attention once per layer).
+type attnBuffers struct {
+	m, l, o []float32
+	workers []*attnScratch
+}
+
+var attnPool = sync.Pool{New: func() any { return &attnBuffers{} }}
+
+// grow returns (*b)[:n], reallocating when it is shorter.
+func grow(b *[]float32, n int) []float32 {
+	if cap(*b) < n {
+		*b = make([]float32, n)
+	}
+	return (*b)[:n]
+}
+
+// attnScratch is one worker's buffers.
+type attnScratch struct {
+	q, s, k, v []float32
+}
+
+func (sc *attnScratch) ensure(rows, D int, convert bool) {
+	grow(&sc.q, rows*D)
+	grow(&sc.s, attnKeyBlock*rows)
+	if convert {
+		grow(&sc.k, attnKeyBlock*D)
+		grow(&sc.v, attnKeyBlock*D)
+	}
+}
+
+// packedIndex is where element d of packed row i lives ([quad][D/8][4][8]).
+func packedIndex(i, d, D int) int {
+	return (i/4)*4*D + (d/8)*32 + (i%4)*8 + d%8
+}
+
+// packQueries writes the block's query rows (row (t-t0)*G+g is head kvh*G+g of token t),
+// scaled, in packed order; padding rows are zero.
+func packQueries(qs []float32, it attnItem, NH, G, D int, scale float32, dst []float32) {
+	clear(dst)
+	for t := it.t0; t < it.t1; t++ {
+		for g := 0; g < G; g++ {
+			i := (t-it.t0)*G + g
+			src := qs[(t*NH+it.kvh*G+g)*D : (t*NH+it.kvh*G+g+1)*D]
+			base := (i/4)*4*D + (i%4)*8
+			for c := 0; c < D; c += 8 {
+				d := dst[base+c*4 : base+c*4+8 : base+c*4+8]
+				s := src[c : c+8 : c+8]
+				for e := range d {
+					d[e] = s[e] * scale
+				}
+			}
+		}
+	}
+}
+
+// attendRange runs the online softmax of the block's rows over keys [it.k0, it.k1),
+// leaving each row's maximum m, sum l and unnormalised output (packed) for mergeParts.
+func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C int, kc, vc *Tensor,
+	m, l, op []float32, sc *attnScratch) {
+	neg := float32(math.Inf(-1))
+	for i := range m {
+		m[i], l[i] = neg, 0
+	}
+	clear(op)
+	var blockMax [1024]float32
+	if rows > len(blockMax) {
+		panic("ops: attention query block too large")
+	}
+	bm := blockMax[:rows]
+	for j0 := it.k0; j0 < it.k1; j0 += attnKeyBlock {
+		nk := min(attnKeyBlock, it.k1-j0)
+		keys, kStride := cacheRows(kc, it.kvh, j0, nk, sc.k)
+		vals, vStride := cacheRows(vc, it.kvh, j0, nk, sc.v)
+		s := sc.s[:nk*rows]
+		kern.scores(qp, rows, D, keys, kStride, nk, s)
+		// Causal mask: key j is visible to token t when j <= C+t. Only blocks that reach
+		// past the block's first token need it; padding rows see nothing.
+		if j0+nk-1 > C+it.t0 || (it.t1-it.t0)*G < rows {
+			for i := 0; i < rows; i++ {
+				last := -1 // last visible key of row i
+				if i < (it.t1-it.t0)*G {
+					last = C + it.t0 + i/G
+				}
+				for j := max(last+1, j0); j < j0+nk; j++ {
+					s[(j-j0)*rows+i] = neg
+				}
+			}
+		}
+		copy(bm, m)
+		kern.rowMax(s, rows, nk, bm)
+		for i := 0; i < rows; i++ {
+			if bm[i] == neg {
+				continue // nothing visible yet: m, l and the output stay empty
+			}
+			if l[i] != 0 && bm[i] != m[i] {
+				alpha := exp2f(m[i] - bm[i])
+				l[i] *= alpha
+				scalePackedRow(op, i, D, alpha)
+			}
+			m[i] = bm[i]
+		}
+		// Rows with nothing visible exponentiate against 0: their scores are all -inf.
+		for i := 0; i < rows; i++ {
+			if bm[i] == neg {
+				bm[i] = 0
+			}
+		}
+		kern.exp2Sum(s, rows, nk, bm, l)
+		kern.accum(s, rows, D, vals, vStride, nk, op)
+	}
+}
+
+// scalePackedRow multiplies packed row i by a.
+func scalePackedRow(op []float32, i, D int, a float32) {
+	base := (i/4)*4*D + (i%4)*8
+	for c := 0; c < D; c += 8 {
+		r := op[base+c*4 : base+c*4+8 : base+c*4+8]
+		for e := range r {
+			r[e] *= a
+		}
+	}
+}
+
+// cacheRows returns cache rows [j0, j0+n) of one KV head as float32 and their stride: a
+// view of an F32 cache, else decoded into buf.
+func cacheRows(cache *Tensor, kvh, j0, n int, buf []float32) ([]float32, int) {
+	KVH, D := cache.Shape[1], cache.Shape[2]
+	if cache.DType == graph.F32 {
+		all := cache.F32()
+		return all[(j0*KVH+kvh)*D : ((j0+n-1)*KVH+kvh+1)*D], KVH * D
+	}
+	rows := stateRows{t: cache, cols: D}
+	for j := 0; j < n; j++ {
+		rows.read((j0+j)*KVH+kvh, buf[j*D:(j+1)*D])
+	}
+	return buf[:n*D], D
+}
+
+// mergeParts combines the partials of one query block (its key ranges) and writes the
+// normalised output rows of its tokens.
+func mergeParts(its []attnItem, rows, G, NH, D int, partM, partL, partO, o []float32) {
+	it0 := its[0]
+	for t := it0.t0; t < it0.t1; t++ {
+		for g := 0; g < G; g++ {
+			i := (t-it0.t0)*G + g
+			M := float32(math.Inf(-1))
+			for _, it := range its {
+				if l := partL[it.part*rows+i]; l != 0 {
+					M = max(M, partM[it.part*rows+i])
+				}
+			}
+			dst := o[(t*NH+it0.kvh*G+g)*D : (t*NH+it0.kvh*G+g+1)*D]
+			clear(dst)
+			var L float32
+			base := (i/4)*4*D + (i%4)*8
+			for _, it := range its {
+				l := partL[it.part*rows+i]
+				if l == 0 {
+					continue
+				}
+				wgt := exp2f(partM[it.part*rows+i] - M)
+				L += l * wgt
+				src := partO[it.part*rows*D+base:]
+				for c := 0; c < D; c += 8 {
+					d, s := dst[c:c+8:c+8], src[c*4:c*4+8:c*4+8]
+					for e := range d {
+						d[e] += wgt * s[e]
+					}
+				}
+			}
+			inv := 1 / L
+			for d := range dst {
+				dst[d] *= inv
+			}
+		}
+	}
+}
+
+// exp2f is 2^x in float32 (x <= 0 here): x = n + f with |f| <= 1/2, 2^f by its Taylor
+// series to degree 6 (relative error below 2e-7), 2^n by the exponent bits. Below -125
+// it is 0. The assembly kernels compute the same.
+func exp2f(x float32) float32 {
+	if x < attnMaskedExp {
+		return 0
+	}
+	n := float32(math.Round(float64(x)))
+	f := (x - n) * math.Ln2
+	p := exp2Poly(f)
+	return p * math.Float32frombits(uint32(int32(n)+127)<<23)
+}
+
+// exp2Poly is e^f for |f| <= ln2/2, Horner over the Taylor coefficients 1/k!.
+func exp2Poly(f float32) float32 {
+	return 1 + f*(1+f*(1.0/2+f*(1.0/6+f*(1.0/24+f*(1.0/120+f*(1.0/720))))))
+}
+
+// goAttnKernels are the portable kernels (arm64 and every shape).
+var goAttnKernels = &attnKernels{name: "go", scores: scoresGo, accum: accumGo, rowMax: rowMaxGo, exp2Sum: exp2SumGo}
+
+func scoresGo(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
+	for j := 0; j < nk; j++ {
+		kr := k[j*kStride : j*kStride+D]
+		for quad := 0; quad < nq/4; quad++ {
+			qq := q[quad*4*D : (quad+1)*4*D]
+			var a0, a1, a2, a3 float32
+			for c := 0; c < D; c += 8 {
+				kk := kr[c : c+8 : c+8]
+				blk := qq[c*4 : c*4+32 : c*4+32]
+				for e := 0; e < 8; e++ {
+					a0 += blk[e] * kk[e]
+					a1 += blk[8+e] * kk[e]
+					a2 += blk[16+e] * kk[e]
+					a3 += blk[24+e] * kk[e]
+				}
+			}
+			out := s[j*nq+quad*4 : j*nq+quad*4+4 : j*nq+quad*4+4]
+			out[0], out[1], out[2], out[3] = a0, a1, a2, a3
+		}
+	}
+}
+
+func accumGo(p []float32, nq, D int, v []float32, vStride, nk int, o []float32) {
+	for j := 0; j < nk; j++ {
+		vr := v[j*vStride : j*vStride+D]
+		pr := p[j*nq : (j+1)*nq]
+		for quad := 0; quad < nq/4; quad++ {
+			oq := o[quad*4*D : (quad+1)*4*D]
+			p0, p1, p2, p3 := pr[quad*4], pr[quad*4+1], pr[quad*4+2], pr[quad*4+3]
+			for c := 0; c < D; c += 8 {
+				vv := vr[c : c+8 : c+8]
+				blk := oq[c*4 : c*4+32 : c*4+32]
+				for e := 0; e < 8; e++ {
+					blk[e] += p0 * vv[e]
+					blk[8+e] += p1 * vv[e]
+					blk[16+e] += p2 * vv[e]
+					blk[24+e] += p3 * vv[e]
+				}
+			}
+		}
+	}
+}
+
+func rowMaxGo(s []float32, nq, nk int, m []float32) {
+	m = m[:nq]
+	for j := 0; j < nk; j++ {
+		for i, v := range s[j*nq : (j+1)*nq] {
+			m[i] = max(m[i], v)
+		}
+	}
+}
+
+func exp2SumGo(s []float32, nq, nk int, m, l []float32) {
+	m, l = m[:nq], l[:nq]
+	for j := 0; j < nk; j++ {
+		row := s[j*nq : (j+1)*nq]
+		for i, v := range row {
+			e := exp2f(v - m[i])
+			row[i] = e
+			l[i] += e
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"pistil/graph"
+)
+
+// attnCase is one attention call: T query tokens after C cached ones.
+type attnCase struct {
+	T, C, NH, KVH, D int
+	dt               graph.DType
+}
+
+// runAttention fills a cache of C+T rows and runs the attention reference with kernels
+// ("reference" for the scalar oracle) over workers goroutines.
+func runAttention(t *testing.T, c attnCase, seed int64, kernels string, workers int) []float32 {
+	t.Helper()
+	rng := rand.New(rand.NewSource(seed))
+	N := c.C + c.T + 3
+	q := randTensor(rng, 1, c.T, c.NH, c.D)
+	kc, vc := randTensor(rng, 1, N, c.KVH, c.D), randTensor(rng, 1, N, c.KVH, c.D)
+	if c.dt == graph.BF16 {
+		kc, vc = toBF16(kc), toBF16(vc)
+	}
+	v := &graph.Value{Op: "attention", Attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(c.D))}}
+	out := NewTensor(graph.F32, c.T, c.NH, c.D)
+	env := &Env{Bind: graph.Bindings{T: c.T, C: c.C, N: N}, Workers: workers, Kernels: kernels}
+	if err := refAttention(env, v, []*Tensor{q, kc, vc}, []*Tensor{out}); err != nil {
+		t.Fatal(err)
+	}
+	return out.F32()
+}
+
+// TestTiledAttentionMatchesReference: every kernel set this machine has against the
+// scalar oracle, over GQA ratios, head dims, prompts that cross key blocks and the
+// causal diagonal at every offset, decode at long contexts (split key ranges), bf16
+// caches, and worker counts.
+func TestTiledAttentionMatchesReference(t *testing.T) {
+	cases := []attnCase{
+		{T: 1, C: 0, NH: 8, KVH: 1, D: 64},
+		{T: 1, C: 5000, NH: 16, KVH: 2, D: 256},
+		{T: 1, C: 8191, NH: 8, KVH: 1, D: 64},
+		{T: 7, C: 0, NH: 8, KVH: 1, D: 64},
+		{T: 7, C: 100, NH: 4, KVH: 4, D: 32},
+		{T: 32, C: 63, NH: 16, KVH: 2, D: 256},
+		{T: 130, C: 0, NH: 6, KVH: 2, D: 16},
+		{T: 70, C: 1000, NH: 8, KVH: 1, D: 64},
+		{T: 2, C: 3000, NH: 12, KVH: 4, D: 48},
+		{T: 5, C: 300, NH: 8, KVH: 2, D: 64, dt: graph.BF16},
+		{T: 1, C: 2000, NH: 16, KVH: 2, D: 128, dt: graph.BF16},
+	}
+	old := attnFast
+	defer func() { attnFast = old }()
+	for ci, c := range cases {
+		want := runAttention(t, c, int64(ci), KernelsReference, 1)
+		for _, k := range attnKernelSets {
+			attnFast = k
+			for _, workers := range []int{1, 2, 3} {
+				t.Run(fmt.Sprintf("%s/T%d_C%d_H%dx%d_D%d_%v_w%d", k.name, c.T, c.C, c.NH, c.KVH, c.D, c.dt, workers), func(t *testing.T) {
+					got := runAttention(t, c, int64(ci), KernelsFast, workers)
+					// Float32 sums in another order and a polynomial exp: relative 1e-5 of
+					// the output scale (values are averages of unit normals).
+					near(t, "attention", got, want, 2e-5)
+				})
+			}
+		}
+	}
+}
+
+// TestExp2f: the polynomial exp against math.Exp2 over the range softmax uses, and 0
+// below the masking threshold.
+func TestExp2f(t *testing.T) {
+	for x := float32(-125); x <= 0; x += 0.0137 {
+		want := math.Exp2(float64(x))
+		if got := float64(exp2f(x)); math.Abs(got-want) > 3e-7*want {
+			t.Fatalf("exp2f(%v) = %v, want %v", x, got, want)
+		}
+	}
+	if exp2f(-126) != 0 || exp2f(float32(math.Inf(-1))) != 0 {
+		t.Error("exp2f below -125 is not 0")
+	}
+}
+
+// BenchmarkAttention measures attention at the tiny synthetic model's shapes (8 query
+// heads on 1 KV head of 64) and the 35B-A3B's (16 on 2 of 256): decode at long contexts
+// and a prefill chunk, reference and tiled, on 2 workers. SetBytes is the KV rows read.
+func BenchmarkAttention(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		attnCase
+	}{
+		{"tiny/decode-8192", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}},
+		{"tiny/prefill-512-at-16384", attnCase{T: 512, C: 16384, NH: 8, KVH: 1, D: 64}},
+		{"full/decode-4096", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}},
+		{"full/decode-256", attnCase{T: 1, C: 256, NH: 16, KVH: 2, D: 256}},
+		{"full/prefill-512", attnCase{T: 512, C: 0, NH: 16, KVH: 2, D: 256}},
+	} {
+		rng := rand.New(rand.NewSource(1))
+		N := c.C + c.T
+		q := randTensor(rng, 1, c.T, c.NH, c.D)
+		kc, vc := randTensor(rng, 1, N, c.KVH, c.D), randTensor(rng, 1, N, c.KVH, c.D)
+		v := &graph.Value{Op: "attention", Attrs: graph.Attrs{"scale": 0.125}}
+		out := NewTensor(graph.F32, c.T, c.NH, c.D)
+		flops := costAttention(&graph.Value{Args: []*graph.Value{{Type: graph.TensorType(graph.F32, graph.D(c.T), graph.D(c.NH), graph.D(c.D))},
+			{Type: graph.TensorType(graph.F32, graph.N, graph.D(c.KVH), graph.D(c.D))}}, Type: graph.TensorType(graph.F32, graph.D(c.T), graph.D(c.NH), graph.D(c.D))},
+			graph.Bindings{T: c.T, C: c.C, N: N}).Flops
+		for _, kernels := range []string{KernelsFast, KernelsReference} {
+			if kernels == KernelsReference && c.T > 1 {
+				continue // minutes per run
+			}
+			b.Run(c.name+"/"+kernels, func(b *testing.B) {
+				env := &Env{Bind: graph.Bindings{T: c.T, C: c.C, N: N}, Workers: 2, Kernels: kernels}
+				b.SetBytes(int64(2 * N * c.KVH * c.D * 4))
+				for b.Loop() {
+					if err := refAttention(env, v, []*Tensor{q, kc, vc}, []*Tensor{out}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(flops)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

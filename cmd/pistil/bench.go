@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,6 +92,7 @@ func runBench(args []string) error {
 	sweep := fs.Bool("sweep", false, "the published method: prefill and decode at ten lengths 256..128K (those that fit the model, memory and --max-length), repeats in alternating order, medians")
 	maxLength := fs.Int("max-length", 0, "with --sweep: leave out lengths above this (0: none)")
 	plotOut := fs.String("plot", "", "draw prefill and decode tok/s against length into this PNG")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurements to this file (go tool pprof)")
 	bandwidthMiB := fs.Int64("bandwidth-mib", bench.DefaultBandwidthBytes>>20, "buffer in MiB for measuring the streaming read bandwidth first (0: not measured)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -185,6 +187,17 @@ func runBench(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *sweep {
 		rep.Result, err = bench.Sweep(ctx, m, sweepSpec)
 	} else {

@@ -265,23 +265,23 @@ erows8:
 ekeys:
 	VMOVUPS     (DI), Y1
 	VSUBPS      Y0, Y1, Y1          // x = s - m
-	VCMPPS      $1, Y8, Y1, Y2      // x < -125: masked
 	VROUNDPS    $0, Y1, Y3          // n
 	VSUBPS      Y3, Y1, Y4
 	VMULPS      Y9, Y4, Y4          // f = (x - n)·ln2
+	VCMPPS      $1, Y8, Y1, Y1      // x < -125: masked
 	VMOVAPS     Y11, Y5
 	VFMADD213PS Y12, Y4, Y5         // p = p·f + c5
 	VFMADD213PS Y13, Y4, Y5
 	VFMADD213PS Y14, Y4, Y5
-	VBROADCASTSS expC2<>(SB), Y15
-	VFMADD213PS Y15, Y4, Y5
+	VBROADCASTSS expC2<>(SB), Y2
+	VFMADD213PS Y2, Y4, Y5
 	VFMADD213PS Y10, Y4, Y5         // + 1
 	VFMADD213PS Y10, Y4, Y5         // + 1: e^f
 	VCVTPS2DQ   Y3, Y3
 	VPADDD      Y7, Y3, Y3
 	VPSLLD      $23, Y3, Y3         // 2^n
 	VMULPS      Y3, Y5, Y5
-	VANDNPS     Y5, Y2, Y5
+	VANDNPS     Y5, Y1, Y5
 	VMOVUPS     Y5, (DI)
 	VADDPS      Y5, Y6, Y6
 	ADDQ        R13, DI

@@ -122,9 +122,10 @@ func refGatedDelta(env *Env, v *graph.Value, in, out []*Tensor) error {
 	q, k, val, g, beta, o := in[0].F32(), in[1].F32(), in[2].F32(), in[3].F32(), in[4].F32(), out[0].F32()
 	chunked := v.Attrs.String("form") == "chunked"
 	chunk := max(v.Attrs.Int("chunk"), 1)
+	fast := !env.referenceKernels() && gdnStepFast != nil
 	parallelItems(env, d.Hv, func(_, j int) {
 		h := deltaHead{d: d, j: j, kh: j / (d.Hv / d.Hk), q: q, k: k, v: val, g: g, beta: beta, o: o,
-			S: S[j*d.Dk*d.Dv : (j+1)*d.Dk*d.Dv]}
+			S: S[j*d.Dk*d.Dv : (j+1)*d.Dk*d.Dv], fast: fast}
 		if chunked {
 			for t0 := 0; t0 < d.T; t0 += chunk {
 				h.chunk(t0, min(t0+chunk, d.T))
@@ -142,7 +143,13 @@ type deltaHead struct {
 	j, kh               int
 	q, k, v, g, beta, o []float32
 	S                   []float32 // [Dk][Dv]
+	fast                bool      // recurrent steps through gdnStepFast
 }
+
+// gdnStepFast, where the machine has one (the amd64 init), is one recurrent step of one
+// head: decay, retrieval, update and readout, with S read from memory once; it reports
+// false for shapes it does not take. The portable loop of recurrent is its oracle.
+var gdnStepFast func(S []float32, Dk, Dv int, decay, beta float32, q, k, v, o []float32) bool
 
 func (h *deltaHead) qk(t int) (q, k []float32) {
 	off := (t*h.d.Hk + h.kh) * h.d.Dk
@@ -163,6 +170,9 @@ func (h *deltaHead) recurrent() {
 		v, o := h.vo(t)
 		decay := float32(math.Exp(float64(h.g[t*h.d.Hv+h.j])))
 		beta := h.beta[t*h.d.Hv+h.j]
+		if h.fast && gdnStepFast(h.S, Dk, Dv, decay, beta, q, k, v, o) {
+			continue
+		}
 		clear(mem)
 		for i := 0; i < Dk; i++ {
 			row := h.S[i*Dv : (i+1)*Dv]

@@ -237,6 +237,11 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		}
 		mulBlock(wk.x, len(rows), wk.xsums, w, e*M, lo, hi, scratch[worker], store)
 	})
+	for _, wk := range work {
+		if wk.acts != nil {
+			wk.acts.release()
+		}
+	}
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"sync"
+
 	"pistil/graph"
 )
 
@@ -82,6 +84,22 @@ type quantActs struct {
 	P, K int
 	x    []float32 // rows of K in kernel order; P==1: one row, else ceil(P/4)*4 rows
 	xsum []float32 // P==1: [G]; else per block of four rows [G][4]
+	buf  *actsBuffers
+}
+
+// actsBuffers back a quantActs' x and xsum; release hands them to the next call (a
+// prefill chunk's activations are megabytes per matmul, and allocating them every call
+// was a visible share of the time in clearing memory).
+type actsBuffers struct{ x, xsum []float32 }
+
+var actsPool sync.Pool
+
+// release recycles a's buffers; a must not be used after it.
+func (a *quantActs) release() {
+	if a.buf != nil {
+		actsPool.Put(a.buf)
+		a.buf, a.x, a.xsum = nil, nil, nil
+	}
 }
 
 // prepareActs reorders and sums the P rows of x (each w.cols long) for w's kernels,
@@ -95,8 +113,16 @@ func prepareActs(env *Env, w weightRows, x []float32, P int) *quantActs {
 	if P > 1 {
 		rows = (P + 3) &^ 3
 	}
-	a.x = make([]float32, rows*K)
-	a.xsum = make([]float32, rows*G)
+	a.buf, _ = actsPool.Get().(*actsBuffers)
+	if a.buf == nil {
+		a.buf = &actsBuffers{}
+	}
+	a.x = grow(&a.buf.x, rows*K)
+	a.xsum = grow(&a.buf.xsum, rows*G)
+	if P > 1 {
+		clear(a.x[P*K:]) // the padding rows: zero, not a previous call's data
+		clear(a.xsum)
+	}
 	interleave := 0
 	if w.t.DType == graph.Q4 {
 		interleave = k.interleaveQ4

@@ -254,6 +254,7 @@ func mulRows(env *Env, x []float32, P int, w weightRows, rowBase, M int, y []flo
 				y[p*yStride+r] = val
 			})
 		})
+		acts.release()
 		return
 	}
 	xsums := quantGroupSums(w, x, P)
@@ -302,7 +303,9 @@ func mulBlock(x []float32, P int, xsums [][]float32, w weightRows, rowBase, lo, 
 	store func(p, r int, val float32)) {
 	K := w.cols
 	if w.t.DType.Quantized() && !w.reference {
-		mulQuant(prepareActs(nil, w, x, P), w, rowBase, lo, hi, store)
+		acts := prepareActs(nil, w, x, P)
+		mulQuant(acts, w, rowBase, lo, hi, store)
+		acts.release()
 		return
 	}
 	if xsums != nil {

@@ -50,6 +50,6 @@ func refAddRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 	for i, av := range a {
 		s[i] = av + b[i]
 	}
-	rmsNormRows(s, y, w, eps)
+	rmsNormRows(env, s, y, w, eps)
 	return nil
 }

@@ -110,20 +110,37 @@ func refRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 		return fmt.Errorf("rms_norm weight: %w", err)
 	}
 	eps := float32(v.Attrs.Float("eps"))
-	rmsNormRows(in[0].F32(), out[0].F32(), w, eps)
+	rmsNormRows(env, in[0].F32(), out[0].F32(), w, eps)
 	return nil
 }
 
 // rmsNormRows normalises every row of x (rows of len(w)) into y and scales by w.
-func rmsNormRows(x, y, w []float32, eps float32) {
+func rmsNormRows(env *Env, x, y, w []float32, eps float32) {
 	D := len(w)
-	for r := 0; r+D <= len(x); r += D {
-		xr, yr := x[r:r+D], y[r:r+D]
+	normRows(env, len(x)/D, D, func(r int) {
+		xr, yr := x[r*D:(r+1)*D], y[r*D:(r+1)*D]
 		inv := invRMS(xr, eps)
 		for i, xv := range xr {
 			yr[i] = (xv * inv) * w[i]
 		}
+	})
+}
+
+// normRows runs norm(r) for every row r < n of D elements, split over env's workers
+// when there are enough (a prefill chunk; a decode row is done before goroutines start).
+// Rows are independent, so the split changes no result.
+func normRows(env *Env, n, D int, norm func(r int)) {
+	if n*D < 1<<16 {
+		for r := 0; r < n; r++ {
+			norm(r)
+		}
+		return
 	}
+	parallelRange(env, n, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			norm(r)
+		}
+	})
 }
 
 func refL2Norm(env *Env, v *graph.Value, in, out []*Tensor) error {
@@ -131,13 +148,13 @@ func refL2Norm(env *Env, v *graph.Value, in, out []*Tensor) error {
 	scale := float32(v.Attrs.Float("scale"))
 	x, y := in[0].F32(), out[0].F32()
 	D := in[0].Shape[len(in[0].Shape)-1]
-	for r := 0; r+D <= len(x); r += D {
-		xr, yr := x[r:r+D], y[r:r+D]
+	normRows(env, len(x)/D, D, func(r int) {
+		xr, yr := x[r*D:(r+1)*D], y[r*D:(r+1)*D]
 		inv := float32(1 / math.Sqrt(float64(dot(xr, xr)+eps)))
 		for i, xv := range xr {
 			yr[i] = xv * inv * scale
 		}
-	}
+	})
 	return nil
 }
 
@@ -148,12 +165,12 @@ func refGatedRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 	}
 	eps := float32(v.Attrs.Float("eps"))
 	x, z, y, D := in[0].F32(), in[1].F32(), out[0].F32(), len(w)
-	for r := 0; r+D <= len(x); r += D {
-		xr, zr, yr := x[r:r+D], z[r:r+D], y[r:r+D]
+	normRows(env, len(x)/D, D, func(r int) {
+		xr, zr, yr := x[r*D:(r+1)*D], z[r*D:(r+1)*D], y[r*D:(r+1)*D]
 		inv := invRMS(xr, eps)
 		for i, xv := range xr {
 			yr[i] = w[i] * (xv * inv) * silu(zr[i])
 		}
-	}
+	})
 	return nil
 }

@@ -206,6 +206,16 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 	work := make([]expertWork, len(used))
 	parallelItems(env, len(used), func(_, i int) {
 		rows := rowsOf[used[i]]
+		if fast {
+			work[i] = expertWork{acts: prepareActsFrom(nil, w, len(rows), func(p int) []float32 {
+				src := rows[p]
+				if perToken {
+					src /= k
+				}
+				return xs[src*K : (src+1)*K]
+			})}
+			return
+		}
 		gx := make([]float32, len(rows)*K)
 		for p, r := range rows {
 			src := r
@@ -214,11 +224,7 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 			}
 			copy(gx[p*K:(p+1)*K], xs[src*K:(src+1)*K])
 		}
-		if fast {
-			work[i] = expertWork{acts: prepareActs(nil, w, gx, len(rows))}
-		} else {
-			work[i] = expertWork{x: gx, xsums: quantGroupSums(w, gx, len(rows))}
-		}
+		work[i] = expertWork{x: gx, xsums: quantGroupSums(w, gx, len(rows))}
 	})
 	blocks := (M + expertRowBlock - 1) / expertRowBlock
 	scratch := make([][]float32, env.workers())

@@ -105,6 +105,13 @@ func (a *quantActs) release() {
 // prepareActs reorders and sums the P rows of x (each w.cols long) for w's kernels,
 // splitting the rows over env's workers (env may be nil: one worker).
 func prepareActs(env *Env, w weightRows, x []float32, P int) *quantActs {
+	K := w.cols
+	return prepareActsFrom(env, w, P, func(p int) []float32 { return x[p*K : (p+1)*K] })
+}
+
+// prepareActsFrom is prepareActs over P rows that row(p) returns, wherever they lie (the
+// tokens routed to one expert, gathered in the same pass).
+func prepareActsFrom(env *Env, w weightRows, P int, row func(p int) []float32) *quantActs {
 	K, group := w.cols, w.t.Group
 	G := K / group
 	k := kernelsFor(group)
@@ -130,7 +137,7 @@ func prepareActs(env *Env, w weightRows, x []float32, P int) *quantActs {
 	prepare := func(lo, hi int) {
 		sums := make([]float32, 0, G)
 		for p := lo; p < hi; p++ {
-			src, dst := x[p*K:(p+1)*K], a.x[p*K:(p+1)*K]
+			src, dst := row(p)[:K], a.x[p*K:(p+1)*K]
 			if interleave > 0 {
 				interleaveEvenOdd(src, dst, interleave)
 			} else {
@@ -161,6 +168,9 @@ func prepareActs(env *Env, w weightRows, x []float32, P int) *quantActs {
 // odd ones (len(src) is a multiple of n).
 func interleaveEvenOdd(src, dst []float32, n int) {
 	dst = dst[:len(src)]
+	if interleaveFast != nil && interleaveFast(src, dst, n) {
+		return
+	}
 	half := n / 2
 	for i := 0; i+n <= len(src); i += n {
 		s, d := src[i:i+n:i+n], dst[i:i+n:i+n]
@@ -170,6 +180,10 @@ func interleaveEvenOdd(src, dst []float32, n int) {
 		}
 	}
 }
+
+// interleaveFast, where the machine has it, is interleaveEvenOdd in vector registers; it
+// reports false for run lengths it does not take.
+var interleaveFast func(src, dst []float32, n int) bool
 
 // mulQuant computes x_p · w.row(rowBase + r) for r in [lo, hi) and p < a.P and hands
 // each result to store.

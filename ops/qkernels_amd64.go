@@ -122,3 +122,18 @@ func init() {
 		}
 	}
 }
+
+//go:noescape
+func interleave32AVX512(src, dst *float32, runs int)
+
+func init() {
+	if cpu.X86.HasAVX512F {
+		interleaveFast = func(src, dst []float32, n int) bool {
+			if n != 32 || len(src)%32 != 0 || len(dst) < len(src) || len(src) == 0 {
+				return false
+			}
+			interleave32AVX512(&src[0], &dst[0], len(src)/32)
+			return true
+		}
+	}
+}

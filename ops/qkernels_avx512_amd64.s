@@ -373,3 +373,48 @@ q4d8u:
 	VMOVUPS       Y1, (R11)
 	VZEROUPPER
 	RET
+
+DATA evenIdx<>+0(SB)/4, $0
+DATA evenIdx<>+4(SB)/4, $2
+DATA evenIdx<>+8(SB)/4, $4
+DATA evenIdx<>+12(SB)/4, $6
+DATA evenIdx<>+16(SB)/4, $8
+DATA evenIdx<>+20(SB)/4, $10
+DATA evenIdx<>+24(SB)/4, $12
+DATA evenIdx<>+28(SB)/4, $14
+DATA evenIdx<>+32(SB)/4, $16
+DATA evenIdx<>+36(SB)/4, $18
+DATA evenIdx<>+40(SB)/4, $20
+DATA evenIdx<>+44(SB)/4, $22
+DATA evenIdx<>+48(SB)/4, $24
+DATA evenIdx<>+52(SB)/4, $26
+DATA evenIdx<>+56(SB)/4, $28
+DATA evenIdx<>+60(SB)/4, $30
+GLOBL evenIdx<>(SB), RODATA|NOPTR, $64
+
+// func interleave32AVX512(src, dst *float32, runs int)
+// Each run of 32 floats becomes its 16 even elements, then its 16 odd ones (the order
+// q4 activations take for these kernels): two VPERMT2PS over the run's two halves.
+TEXT ·interleave32AVX512(SB), NOSPLIT, $0-24
+	MOVQ    src+0(FP), SI
+	MOVQ    dst+8(FP), DI
+	MOVQ    runs+16(FP), CX
+	VMOVUPS evenIdx<>(SB), Z4
+	MOVL    $1, AX
+	VPBROADCASTD AX, Z5
+	VPADDD  Z5, Z4, Z5           // odd indexes
+
+ilv:
+	VMOVUPS    (SI), Z0
+	VMOVUPS    64(SI), Z1
+	VMOVAPS    Z0, Z2
+	VPERMT2PS  Z1, Z4, Z2        // Z2 = evens of [Z0 Z1]
+	VPERMT2PS  Z1, Z5, Z0        // Z0 = odds
+	VMOVUPS    Z2, (DI)
+	VMOVUPS    Z0, 64(DI)
+	ADDQ       $128, SI
+	ADDQ       $128, DI
+	DECQ       CX
+	JNZ        ilv
+	VZEROUPPER
+	RET

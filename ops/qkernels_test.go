@@ -164,3 +164,31 @@ func forEachKernels(t *testing.T, check func(env *Env, name string)) {
 		check(&Env{Workers: 1}, ks.name+" (default, 1 worker)")
 	}
 }
+
+// TestInterleaveFastMatchesLoop: the vector interleave (where the machine has one)
+// writes what the scalar loop writes, and declines run lengths it does not take.
+func TestInterleaveFastMatchesLoop(t *testing.T) {
+	if interleaveFast == nil {
+		t.Skip("no vector interleave on this machine")
+	}
+	src := make([]float32, 32*70)
+	for i := range src {
+		src[i] = float32(i)
+	}
+	got, want := make([]float32, len(src)), make([]float32, len(src))
+	if !interleaveFast(src, got, 32) {
+		t.Fatal("the vector interleave declined runs of 32")
+	}
+	saved := interleaveFast
+	interleaveFast = nil
+	interleaveEvenOdd(src, want, 32)
+	interleaveFast = saved
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("element %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+	if interleaveFast(src, got, 16) {
+		t.Error("the vector interleave took runs of 16")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/pprof"
 
 	"pistil/exec"
 	"pistil/graph"
@@ -56,6 +57,10 @@ type step struct {
 	d     *plan.Dispatch
 	ref   func(env *ops.Env, v *graph.Value, in, out []*ops.Tensor) error
 	value *graph.Value
+	// labels carry the pprof label op=<op> that the step's goroutines (and those its
+	// reference starts) run under, so that a CPU profile (pistil bench --cpuprofile;
+	// go tool pprof -tags) splits the time by op.
+	labels context.Context
 }
 
 // Load implements exec.Backend.
@@ -99,7 +104,8 @@ func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) 
 		if !ok || info.Ref == nil {
 			return nil, fmt.Errorf("plan %s: dispatch %d: op %q has no CPU reference", p.Phase, d.Index, d.Op)
 		}
-		prog.steps = append(prog.steps, step{d: d, ref: info.Ref, value: d.Stub()})
+		labels := pprof.WithLabels(context.Background(), pprof.Labels("op", d.Op))
+		prog.steps = append(prog.steps, step{d: d, ref: info.Ref, value: d.Stub(), labels: labels})
 	}
 	return prog, nil
 }
@@ -144,7 +150,10 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 			}
 			out[j] = t
 		}
-		if err := stp.ref(env, stp.value, in, out); err != nil {
+		pprof.SetGoroutineLabels(stp.labels)
+		err := stp.ref(env, stp.value, in, out)
+		pprof.SetGoroutineLabels(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("dispatch %d (%s %s): %w", stp.d.Index, stp.d.Op, stp.d.Label, err)
 		}
 	}

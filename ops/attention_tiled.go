@@ -57,11 +57,13 @@ const (
 // attnTileable reports whether the tiled path takes these shapes.
 func attnTileable(D int) bool { return D%16 == 0 && D > 0 }
 
-// attnItem is one unit of tiled work: query tokens [t0, t1) of one KV head against keys
-// [k0, k1).
+// attnItem is one unit of tiled work: query tokens [t0, t1) of every KV head against
+// keys [k0, k1). The heads go together because a cache row holds all of them side by
+// side: a worker that took one head would stream every row's lines to use half of each
+// (and at the 35B-A3B's two heads of 1 KiB, a separate item per head ran at half speed).
 type attnItem struct {
-	kvh, t0, t1, k0, k1 int
-	part                int // index of its partial result
+	t0, t1, k0, k1 int
+	part           int // index of its partial results (one per KV head)
 }
 
 func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float32, kern *attnKernels) {
@@ -76,8 +78,8 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	// Split the keys of each block only when the blocks alone would leave workers idle.
 	w := env.workers()
 	splits := 1
-	if KVH*nqb < 2*w {
-		splits = max(1, min((2*w+KVH*nqb-1)/(KVH*nqb), (C+T)/attnMinSplit))
+	if nqb < 2*w {
+		splits = max(1, min((2*w+nqb-1)/nqb, (C+T)/attnMinSplit))
 	}
 	var items []attnItem
 	// Later query blocks see more keys: they go first, so the dynamic hand-out ends on
@@ -85,25 +87,24 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	for b := nqb - 1; b >= 0; b-- {
 		t0, t1 := b*bq, min((b+1)*bq, T)
 		keys := C + t1
-		for kvh := 0; kvh < KVH; kvh++ {
-			for s := 0; s < splits; s++ {
-				k0 := (keys * s / splits) &^ (attnKeyBlock - 1)
-				k1 := (keys * (s + 1) / splits) &^ (attnKeyBlock - 1)
-				if s == splits-1 {
-					k1 = keys
-				}
-				if k0 < k1 {
-					items = append(items, attnItem{kvh: kvh, t0: t0, t1: t1, k0: k0, k1: k1, part: len(items)})
-				}
+		for s := 0; s < splits; s++ {
+			k0 := (keys * s / splits) &^ (attnKeyBlock - 1)
+			k1 := (keys * (s + 1) / splits) &^ (attnKeyBlock - 1)
+			if s == splits-1 {
+				k1 = keys
+			}
+			if k0 < k1 {
+				items = append(items, attnItem{t0: t0, t1: t1, k0: k0, k1: k1, part: len(items)})
 			}
 		}
 	}
-	// partial results: per item, m and l of each row and its packed output rows.
+	// partial results: per item and KV head, m and l of each row and its packed output
+	// rows ((item*KVH + kvh) * rows).
 	buf := attnPool.Get().(*attnBuffers)
 	defer attnPool.Put(buf)
-	partM := grow(&buf.m, len(items)*rows)
-	partL := grow(&buf.l, len(items)*rows)
-	partO := grow(&buf.o, len(items)*rows*D)
+	partM := grow(&buf.m, len(items)*KVH*rows)
+	partL := grow(&buf.l, len(items)*KVH*rows)
+	partO := grow(&buf.o, len(items)*KVH*rows*D)
 	qs := q.F32()
 	workers := min(w, len(items))
 	for len(buf.workers) < workers {
@@ -112,12 +113,15 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	parallelItems(env, len(items), func(worker, i int) {
 		it := items[i]
 		sc := buf.workers[worker]
-		sc.ensure(rows, D, kc.DType != graph.F32)
-		qp := grow(&sc.q, rows*D)
-		packQueries(qs, it, NH, G, D, scale*log2e, qp)
-		m := partM[it.part*rows : (it.part+1)*rows]
-		l := partL[it.part*rows : (it.part+1)*rows]
-		op := partO[it.part*rows*D : (it.part+1)*rows*D]
+		sc.ensure(KVH*rows, D, kc.DType != graph.F32)
+		qp := grow(&sc.q, KVH*rows*D)
+		for kvh := 0; kvh < KVH; kvh++ {
+			packQueries(qs, it, kvh, NH, G, D, scale*log2e, qp[kvh*rows*D:(kvh+1)*rows*D])
+		}
+		n := KVH * rows
+		m := partM[it.part*n : (it.part+1)*n]
+		l := partL[it.part*n : (it.part+1)*n]
+		op := partO[it.part*n*D : (it.part+1)*n*D]
 		attendRange(kern, qp, rows, it, G, D, C, kc, vc, m, l, op, sc)
 	})
 	// Merge each block's partials (keys split over items; the items of a block are
@@ -125,7 +129,7 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	var blocks [][]attnItem
 	for i := 0; i < len(items); {
 		j := i + 1
-		for j < len(items) && items[j].kvh == items[i].kvh && items[j].t0 == items[i].t0 {
+		for j < len(items) && items[j].t0 == items[i].t0 {
 			j++
 		}
 		blocks = append(blocks, items[i:j])
@@ -133,7 +137,9 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	}
 	merge := func(lo, hi int) {
 		for _, its := range blocks[lo:hi] {
-			mergeParts(its, rows, G, NH, D, partM, partL, partO, o)
+			for kvh := 0; kvh < KVH; kvh++ {
+				mergeParts(its, kvh, KVH, rows, G, NH, D, partM, partL, partO, o)
+			}
 		}
 	}
 	if T*NH*D < 1<<15 {
@@ -179,14 +185,14 @@ func packedIndex(i, d, D int) int {
 	return (i/4)*4*D + (d/8)*32 + (i%4)*8 + d%8
 }
 
-// packQueries writes the block's query rows (row (t-t0)*G+g is head kvh*G+g of token t),
-// scaled, in packed order; padding rows are zero.
-func packQueries(qs []float32, it attnItem, NH, G, D int, scale float32, dst []float32) {
+// packQueries writes the block's query rows of KV head kvh (row (t-t0)*G+g is head
+// kvh*G+g of token t), scaled, in packed order; padding rows are zero.
+func packQueries(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, dst []float32) {
 	clear(dst)
 	for t := it.t0; t < it.t1; t++ {
 		for g := 0; g < G; g++ {
 			i := (t-it.t0)*G + g
-			src := qs[(t*NH+it.kvh*G+g)*D : (t*NH+it.kvh*G+g+1)*D]
+			src := qs[(t*NH+kvh*G+g)*D : (t*NH+kvh*G+g+1)*D]
 			base := (i/4)*4*D + (i%4)*8
 			for c := 0; c < D; c += 8 {
 				d := dst[base+c*4 : base+c*4+8 : base+c*4+8]
@@ -199,10 +205,14 @@ func packQueries(qs []float32, it attnItem, NH, G, D int, scale float32, dst []f
 	}
 }
 
-// attendRange runs the online softmax of the block's rows over keys [it.k0, it.k1),
-// leaving each row's maximum m, sum l and unnormalised output (packed) for mergeParts.
+// attendRange runs the online softmax of the block's rows, for every KV head, over keys
+// [it.k0, it.k1), leaving each row's maximum m, sum l and unnormalised output (packed)
+// for mergeParts. qp, m, l and op hold the heads one after the other (rows rows each).
+// Each key block is done for every head before the next, so the cache rows it reads
+// (all heads side by side) are used whole while they are in the cache.
 func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C int, kc, vc *Tensor,
 	m, l, op []float32, sc *attnScratch) {
+	KVH := kc.Shape[1]
 	neg := float32(math.Inf(-1))
 	for i := range m {
 		m[i], l[i] = neg, 0
@@ -215,44 +225,49 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 	bm := blockMax[:rows]
 	for j0 := it.k0; j0 < it.k1; j0 += attnKeyBlock {
 		nk := min(attnKeyBlock, it.k1-j0)
-		keys, kStride := cacheRows(kc, it.kvh, j0, nk, sc.k)
-		vals, vStride := cacheRows(vc, it.kvh, j0, nk, sc.v)
-		s := sc.s[:nk*rows]
-		kern.scores(qp, rows, D, keys, kStride, nk, s)
-		// Causal mask: key j is visible to token t when j <= C+t. Only blocks that reach
-		// past the block's first token need it; padding rows see nothing.
-		if j0+nk-1 > C+it.t0 || (it.t1-it.t0)*G < rows {
+		for kvh := 0; kvh < KVH; kvh++ {
+			q := qp[kvh*rows*D : (kvh+1)*rows*D]
+			hm, hl := m[kvh*rows:(kvh+1)*rows], l[kvh*rows:(kvh+1)*rows]
+			ho := op[kvh*rows*D : (kvh+1)*rows*D]
+			keys, kStride := cacheRows(kc, kvh, j0, nk, sc.k)
+			vals, vStride := cacheRows(vc, kvh, j0, nk, sc.v)
+			s := sc.s[:nk*rows]
+			kern.scores(q, rows, D, keys, kStride, nk, s)
+			// Causal mask: key j is visible to token t when j <= C+t. Only blocks that
+			// reach past the block's first token need it; padding rows see nothing.
+			if j0+nk-1 > C+it.t0 || (it.t1-it.t0)*G < rows {
+				for i := 0; i < rows; i++ {
+					last := -1 // last visible key of row i
+					if i < (it.t1-it.t0)*G {
+						last = C + it.t0 + i/G
+					}
+					for j := max(last+1, j0); j < j0+nk; j++ {
+						s[(j-j0)*rows+i] = neg
+					}
+				}
+			}
+			copy(bm, hm)
+			kern.rowMax(s, rows, nk, bm)
 			for i := 0; i < rows; i++ {
-				last := -1 // last visible key of row i
-				if i < (it.t1-it.t0)*G {
-					last = C + it.t0 + i/G
+				if bm[i] == neg {
+					continue // nothing visible yet: m, l and the output stay empty
 				}
-				for j := max(last+1, j0); j < j0+nk; j++ {
-					s[(j-j0)*rows+i] = neg
+				if hl[i] != 0 && bm[i] != hm[i] {
+					alpha := exp2f(hm[i] - bm[i])
+					hl[i] *= alpha
+					scalePackedRow(ho, i, D, alpha)
+				}
+				hm[i] = bm[i]
+			}
+			// Rows with nothing visible exponentiate against 0: their scores are all -inf.
+			for i := 0; i < rows; i++ {
+				if bm[i] == neg {
+					bm[i] = 0
 				}
 			}
+			kern.exp2Sum(s, rows, nk, bm, hl)
+			kern.accum(s, rows, D, vals, vStride, nk, ho)
 		}
-		copy(bm, m)
-		kern.rowMax(s, rows, nk, bm)
-		for i := 0; i < rows; i++ {
-			if bm[i] == neg {
-				continue // nothing visible yet: m, l and the output stay empty
-			}
-			if l[i] != 0 && bm[i] != m[i] {
-				alpha := exp2f(m[i] - bm[i])
-				l[i] *= alpha
-				scalePackedRow(op, i, D, alpha)
-			}
-			m[i] = bm[i]
-		}
-		// Rows with nothing visible exponentiate against 0: their scores are all -inf.
-		for i := 0; i < rows; i++ {
-			if bm[i] == neg {
-				bm[i] = 0
-			}
-		}
-		kern.exp2Sum(s, rows, nk, bm, l)
-		kern.accum(s, rows, D, vals, vStride, nk, op)
 	}
 }
 
@@ -282,31 +297,32 @@ func cacheRows(cache *Tensor, kvh, j0, n int, buf []float32) ([]float32, int) {
 	return buf[:n*D], D
 }
 
-// mergeParts combines the partials of one query block (its key ranges) and writes the
-// normalised output rows of its tokens.
-func mergeParts(its []attnItem, rows, G, NH, D int, partM, partL, partO, o []float32) {
+// mergeParts combines the partials of KV head kvh of one query block (its key ranges)
+// and writes the normalised output rows of its tokens.
+func mergeParts(its []attnItem, kvh, KVH, rows, G, NH, D int, partM, partL, partO, o []float32) {
 	it0 := its[0]
+	part := func(it attnItem) int { return (it.part*KVH + kvh) * rows } // its first row
 	for t := it0.t0; t < it0.t1; t++ {
 		for g := 0; g < G; g++ {
 			i := (t-it0.t0)*G + g
 			M := float32(math.Inf(-1))
 			for _, it := range its {
-				if l := partL[it.part*rows+i]; l != 0 {
-					M = max(M, partM[it.part*rows+i])
+				if l := partL[part(it)+i]; l != 0 {
+					M = max(M, partM[part(it)+i])
 				}
 			}
-			dst := o[(t*NH+it0.kvh*G+g)*D : (t*NH+it0.kvh*G+g+1)*D]
+			dst := o[(t*NH+kvh*G+g)*D : (t*NH+kvh*G+g+1)*D]
 			clear(dst)
 			var L float32
 			base := (i/4)*4*D + (i%4)*8
 			for _, it := range its {
-				l := partL[it.part*rows+i]
+				l := partL[part(it)+i]
 				if l == 0 {
 					continue
 				}
-				wgt := exp2f(partM[it.part*rows+i] - M)
+				wgt := exp2f(partM[part(it)+i] - M)
 				L += l * wgt
-				src := partO[it.part*rows*D+base:]
+				src := partO[part(it)*D+base:]
 				for c := 0; c < D; c += 8 {
 					d, s := dst[c:c+8:c+8], src[c*4:c*4+8:c*4+8]
 					for e := range d {

@@ -34,11 +34,17 @@ var binaryOps = []struct {
 
 func init() {
 	for _, u := range unaryOps {
+		ref := unaryRef(u.fn)
+		if u.name == "silu" {
+			// The fast kernels' SiLU, like every op that fuses one (siluGate), so that a
+			// graph computes the same numbers fused or not.
+			ref = refSiLU
+		}
 		Default.Register(&Info{
 			OpDef: graph.OpDef{Name: u.name, Doc: u.doc, Args: 1, Flags: graph.Elementwise | graph.ReorderSafe,
 				Infer: inferUnary},
 			Cost: func(v *graph.Value, b graph.Bindings) Cost { return plainCost(v, b, u.flops) },
-			Ref:  unaryRef(u.fn),
+			Ref:  ref,
 		})
 	}
 	for _, op := range binaryOps {
@@ -86,6 +92,15 @@ func inferUnary(v *graph.Value) (graph.Type, error) {
 		return graph.Type{}, err
 	}
 	return f32(x.Shape...), nil
+}
+
+func refSiLU(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x, err := floats(in[0])
+	if err != nil {
+		return fmt.Errorf("%s: %w", v.Op, err)
+	}
+	siluGate(env, out[0].F32(), x, nil)
+	return nil
 }
 
 func unaryRef(fn unaryFn) func(env *Env, v *graph.Value, in, out []*Tensor) error {
@@ -207,9 +222,7 @@ func inferSwiGLU(v *graph.Value) (graph.Type, error) {
 
 func refSwiGLU(env *Env, v *graph.Value, in, out []*Tensor) error {
 	g, u, y := in[0].F32(), in[1].F32(), out[0].F32()
-	for i, gv := range g {
-		y[i] = silu(gv) * u[i]
-	}
+	siluGate(env, y, g, u)
 	return nil
 }
 

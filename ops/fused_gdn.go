@@ -90,9 +90,7 @@ func refConv1DSiLU(env *Env, v *graph.Value, in, out []*Tensor) error {
 		return err
 	}
 	y := out[0].F32()
-	for i, x := range y {
-		y[i] = silu(x)
-	}
+	siluGate(env, y, y, nil)
 	return nil
 }
 

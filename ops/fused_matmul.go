@@ -94,9 +94,7 @@ func refMatmulSwiGLU(env *Env, v *graph.Value, in, out []*Tensor) error {
 		}
 		mulRows(env, x, len(x)/w.cols, w, 0, w.rows(), dst, w.rows())
 	}
-	for i, u := range up.F32() {
-		y[i] = silu(y[i]) * u
-	}
+	siluGate(env, y, y, up.F32())
 	return nil
 }
 

@@ -78,9 +78,7 @@ func refExpertMatmulSwiGLU(env *Env, v *graph.Value, in, out []*Tensor) error {
 		return fmt.Errorf("up: %w", err)
 	}
 	ys := y.F32()
-	for i, u := range up.F32() {
-		ys[i] = silu(ys[i]) * u
-	}
+	siluGate(env, ys, ys, up.F32())
 	return nil
 }
 

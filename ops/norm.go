@@ -165,11 +165,12 @@ func refGatedRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 	}
 	eps := float32(v.Attrs.Float("eps"))
 	x, z, y, D := in[0].F32(), in[1].F32(), out[0].F32(), len(w)
+	act := siluFor(env)
 	normRows(env, len(x)/D, D, func(r int) {
 		xr, zr, yr := x[r*D:(r+1)*D], z[r*D:(r+1)*D], y[r*D:(r+1)*D]
 		inv := invRMS(xr, eps)
 		for i, xv := range xr {
-			yr[i] = w[i] * (xv * inv) * silu(zr[i])
+			yr[i] = w[i] * (xv * inv) * act(zr[i])
 		}
 	})
 	return nil

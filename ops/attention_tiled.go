@@ -48,7 +48,7 @@ var attnKernelSets = []*attnKernels{goAttnKernels}
 
 const (
 	attnKeyBlock  = 64       // keys per score block
-	attnQBytes    = 32 << 10 // a block's packed query rows: about the L1 cache
+	attnQBytes    = 32 << 10 // a block's packed query rows of one KV head: about the L1 cache
 	attnMinSplit  = 256      // fewest keys a split range gets
 	log2e         = 1.4426950408889634
 	attnMaskedExp = -125 // exponents below this contribute 0 (exp2Sum)
@@ -113,7 +113,7 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	parallelItems(env, len(items), func(worker, i int) {
 		it := items[i]
 		sc := buf.workers[worker]
-		sc.ensure(KVH*rows, D, kc.DType != graph.F32)
+		sc.ensure(KVH, rows, D, kc.DType != graph.F32)
 		qp := grow(&sc.q, KVH*rows*D)
 		for kvh := 0; kvh < KVH; kvh++ {
 			packQueries(qs, it, kvh, NH, G, D, scale*log2e, qp[kvh*rows*D:(kvh+1)*rows*D])
@@ -171,18 +171,14 @@ type attnScratch struct {
 	q, s, k, v []float32
 }
 
-func (sc *attnScratch) ensure(rows, D int, convert bool) {
-	grow(&sc.q, rows*D)
+// ensure sizes the buffers for KVH heads of rows packed query rows of D.
+func (sc *attnScratch) ensure(KVH, rows, D int, convert bool) {
+	grow(&sc.q, KVH*rows*D)
 	grow(&sc.s, attnKeyBlock*rows)
 	if convert {
 		grow(&sc.k, attnKeyBlock*D)
 		grow(&sc.v, attnKeyBlock*D)
 	}
-}
-
-// packedIndex is where element d of packed row i lives ([quad][D/8][4][8]).
-func packedIndex(i, d, D int) int {
-	return (i/4)*4*D + (d/8)*32 + (i%4)*8 + d%8
 }
 
 // packQueries writes the block's query rows of KV head kvh (row (t-t0)*G+g is head

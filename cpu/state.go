@@ -95,26 +95,8 @@ func (s *state) Load(sb exec.StateBlock) error {
 	if b.data == nil {
 		return fmt.Errorf("cpu: the state block was released")
 	}
-	if b.rows && b.to > s.capacity {
-		return fmt.Errorf("rows [%d, %d) outside the context capacity %d", b.from, b.to, s.capacity)
-	}
-	for name, t := range s.bufs {
-		if (s.rowBytes[name] > 0) != b.rows {
-			continue
-		}
-		d, ok := b.data[name]
-		want := int64(len(t.Data))
-		if b.rows {
-			want = int64(b.to-b.from) * s.rowBytes[name]
-		}
-		if !ok || int64(len(d)) != want {
-			return fmt.Errorf("state block does not match state %s (%d bytes, want %d)", name, len(d), want)
-		}
-	}
-	for name := range b.data {
-		if _, ok := s.bufs[name]; !ok || (s.rowBytes[name] > 0) != b.rows {
-			return fmt.Errorf("state block has buffer %s that this state lacks", name)
-		}
+	if err := exec.CheckBlock(b.rows, b.from, b.to, s.capacity, s.sizes, s.rowBytes, exec.BlockSizes(b.data)); err != nil {
+		return err
 	}
 	for name, d := range b.data {
 		off := int64(0)

@@ -148,26 +148,8 @@ func (s *state) Load(sb exec.StateBlock) error {
 	if k.addrs == nil {
 		return errors.New("cuda: the state block was released")
 	}
-	if k.rows && k.to > s.capacity {
-		return fmt.Errorf("rows [%d, %d) outside the context capacity %d", k.from, k.to, s.capacity)
-	}
-	for name := range s.addrs {
-		rb := s.rowBytes[name]
-		if (rb > 0) != k.rows {
-			continue
-		}
-		want := s.sizes[name]
-		if k.rows {
-			want = int64(k.to-k.from) * rb
-		}
-		if n, ok := k.sizes[name]; !ok || n != want {
-			return fmt.Errorf("state block does not match state %s (%d bytes, want %d)", name, n, want)
-		}
-	}
-	for name := range k.addrs {
-		if _, ok := s.addrs[name]; !ok || (s.rowBytes[name] > 0) != k.rows {
-			return fmt.Errorf("state block has buffer %s that this state lacks", name)
-		}
+	if err := exec.CheckBlock(k.rows, k.from, k.to, s.capacity, s.sizes, s.rowBytes, k.sizes); err != nil {
+		return err
 	}
 	return s.b.dev.do(func() error {
 		for name, src := range k.addrs {

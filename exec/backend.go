@@ -145,3 +145,41 @@ func checkRegistered(name string) error {
 }
 
 func bindN(n int) graph.Bindings { return graph.Bindings{N: n} }
+
+// CheckBlock validates a state block before anything of it is written: a block of context
+// rows (rows true) holds rows [from, to) within capacity of every buffer with context rows
+// (rowBytes > 0), a fixed block every other buffer whole, and neither holds a buffer of the
+// other kind or one this session lacks. sizes and rowBytes describe the session's buffers,
+// blockSizes the block's, all by state name.
+func CheckBlock(rows bool, from, to, capacity int, sizes, rowBytes, blockSizes map[string]int64) error {
+	if rows && to > capacity {
+		return fmt.Errorf("rows [%d, %d) outside the context capacity %d", from, to, capacity)
+	}
+	for name, size := range sizes {
+		if (rowBytes[name] > 0) != rows {
+			continue
+		}
+		want := size
+		if rows {
+			want = int64(to-from) * rowBytes[name]
+		}
+		if n, ok := blockSizes[name]; !ok || n != want {
+			return fmt.Errorf("state block does not match state %s (%d bytes, want %d)", name, n, want)
+		}
+	}
+	for name := range blockSizes {
+		if _, ok := sizes[name]; !ok || (rowBytes[name] > 0) != rows {
+			return fmt.Errorf("state block has buffer %s that this state lacks", name)
+		}
+	}
+	return nil
+}
+
+// BlockSizes is the byte size of each buffer of a block held as host copies.
+func BlockSizes(data map[string][]byte) map[string]int64 {
+	sizes := make(map[string]int64, len(data))
+	for name, d := range data {
+		sizes[name] = int64(len(d))
+	}
+	return sizes
+}

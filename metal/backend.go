@@ -489,26 +489,8 @@ func (s *state) Load(sb exec.StateBlock) error {
 	if k.data == nil {
 		return errors.New("metal: the state block was released")
 	}
-	if k.rows && k.to > s.capacity {
-		return fmt.Errorf("rows [%d, %d) outside the context capacity %d", k.from, k.to, s.capacity)
-	}
-	for name := range s.bufs {
-		rb := s.rowBytes[name]
-		if (rb > 0) != k.rows {
-			continue
-		}
-		want := s.sizes[name]
-		if k.rows {
-			want = int64(k.to-k.from) * rb
-		}
-		if n := int64(len(k.data[name])); k.data[name] == nil || n != want {
-			return fmt.Errorf("state block does not match state %s (%d bytes, want %d)", name, n, want)
-		}
-	}
-	for name := range k.data {
-		if _, ok := s.bufs[name]; !ok || (s.rowBytes[name] > 0) != k.rows {
-			return fmt.Errorf("state block has buffer %s that this state lacks", name)
-		}
+	if err := exec.CheckBlock(k.rows, k.from, k.to, s.capacity, s.sizes, s.rowBytes, exec.BlockSizes(k.data)); err != nil {
+		return err
 	}
 	for name, d := range k.data {
 		dst := s.bufs[name].Contents()

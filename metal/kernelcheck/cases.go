@@ -45,7 +45,7 @@ func expertLaunch(kernel string) func(e *env) []Launch {
 		case kernels.KernelExpertTiled:
 			return []Launch{{kernel, [3]int{ceilDiv(int(a.M), kernels.ExpertTileM), int(a.E), 1}, 256, a}}
 		}
-		return []Launch{{kernel, [3]int{ceilDiv(int(a.M), kernels.MatvecRows*4), slots, 1}, 128, a}}
+		return []Launch{{kernel, [3]int{ceilDiv(int(a.M), kernels.MatvecRowsPerGroup(int(a.K))), slots, 1}, kernels.MatvecThreads, a}}
 	}
 }
 
@@ -92,7 +92,7 @@ func attentionGQA(scale float32, splits int32) func(e *env) []Launch {
 }
 
 func matvecFused(e *env, a kernels.MatvecArgs, maxM, ys int) []Launch {
-	return []Launch{{kernels.KernelMatvecFusedQ4, [3]int{ceilDiv(maxM, kernels.MatvecRows*4), ys, 1}, 128, a}}
+	return []Launch{{kernels.KernelMatvecFusedQ4, [3]int{ceilDiv(maxM, kernels.MatvecRowsPerGroup(int(a.K))), ys, 1}, kernels.MatvecThreads, a}}
 }
 
 func q4w(w operand) kernels.Weight { return w.w }
@@ -222,14 +222,14 @@ func Cases() []Case {
 			launch: func(e *env) []Launch {
 				a := expertArgs(e.in[0], e.in[1], e.in[3], e.out[0])
 				a.W2 = e.in[2].w
-				return []Launch{{kernels.KernelExpertMVSwiGLUQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecRows*4), int(a.T * a.TopK), 1}, 128, a}}
+				return []Launch{{kernels.KernelExpertMVSwiGLUQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecRowsPerGroup(int(a.K))), int(a.T * a.TopK), 1}, kernels.MatvecThreads, a}}
 			}},
 		{name: "expert_matvec_combine_q4", op: "expert_matmul_combine",
 			in: []*ops.Tensor{randF32(r, 1, 4, 64), randQuant(r, graph.Q4, 16, hidden, 64), routed(r, 1, 4, 16), randF32(r, 1, 4)},
 			launch: func(e *env) []Launch {
 				a := expertArgs(e.in[0], e.in[1], e.in[2], e.out[0])
 				a.Weights = e.in[3].addr
-				return []Launch{{kernels.KernelExpertMVCombineQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecRows*4), int(a.T), 1}, 128, a}}
+				return []Launch{{kernels.KernelExpertMVCombineQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecRowsPerGroup(int(a.K))), int(a.T), 1}, kernels.MatvecThreads, a}}
 			}},
 		{name: "matvec_fused_q4 matmuls (q/k/v)", op: "matmuls",
 			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 24, hidden), randQuant(r, graph.Q4, 72, hidden)},
@@ -336,7 +336,7 @@ func Cases() []Case {
 				mm := kernels.MatmulArgs{W: e.in[3].w, X: normed, Y: e.out[0].addr, Rows: 1, M: hidden, K: 256}
 				return []Launch{
 					{kernels.KernelGatedRMSNorm, [3]int{4, 1, 1}, 64, kernels.GatedRMSNormArgs{X: e.in[0].addr, Z: e.in[1].addr, Y: normed, W: e.in[2].w, Rows: 4, D: 64, Eps: 1e-6}},
-					{kernels.KernelMatvecQ4, [3]int{ceilDiv(hidden, kernels.MatvecRows*4), 1, 1}, 128, mm},
+					{kernels.KernelMatvecQ4, [3]int{ceilDiv(hidden, kernels.MatvecRowsPerGroup(256)), 1, 1}, kernels.MatvecThreads, mm},
 				}
 			}},
 		{name: "matmul_router", op: "matmul_router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randF32(r, 3, hidden), randQuant(r, graph.Q8, 16, hidden)},

@@ -83,20 +83,11 @@ type Case struct {
 	launch func(e *env) []Launch
 }
 
+// dtypeCode is the kernels' DT_* code of dt (the shared GPU lowering's map; the cases
+// only use dtypes it knows).
 func dtypeCode(dt graph.DType) int32 {
-	switch dt {
-	case graph.BF16:
-		return kernels.DTBF16
-	case graph.F16:
-		return kernels.DTF16
-	case graph.Q4:
-		return kernels.DTQ4
-	case graph.Q8:
-		return kernels.DTQ8
-	case graph.I32:
-		return kernels.DTI32
-	}
-	return kernels.DTF32
+	code, _ := gpu.DTypeCode(dt)
+	return code
 }
 
 func prod(s []int) int {

@@ -13,9 +13,9 @@ import (
 // its own planned scratch, barriers and dependency edges. The CPU runs every op and is
 // left as it is.
 func expandForBackend(u *Unit) error {
-	t := u.target()
-	if t.GPU == nil {
-		return nil
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil {
+		return err
 	}
 	bind := graph.Bindings{T: u.Phase.Tokens, N: 1}
 	// An expansion yields primitive ops, but loop in case one yields a fused op; each
@@ -88,9 +88,9 @@ func replaceExpanded(r *rewriter, v *graph.Value, elems []*graph.Value, users []
 // attention runs as one group per (kv head, token): correct, and slow for decode at long
 // context.
 func splitAttention(u *Unit) error {
-	t := u.target()
-	if t.GPU == nil {
-		return nil
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil {
+		return err
 	}
 	r := newRewriter(u, "split-attention")
 	bind := graph.Bindings{T: u.Phase.Tokens, N: 1}

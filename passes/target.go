@@ -59,15 +59,6 @@ func TargetNames() []string {
 	return names
 }
 
-// target is the unit's target; Phase.Backend was validated when the unit was made.
-func (u *Unit) target() *Target {
-	t, err := TargetFor(u.Phase.Backend)
-	if err != nil {
-		panic(err) // Compile checks the name first
-	}
-	return t
-}
-
 // nominalBase is where buffer i is assumed to start when the compiler asks the GPU
 // lowering about a dispatch: far apart, and aligned as device allocations are (256
 // bytes), so alignment checks see what the device will see.
@@ -102,7 +93,10 @@ func valueOperands(v *graph.Value, bind graph.Bindings) (in, out []gpu.Operand) 
 // dispatch: the GPU lowering's own choice for the planned operands, which the backend
 // repeats at load time and checks against the plan.
 func selectKernels(u *Unit) error {
-	t := u.target()
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil {
+		return err
+	}
 	p := u.Plan
 	if p == nil {
 		return fmt.Errorf("select-kernels needs lower to have run")

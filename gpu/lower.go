@@ -606,8 +606,3 @@ func lowerArgmax(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	T := prod(x.Shape) / V
 	return newKernel(kernels.KernelArgmax, [3]int{T, 1, 1}, 256, kernels.ArgmaxArgs{X: x.Addr, Out: out[0].Addr, T: int32(T), V: int32(V)})
 }
-
-// weightOf describes a dense buffer at addr with the Weight struct the kernels take.
-func weightOf(addr uint64, code int32) kernels.Weight {
-	return kernels.Weight{Data: addr, DType: code}
-}

@@ -197,6 +197,8 @@ func opCases() []opCase {
 	}
 	cases := []opCase{
 		{name: "qmatmul q4 decode", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 256), randQuant(r, graph.Q4, 72, 256)}},
+		{name: "qmatmul q8 decode wide", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 2048), randQuant(r, graph.Q8, 37, 2048)}},
+		{name: "qmatmul q8 decode one long row", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 2560), randQuant(r, graph.Q8, 1, 2560)}},
 		{name: "qmatmul q8 3 rows", op: "qmatmul", in: []*ops.Tensor{randF32(r, 3, 128), randQuant(r, graph.Q8, 40, 128)}},
 		{name: "qmatmul q4 tiled", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, 256), randQuant(r, graph.Q4, 136, 256)}},
 		{name: "matmul bf16 tiled", op: "matmul", in: []*ops.Tensor{randF32(r, 65, 64), randBF16(r, 24, 64)}},
@@ -261,6 +263,8 @@ func opCases() []opCase {
 		{name: "matmul_swiglu rows", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 3, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 40, 128)}},
 		{name: "expert_matmul_swiglu decode", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 8, 40, 128), randQuant(r, graph.Q4, 8, 40, 128), routed(1, 4, 8)}},
 		{name: "matmul_gated_add decode", op: "matmul_gated_add", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randF32(r, 1, 1), randF32(r, 1, 40)}},
+		// Every thread of a group takes several (expert, chunk) pairs; rows past M in the last group.
+		{name: "expert_matmul_combine decode wide", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 1, 8, 2048), randQuant(r, graph.Q4, 16, 36, 2048), routed(1, 8, 16), randF32(r, 1, 8)}},
 		{name: "expert_matmul_combine tiled", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 20, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8), randF32(r, 20, 4)}},
 		{name: "sigmoid_gate_matmul rows", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 3, 128), randF32(r, 3, 128), randQuant(r, graph.Q4, 40, 128)}},
 		{name: "gated_rms_norm_matmul", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[2,256]"},

@@ -257,6 +257,9 @@ func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	if rows == 1 && q4Matvec(w, K) {
 		return newKernel(kernels.KernelMatvecQ4, matvecGrid(M, K, 1), kernels.MatvecThreads, args)
 	}
+	if rows == 1 && w.DType == graph.Q8 && K%16 == 0 && w.W.Group%16 == 0 {
+		return newKernel(kernels.KernelMatvecQ8, [3]int{ceilDiv(M, kernels.MatvecQ8Rows), 1, 1}, kernels.MatvecThreads, args)
+	}
 	if rows <= kernels.MatmulMaxRows || K%kernels.TileK != 0 {
 		if rows > kernels.MatmulMaxRows {
 			return nil, fmt.Errorf("%s: %d rows need the tiled kernel, which needs K %% %d == 0 (K = %d)", d.Op, rows, kernels.TileK, K)
@@ -450,7 +453,7 @@ func lowerAttentionPartial(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch
 	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), splits}, 256, args)
 }
 
-// lowerAttentionMerge: one SIMD group per (token, query head) merges its ranges.
+// lowerAttentionMerge: one group per (token, query head) merges its ranges.
 func lowerAttentionMerge(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	part, o := in[0], out[0]
 	if err := wantRank(d, part, "partials", 4); err != nil {
@@ -462,7 +465,7 @@ func lowerAttentionMerge(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, 
 		return nil, fmt.Errorf("attention_merge: partials %v for head dim %d (want [T, NH, S <= %d, D+2], D a multiple of 32 up to %d)", part.Shape, D, kernels.AttnMaxSplits, kernels.AttnMaxD)
 	}
 	rows := T * NH
-	return newKernel(kernels.KernelAttentionMerge, [3]int{ceilDiv(rows, 8), 1, 1}, 256, kernels.AttentionMergeArgs{
+	return newKernel(kernels.KernelAttentionMerge, [3]int{rows, 1, 1}, 256, kernels.AttentionMergeArgs{
 		Work: part.Addr, O: o.Addr, Rows: int32(rows), D: int32(D), Splits: int32(S)})
 }
 

@@ -209,7 +209,9 @@ func Cases() []Case {
 		}},
 		{name: "matmul_rows bf16 3 rows", op: "matmul", in: []*ops.Tensor{randF32(r, 3, 64), randBF16(r, 40, 64)}, launch: matmulRows},
 		{name: "matmul_rows q8 decode", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q8, 9, 128)}, launch: matmulRows},
-		{name: "matvec_q4 odd M", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 37, hidden)}}, // gpu.Metal: matvec_q4
+		{name: "matvec_q8 odd M", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q8, 37, hidden)}},   // gpu.Metal: matvec_q8
+		{name: "matvec_q8 one long row", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 4096), randQuant(r, graph.Q8, 1, 4096)}}, // gpu.Metal: matvec_q8
+		{name: "matvec_q4 odd M", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 37, hidden)}},   // gpu.Metal: matvec_q4
 		{name: "matmul_tiled q4", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, hidden), randQuant(r, graph.Q4, 72, hidden)}, launch: matmulTiled},
 		{name: "matmul_tiled f32", op: "matmul", in: []*ops.Tensor{randF32(r, 9, 64), randF32(r, 24, 64)}, launch: matmulTiled},
 		{name: "expert_rows bf16 per-slot x", op: "expert_matmul", in: []*ops.Tensor{randF32(r, 2, 4, 64), randBF16(r, 8, 40, 64), routed(r, 2, 4, 8)},
@@ -229,7 +231,7 @@ func Cases() []Case {
 			launch: func(e *env) []Launch {
 				a := expertArgs(e.in[0], e.in[1], e.in[2], e.out[0])
 				a.Weights = e.in[3].addr
-				return []Launch{{kernels.KernelExpertMVCombineQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecRowsPerGroup(int(a.K))), int(a.T), 1}, kernels.MatvecThreads, a}}
+				return []Launch{{kernels.KernelExpertMVCombineQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecCombineRows), int(a.T), 1}, kernels.MatvecThreads, a}}
 			}},
 		{name: "matvec_fused_q4 matmuls (q/k/v)", op: "matmuls",
 			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 24, hidden), randQuant(r, graph.Q4, 72, hidden)},

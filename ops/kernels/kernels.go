@@ -36,6 +36,7 @@ const (
 	KernelDequant           = "dequant"
 	KernelMatmulRows        = "matmul_rows"
 	KernelMatvecQ4          = "matvec_q4"
+	KernelMatvecQ8          = "matvec_q8"
 	KernelExpertMVQ4        = "expert_matvec_q4"
 	KernelExpertMVSwiGLUQ4  = "expert_matvec_swiglu_q4"
 	KernelExpertMVCombineQ4 = "expert_matvec_combine_q4"
@@ -65,7 +66,7 @@ const (
 
 // Names lists every kernel of the .k files.
 var Names = []string{
-	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
+	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax,
@@ -73,22 +74,24 @@ var Names = []string{
 
 // Tuning constants the host needs to launch the kernels (they match the .k #defines).
 const (
-	MatmulMaxRows = 8   // MM_MAX_ROWS: matmul_rows handles up to this many activation rows
-	TileM         = 64  // TILE_M
-	TileN         = 64  // TILE_N
-	TileK         = 32  // TILE_K: matmul_tiled needs K % TileK == 0
-	ExpertTileM   = 128 // ETILE_M: expert_tiled's weight rows per group
-	AttnMaxD      = 256 // ATT_MAX_D
-	AttnSIMDs     = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
-	AttnMaxSplits = 64  // ATT_MAX_SPLITS: attention_gqa's most key ranges
-	AttnKeyBlock  = 16  // ATT_KEY_BLOCK: attention_gqa's key ranges are whole blocks of this many keys
-	ConvMaxK      = 8   // CONV_MAX_K
-	DeltaMaxDk    = 128 // DELTA_LANES * DELTA_MAX_ROWS
-	DeltaLanes    = 8   // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
-	MatvecThreads = 128 // MV_THREADS: the q4 matrix-vector kernels' group size
-	MatvecRows    = 4   // MV_ROWS: rows per row group of the q4 matrix-vector kernels
-	RouterMaxE    = 512 // ROUTER_MAX_E
-	RouterMaxK    = 32  // ROUTER_MAX_K
+	MatmulMaxRows     = 8   // MM_MAX_ROWS: matmul_rows handles up to this many activation rows
+	TileM             = 64  // TILE_M
+	TileN             = 64  // TILE_N
+	TileK             = 32  // TILE_K: matmul_tiled needs K % TileK == 0
+	ExpertTileM       = 128 // ETILE_M: expert_tiled's weight rows per group
+	AttnMaxD          = 256 // ATT_MAX_D
+	AttnSIMDs         = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
+	AttnMaxSplits     = 64  // ATT_MAX_SPLITS: attention_gqa's most key ranges
+	AttnKeyBlock      = 16  // ATT_KEY_BLOCK: attention_gqa's key ranges are whole blocks of this many keys
+	ConvMaxK          = 8   // CONV_MAX_K
+	DeltaMaxDk        = 128 // DELTA_LANES * DELTA_MAX_ROWS
+	DeltaLanes        = 8   // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
+	MatvecThreads     = 128 // MV_THREADS: the q4 matrix-vector kernels' group size
+	MatvecRows        = 4   // MV_ROWS: rows per row group of the q4 matrix-vector kernels
+	MatvecCombineRows = 8   // MVC_ROWS: rows per group of expert_matvec_combine_q4
+	MatvecQ8Rows      = 2   // MV8_ROWS: rows per group of matvec_q8
+	RouterMaxE        = 512 // ROUTER_MAX_E
+	RouterMaxK        = 32  // ROUTER_MAX_K
 )
 
 // Family returns the dialect source of one family file.

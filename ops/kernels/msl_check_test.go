@@ -55,7 +55,7 @@ func TestMetalTypeCheckCatchesMutants(t *testing.T) {
 		{"device pointer where a thread one is required",
 			"dot_rows(CTX_ARG_ a.W, m, a.K, a.X, a.Rows, acc);", "dot_rows(CTX_ARG_ a.W, m, a.K, a.X, a.Rows, PTR(f32, a.Y));", "no matching function for call to 'dot_rows'"},
 		{"threadgroup pointer assigned to a device one",
-			"\t\tx = s;\n", "\t\tx = scratch;\n", "assigning"},
+			"const GLOBAL f32* x = PTR(const f32, a.X) + (row / a.RowsPerOuter)", "const GLOBAL f32* x = scratch + (row / a.RowsPerOuter)", "cannot initialize"},
 		{"libc maths in a kernel",
 			"f32 inv = 1.0f / SQRTF(ss / (f32)a.D + a.Eps);", "f32 inv = 1.0f / sqrtf(ss / (f32)a.D + a.Eps);", "poisoned identifier"},
 		{"log1p, which MSL lacks, for LOG1PF",
@@ -73,7 +73,7 @@ func TestMetalTypeCheckCatchesMutants(t *testing.T) {
 			"DEVICE f32 group_sum(CTX_ f32 v, TG_PTR(f32) scratch) {", "DEVICE f32 group_sum(CTX_ f32 v, TG_PTR(f32) scratch) {\n\tTG_MEM f32 extra[4];", "undeclared identifier 'pz_kernel_scope'"},
 		{"a CUDA barrier", "#define BARRIER() threadgroup_barrier(", "#define BARRIER() __syncthreads(); threadgroup_barrier(", "poisoned identifier"},
 		{"a device-scope fence, which MSL before 3.2 lacks",
-			"\tSIMD_BARRIER();\n\tGLOBAL f32* o = PTR(f32, a.O) + (i64)row * a.D;", "\tSIMD_BARRIER();\n\tFENCE_DEVICE();\n\tGLOBAL f32* o = PTR(f32, a.O) + (i64)row * a.D;",
+			"\tf32 inv = 1.0f / L;\n\tGLOBAL f32* o = PTR(f32, a.O) + (i64)row * a.D;", "\tf32 inv = 1.0f / L;\n\tFENCE_DEVICE();\n\tGLOBAL f32* o = PTR(f32, a.O) + (i64)row * a.D;",
 			"undeclared identifier 'FENCE_DEVICE'"},
 	}
 	for _, m := range mutants {

@@ -168,7 +168,7 @@ func addRoofline(plans func(tokens, context int) (*plan.Plan, error), chunk int,
 	for i := range res.Prefill {
 		meas := &res.Prefill[i]
 		var flops int64
-		pos := 0
+		pos := meas.Context
 		for _, piece := range prefillPieces(meas.Tokens, chunk) {
 			k, err := costsFor(piece)
 			if err != nil {

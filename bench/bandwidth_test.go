@@ -73,3 +73,44 @@ func TestMeasureRoofline(t *testing.T) {
 		t.Errorf("16-token prefill: %d flops, want the two chunks' %d", p16.FlopsPerRun, want)
 	}
 }
+
+// TestMeasurePrefillAtDepth: a prompt prefilled on top of a context (llama-bench's -d) is
+// measured once per depth, labelled with it, and costs the flops of its chunks at that
+// depth: an 8-token prompt at depth 8 is exactly the second chunk of a 16-token prompt.
+func TestMeasurePrefillAtDepth(t *testing.T) {
+	dir, opts := fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Chunk: 8}
+	m, err := exec.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	plans := func(tokens, context int) (*plan.Plan, error) {
+		o := opts
+		o.CostContext = context
+		return exec.CompilePlan(dir, o, tokens)
+	}
+	spec := bench.Spec{Prompts: []int{8}, Depths: []int{0, 8}, DecodeTokens: 1, Repeats: 2, Plans: plans}
+	if got := spec.Capacity(); got != 16 {
+		t.Errorf("capacity %d, want depth + prompt = 16", got)
+	}
+	res, err := bench.Measure(context.Background(), m, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Prefill) != 2 || res.Prefill[0].Context != 0 || res.Prefill[1].Context != 8 {
+		t.Fatalf("prefill measurements %+v, want the 8-token prompt at depths 0 and 8", res.Prefill)
+	}
+	at8, err := plans(8, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Prefill[1].FlopsPerRun; got != at8.Totals.Flops {
+		t.Errorf("8 tokens at depth 8: %d flops, want the chunk's at context 8 (%d)", got, at8.Totals.Flops)
+	}
+	if len(res.Prefill[1].Runs) != 2 {
+		t.Errorf("%d timed runs at depth 8, want 2", len(res.Prefill[1].Runs))
+	}
+	if _, err := bench.Measure(context.Background(), m, bench.Spec{Prompts: []int{8}, Depths: []int{-1}, DecodeTokens: 1, Repeats: 1}); err == nil {
+		t.Error("a negative depth was accepted")
+	}
+}

@@ -20,8 +20,11 @@ const Seed = 1
 
 // Spec says what to measure.
 type Spec struct {
-	// Prompts are the prompt lengths whose prefill is timed (each into an empty session).
+	// Prompts are the prompt lengths whose prefill is timed, each on top of every depth.
 	Prompts []int
+	// Depths are the context lengths (tokens already in the session) the prompts are
+	// prefilled on, as llama-bench's -d; none means an empty session only.
+	Depths []int
 	// Contexts are the context lengths decode is timed at.
 	Contexts []int
 	// DecodeTokens are the decode steps timed per run.
@@ -42,12 +45,22 @@ type Spec struct {
 func (s Spec) Capacity() int {
 	c := 0
 	for _, p := range s.Prompts {
-		c = max(c, p)
+		for _, d := range s.depths() {
+			c = max(c, d+p)
+		}
 	}
 	for _, ctx := range s.Contexts {
 		c = max(c, ctx+s.DecodeTokens)
 	}
 	return c
+}
+
+// depths are the prefill depths, an empty session when none are given.
+func (s Spec) depths() []int {
+	if len(s.Depths) == 0 {
+		return []int{0}
+	}
+	return s.Depths
 }
 
 // Validate checks the spec against the longest context the model supports.
@@ -65,6 +78,11 @@ func (s Spec) Validate(maxContext int) error {
 			return fmt.Errorf("context length %d must not be negative", c)
 		}
 	}
+	for _, d := range s.Depths {
+		if d < 0 {
+			return fmt.Errorf("prefill depth %d must not be negative", d)
+		}
+	}
 	if s.DecodeTokens <= 0 {
 		return fmt.Errorf("decode tokens %d must be positive", s.DecodeTokens)
 	}
@@ -79,8 +97,13 @@ func (s Spec) Validate(maxContext int) error {
 	}
 	if maxContext > 0 {
 		for _, p := range s.Prompts {
-			if p > maxContext {
-				return fmt.Errorf("prompt length %d exceeds the model's maximum context %d", p, maxContext)
+			for _, d := range s.depths() {
+				if d+p > maxContext && d == 0 {
+					return fmt.Errorf("prompt length %d exceeds the model's maximum context %d", p, maxContext)
+				}
+				if d+p > maxContext {
+					return fmt.Errorf("prompt length %d at depth %d exceeds the model's maximum context %d", p, d, maxContext)
+				}
 			}
 		}
 		for _, c := range s.Contexts {
@@ -104,7 +127,8 @@ type Run struct {
 type Measurement struct {
 	// Tokens are the tokens each run consumes: the prompt length, or the decode steps.
 	Tokens int `json:"tokens"`
-	// Context is the session length before the timed decode steps (decode only).
+	// Context is the session length before the timed tokens: the decode context, or the
+	// depth a prompt was prefilled on.
 	Context   int     `json:"context"`
 	Runs      []Run   `json:"runs"`
 	MedianTPS float64 `json:"median_tokens_per_sec"`
@@ -150,17 +174,10 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 		}
 		res.Bandwidth = &bw
 	}
-	for _, n := range spec.Prompts {
-		meas, err := measure(spec, n, func() (time.Duration, error) {
-			s.Reset()
-			start := time.Now()
-			err := s.Prefill(ctx, ids[:n], exec.PrefillOptions{})
-			return time.Since(start), err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("prefill of %d tokens: %w", n, err)
+	for _, depth := range spec.depths() {
+		if err := measurePrefill(ctx, s, spec, ids, depth, res); err != nil {
+			return nil, err
 		}
-		res.Prefill = append(res.Prefill, meas)
 	}
 	for _, c := range spec.Contexts {
 		meas, err := measureDecode(ctx, s, spec, ids[:c])
@@ -177,6 +194,42 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 	return res, nil
 }
 
+// measurePrefill times every prompt length prefilled on top of depth tokens: the depth
+// is prefilled once and restored from a snapshot before every run (an empty session is
+// a Reset).
+func measurePrefill(ctx context.Context, s *exec.Session, spec Spec, ids []int32, depth int, res *Result) error {
+	s.Reset()
+	var base *exec.Snapshot
+	if depth > 0 {
+		if err := s.Prefill(ctx, ids[:depth], exec.PrefillOptions{}); err != nil {
+			return fmt.Errorf("prefill to depth %d: %w", depth, err)
+		}
+		var err error
+		if base, err = s.Snapshot(); err != nil {
+			return err
+		}
+		defer base.Release()
+	}
+	for _, n := range spec.Prompts {
+		meas, err := measure(spec, n, func() (time.Duration, error) {
+			if base == nil {
+				s.Reset()
+			} else if err := s.Restore(base); err != nil {
+				return 0, err
+			}
+			start := time.Now()
+			err := s.Prefill(ctx, ids[depth:depth+n], exec.PrefillOptions{})
+			return time.Since(start), err
+		})
+		if err != nil {
+			return fmt.Errorf("prefill of %d tokens at depth %d: %w", n, depth, err)
+		}
+		meas.Context = depth
+		res.Prefill = append(res.Prefill, meas)
+	}
+	return nil
+}
+
 // measureDecode brings s to the context once, then times DecodeTokens greedy steps from
 // a restored snapshot of it per run.
 func measureDecode(ctx context.Context, s *exec.Session, spec Spec, context []int32) (Measurement, error) {
@@ -190,6 +243,7 @@ func measureDecode(ctx context.Context, s *exec.Session, spec Spec, context []in
 	if err != nil {
 		return Measurement{}, err
 	}
+	defer snap.Release()
 	meas, err := measure(spec, spec.DecodeTokens, func() (time.Duration, error) {
 		if err := s.Restore(snap); err != nil {
 			return 0, err

@@ -61,6 +61,7 @@ type benchReport struct {
 		Dropped      []string `json:"dropped,omitempty"`
 		Prompts      []int    `json:"prompts"`
 		Contexts     []int    `json:"contexts"`
+		Depths       []int    `json:"depths,omitempty"`
 		DecodeTokens int      `json:"decode_tokens"`
 		Repeats      int      `json:"repeats"`
 		Warmup       int      `json:"warmup"`
@@ -85,6 +86,7 @@ func runBench(args []string) error {
 	mf.register(fs)
 	prompts := fs.String("prompts", "256,1024,4096", "prompt lengths whose prefill is timed (comma-separated; empty: none)")
 	contexts := fs.String("contexts", "0,4096", "context lengths decode is timed at (comma-separated; empty: none)")
+	depths := fs.String("depths", "0", "context lengths each prompt is prefilled on top of, like llama-bench -d (comma-separated)")
 	decodeTokens := fs.Int("decode-tokens", 32, "decode steps timed per run")
 	repeats := fs.Int("repeats", 3, "timed runs per measurement (the table shows their median, min and max)")
 	warmup := fs.Int("warmup", 1, "untimed runs before the timed ones (plans compile on first use)")
@@ -100,8 +102,8 @@ func runBench(args []string) error {
 	if *sweep {
 		flagsGiven := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { flagsGiven[f.Name] = true })
-		if flagsGiven["prompts"] || flagsGiven["contexts"] {
-			return errors.New("--sweep measures its own lengths; leave out --prompts and --contexts (use --max-length to cap them)")
+		if flagsGiven["prompts"] || flagsGiven["contexts"] || flagsGiven["depths"] {
+			return errors.New("--sweep measures its own lengths; leave out --prompts, --contexts and --depths (use --max-length to cap them)")
 		}
 		*prompts, *contexts = "", ""
 	}
@@ -122,6 +124,9 @@ func runBench(args []string) error {
 	if spec.Contexts, err = parseLengths("--contexts", *contexts); err != nil {
 		return err
 	}
+	if spec.Depths, err = parseLengths("--depths", *depths); err != nil {
+		return err
+	}
 	// Check what needs no model first, so a typo does not wait for the weights to load.
 	if *sweep {
 		if err := (bench.Spec{Contexts: []int{0}, DecodeTokens: spec.DecodeTokens, Repeats: spec.Repeats, Warmup: spec.Warmup}).Validate(0); err != nil {
@@ -135,6 +140,10 @@ func runBench(args []string) error {
 	}
 	if mf.chunk < 0 {
 		return fmt.Errorf("--chunk %d must not be negative", mf.chunk)
+	}
+	if mf.backend != "cpu" {
+		// The streaming loop reads host memory; against a GPU's decode its share says nothing.
+		spec.BandwidthBytes = 0
 	}
 	rep := &benchReport{Note: syntheticNote, Started: time.Now().UTC()}
 	if err := describePipeline(rep, &mf); err != nil {
@@ -180,7 +189,7 @@ func runBench(args []string) error {
 	rep.Machine.GOOS, rep.Machine.GOARCH = runtime.GOOS, runtime.GOARCH
 	rep.Model.Name, rep.Model.Dir = m.Name(), mf.dir
 	rep.Pipeline.Chunk = m.Chunk()
-	rep.Settings.Prompts, rep.Settings.Contexts = spec.Prompts, spec.Contexts
+	rep.Settings.Prompts, rep.Settings.Contexts, rep.Settings.Depths = spec.Prompts, spec.Contexts, spec.Depths
 	rep.Settings.DecodeTokens, rep.Settings.Repeats, rep.Settings.Warmup = spec.DecodeTokens, spec.Repeats, spec.Warmup
 	rep.Settings.Seed = bench.Seed
 	printBenchHeader(benchOut, rep)
@@ -322,7 +331,7 @@ func printBenchTable(w io.Writer, rep *benchReport) {
 		if m.FlopsPerRun > 0 {
 			roofline = fmt.Sprintf("%.1f GFLOP/s", m.MedianGFLOPS)
 		}
-		fmt.Fprintf(w, "%-8s %-22s %12.1f %12.1f %12.1f  %s\n", "prefill", fmt.Sprintf("%d prompt", m.Tokens), m.MedianTPS, m.MinTPS, m.MaxTPS, roofline)
+		fmt.Fprintf(w, "%-8s %-22s %12.1f %12.1f %12.1f  %s\n", "prefill", prefillLabel(m), m.MedianTPS, m.MinTPS, m.MaxTPS, roofline)
 	}
 	for _, m := range rep.Decode {
 		roofline := ""
@@ -337,6 +346,15 @@ func printBenchTable(w io.Writer, rep *benchReport) {
 			m.MedianTPS, m.MinTPS, m.MaxTPS, roofline)
 	}
 	fmt.Fprintf(w, "session capacity %d tokens\n", rep.Capacity)
+}
+
+// prefillLabel names a prefill measurement: its prompt length, and its depth when the
+// session was not empty.
+func prefillLabel(m bench.Measurement) string {
+	if m.Context == 0 {
+		return fmt.Sprintf("%d prompt", m.Tokens)
+	}
+	return fmt.Sprintf("%d at depth %d", m.Tokens, m.Context)
 }
 
 // decimalBytes writes n in MB below a GB, else in GB (decimal units, like bandwidths).

@@ -29,7 +29,7 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return &Backend{dev: g, graphs: o.Graphs, weights: map[string]*deviceWeight{}}, nil
+		return &Backend{dev: g, graphs: o.Graphs, programmatic: o.ProgrammaticLaunch, weights: map[string]*deviceWeight{}}, nil
 	})
 }
 
@@ -38,6 +38,9 @@ func init() {
 type Backend struct {
 	dev    *device
 	graphs bool
+	// programmatic: graph edges as programmatic dependencies, where the device and
+	// driver have them (device.programmatic).
+	programmatic bool
 
 	mu      sync.Mutex
 	weights map[string]*deviceWeight
@@ -243,4 +246,11 @@ func checkOps(p *plan.Plan) error {
 		}
 	}
 	return nil
+}
+
+// programmaticEdges says whether graphs get programmatic edges: asked for, a Hopper or
+// later device (griddepcontrol is sm_90 PTX; the prelude compiles it only there), and a
+// driver with edge data.
+func (b *Backend) programmaticEdges() bool {
+	return b.programmatic && b.dev.arch >= 90 && b.dev.d.cuGraphAddDependencies != nil
 }

@@ -11,6 +11,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2
 # Every fusion pass off: the plans of primitive ops.
 NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
 sed 's/^graphs = true/graphs = false/' pipeline.toml > /tmp/nographs.toml
+sed 's/^programmatic_launch = true/programmatic_launch = false/' pipeline.toml > /tmp/fulledges.toml
 check() {
 	echo "== check $*" | tee -a "$OUT/check.log"
 	./.dev/pistil check --backend cuda "$@" 2>&1 | tee -a "$OUT/check.log" | grep -E "max abs|top-1|greedy|PASS|FAIL|rror"
@@ -23,6 +24,7 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --chunk 7
 	check --model "$dir" --reference "$ref" --decode-from 40
 	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/nographs.toml
+	check --model "$dir" --reference "$ref" --chunk 7 --pipeline /tmp/fulledges.toml
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=split-attention/off
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE

@@ -36,4 +36,4 @@ print(f"{len(data)} kernels, {total/1e3:.1f} us in kernels (ns units assumed)")
 for k, (n, t, b) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print(f"{k:32s} {n:4d} launches {t/1e3:9.1f} us {t/n/1e3:7.2f} us/launch {b/t if t else 0:8.1f} GB/s {100*t/total:5.1f}%")
 PY
-timeout 200 ./.dev/pistil bench --model /tmp/full --backend cuda --prompts 512 --contexts 0,4096 --decode-tokens 64 --repeats 3 2>&1 | tail -6 | tee "$OUT/bench.txt"
+timeout 400 ./.dev/pistil bench --model /tmp/full --backend cuda ${BENCH_ARGS:---prompts 512 --contexts 0,4096 --decode-tokens 64 --repeats 3} 2>&1 | tail -12 | tee "$OUT/bench.txt"

@@ -51,11 +51,14 @@ type driverAPI struct {
 	cuGraphExecDestroy          func(exec uintptr) int32
 	cuGraphDestroy              func(g uintptr) int32
 	cuGraphGetNodes             func(g uintptr, nodes *uintptr, n *uintptr) int32
-	cuEventCreate               func(e *uintptr, flags uint32) int32
-	cuEventRecord               func(e uintptr, stream uintptr) int32
-	cuEventSynchronize          func(e uintptr) int32
-	cuEventElapsedTime          func(ms *float32, start, end uintptr) int32
-	cuGetErrorString            func(res int32, s **byte) int32
+	// cuGraphAddDependencies_v2 (CUDA 12.3+) adds edges with edge data (programmatic
+	// dependencies); nil where the driver lacks it.
+	cuGraphAddDependencies func(g uintptr, from, to, edgeData unsafe.Pointer, n uintptr) int32
+	cuEventCreate          func(e *uintptr, flags uint32) int32
+	cuEventRecord          func(e uintptr, stream uintptr) int32
+	cuEventSynchronize     func(e uintptr) int32
+	cuEventElapsedTime     func(ms *float32, start, end uintptr) int32
+	cuGetErrorString       func(res int32, s **byte) int32
 }
 
 // kernelNodeParams is CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h): the v1 struct is its first 56
@@ -147,6 +150,9 @@ func loadDriver() (*driverAPI, error) {
 				drvErr = fmt.Errorf("CUDA not available: %s: %w", path, err)
 				return
 			}
+		}
+		if bind(lib, &d.cuGraphAddDependencies, []string{"cuGraphAddDependencies_v2"}) != nil {
+			d.cuGraphAddDependencies = nil // an older driver: full dependencies only
 		}
 		if r := d.cuInit(0); r != 0 {
 			hint := ""

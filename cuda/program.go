@@ -230,12 +230,16 @@ func (p *program) bind(s *state) error {
 		}
 		preds[to] = append(preds[to], from)
 	}
-	// One kernel node per dispatch, waiting for the dispatches the plan's edges name.
+	// One kernel node per dispatch, waiting for the dispatches the plan's edges name:
+	// given at the node's creation, or, programmatic, added after as edges with data.
+	programmatic := p.b.programmaticEdges()
 	nodes := make([]uintptr, len(p.launches))
 	for i, l := range p.launches {
 		deps := make([]uintptr, 0, len(preds[i]))
 		for _, f := range preds[i] {
-			deps = append(deps, nodes[f])
+			if !programmatic {
+				deps = append(deps, nodes[f])
+			}
 		}
 		var depPtr unsafe.Pointer
 		if len(deps) > 0 {
@@ -247,7 +251,47 @@ func (p *program) bind(s *state) error {
 			return err
 		}
 	}
+	if programmatic {
+		if err := p.addProgrammaticEdges(nodes, preds); err != nil {
+			return err
+		}
+	}
 	return g.d.check("cuGraphInstantiateWithFlags", g.d.cuGraphInstantiateWithFlags(&p.exec, p.graph, 0))
+}
+
+// graphEdgeData is CUgraphEdgeData: the ports and the type of one graph edge.
+type graphEdgeData struct {
+	fromPort, toPort, kind uint8
+	_                      [5]uint8
+}
+
+const (
+	graphKernelPortProgrammatic = 1 // CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+	graphDependencyProgrammatic = 1 // CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+)
+
+// addProgrammaticEdges joins the nodes by the plan's edges as programmatic dependencies:
+// a node may launch once every block of each node before it has started and passed its
+// own wait (griddepcontrol.launch_dependents in the prelude's kernel entry), and its
+// blocks wait (griddepcontrol.wait) until those nodes have finished and their writes
+// are visible. What a kernel reads was written by a node it reaches through the edges,
+// and each of those finished before the node it waits on did, so the transitive
+// reduction still orders every read after its write.
+func (p *program) addProgrammaticEdges(nodes []uintptr, preds [][]int) error {
+	var from, to []uintptr
+	var data []graphEdgeData
+	for i, ps := range preds {
+		for _, f := range ps {
+			from, to = append(from, nodes[f]), append(to, nodes[i])
+			data = append(data, graphEdgeData{fromPort: graphKernelPortProgrammatic, kind: graphDependencyProgrammatic})
+		}
+	}
+	if len(from) == 0 {
+		return nil
+	}
+	d := p.b.dev.d
+	return d.check("cuGraphAddDependencies_v2 (programmatic)", d.cuGraphAddDependencies(p.graph,
+		unsafe.Pointer(&from[0]), unsafe.Pointer(&to[0]), unsafe.Pointer(&data[0]), uintptr(len(from))))
 }
 
 func (p *program) dropGraph() {

@@ -84,6 +84,8 @@ type BackendOptions struct {
 	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs)
 	// instead of launching its kernels one by one.
 	Graphs bool
+	// ProgrammaticLaunch: graph edges as programmatic dependencies (exec.Options).
+	ProgrammaticLaunch bool
 	// Metal is the Metal encoder's ablation switches (pipeline.toml [metal]); the zero
 	// value means the backend's fast defaults.
 	Metal MetalOptions

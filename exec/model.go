@@ -37,6 +37,9 @@ type Options struct {
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.
 	Graphs bool
+	// ProgrammaticLaunch lets each CUDA graph node launch while the nodes it depends on
+	// finish (Hopper's programmatic dependent launch); its kernels wait for their inputs.
+	ProgrammaticLaunch bool
 	// Metal is the Metal encoder's switches (zero: its defaults).
 	Metal MetalOptions
 	// CostContext is the context length the plans' reported costs assume (0:

@@ -51,6 +51,10 @@ type CUDA struct {
 	// Graphs replays each plan as one CUDA graph built from its dependency edges; false
 	// launches the kernels one by one (for comparison and debugging).
 	Graphs bool `toml:"graphs"`
+	// ProgrammaticLaunch makes the graph's edges programmatic dependencies (sm_90+): a
+	// kernel is launched while the kernels it waits for finish, and waits for their
+	// results on the device, which hides the launch gap of each dependent stage.
+	ProgrammaticLaunch bool `toml:"programmatic_launch"`
 }
 
 // Metal is the [metal] table: the Metal encoder's ablation switches (metal.Config).
@@ -73,7 +77,7 @@ func Default() *Pipeline {
 			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "check": false,
 		},
 		CPU:   CPU{Kernels: "fast"},
-		CUDA:  CUDA{Graphs: true},
+		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true},
 		Metal: Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
 }
@@ -228,7 +232,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
-		Passes: cfg, Kernels: p.CPU.Kernels, Graphs: p.CUDA.Graphs, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext}, nil
+		Passes: cfg, Kernels: p.CPU.Kernels, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext}, nil
 }
 
 // DecodeServer decodes the [server] table into v (a struct of the server's settings).

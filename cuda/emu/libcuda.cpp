@@ -256,6 +256,22 @@ int cuGraphAddKernelNode_v2(uintptr_t* node, Graph* g, uintptr_t* deps, size_t n
 	*node = g->nodes.size();
 	return 0;
 }
+// Edges added after their nodes, with CUgraphEdgeData (from_port, to_port, type, five
+// reserved bytes): checked as the driver documents them, then kept as ordinary edges
+// (the emulator never overlaps nodes, so a programmatic edge orders like a full one).
+struct EdgeData { unsigned char from_port, to_port, type, reserved[5]; };
+int cuGraphAddDependencies_v2(Graph* g, uintptr_t* from, uintptr_t* to, EdgeData* data, size_t n) {
+	for (size_t i = 0; i < n; i++) {
+		if (from[i] == 0 || to[i] == 0 || from[i] > g->nodes.size() || to[i] > g->nodes.size() || from[i] == to[i]) return 1;
+		if (data) {
+			const EdgeData& e = data[i];
+			if (e.to_port != 0 || e.type > 1 || e.from_port > 2) return 1;
+			for (unsigned char r : e.reserved) if (r != 0) return 1;
+		}
+		g->nodes[to[i] - 1].deps.push_back(from[i] - 1);
+	}
+	return 0;
+}
 int cuGraphInstantiateWithFlags(uintptr_t* e, Graph* g, uint64_t) { *e = (uintptr_t) new Graph(*g); return 0; }
 // EMU_SHUFFLE=seed runs the nodes in a random order that honours only the graph's edges
 // (what concurrent execution may do); otherwise in the order they were added.

@@ -14,10 +14,32 @@ typedef float4 vec4f;
 #define offsetof(T, f) ((u64)(&(((T*)0)->f)))
 #endif
 
-// A kernel takes one args struct by value; buffers are u64 device addresses in it.
-#define KERNEL(name, Args) extern "C" __global__ void name(const struct Args a)
+// Programmatic dependent launch (sm_90 and later): in a graph whose edges are
+// programmatic (pipeline.toml [cuda] programmatic_launch), a kernel may be launched while
+// the kernels it depends on still run. Every kernel therefore first waits until those
+// have finished and their writes are visible (a no-op for a kernel launched without
+// programmatic dependencies), then lets its own dependents be launched: their blocks get
+// scheduled while this kernel runs, and wait in turn. This hides the launch gap of each
+// dependent stage; the order of every read after its write is unchanged.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PZ_KERNEL_ENTRY() \
+	asm volatile("griddepcontrol.wait;" ::: "memory"); \
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define PZ_KERNEL_ENTRY()
+#endif
+
+// A kernel takes one args struct by value; buffers are u64 device addresses in it. Its
+// body is an inlined function the entry point calls after PZ_KERNEL_ENTRY.
+#define KERNEL(name, Args) \
+	static __device__ __forceinline__ void name##_body(const struct Args a); \
+	extern "C" __global__ void name(const struct Args a) { PZ_KERNEL_ENTRY(); name##_body(a); } \
+	static __device__ __forceinline__ void name##_body(const struct Args a)
 // KERNEL_BOUNDED also tells the compiler the most threads per group it is launched with.
-#define KERNEL_BOUNDED(name, Args, threads) extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a)
+#define KERNEL_BOUNDED(name, Args, threads) \
+	static __device__ __forceinline__ void name##_body(const struct Args a); \
+	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_KERNEL_ENTRY(); name##_body(a); } \
+	static __device__ __forceinline__ void name##_body(const struct Args a)
 #define DEVICE static __device__ __forceinline__
 // CUDA's thread position is global (threadIdx), so helpers need no thread context.
 #define CTX_

@@ -112,7 +112,8 @@ func TestProgramLaunchesExactlyThePlan(t *testing.T) {
 
 // TestProgrammaticEdgesKeepTheAnswer: graphs whose edges are programmatic dependencies
 // (pipeline.toml [cuda] programmatic_launch) give bit for bit the logits of graphs with
-// full dependencies, over a chunked prefill and decode steps. The kernels are the same,
+// full dependencies, over a chunked prefill and decode steps (the decode graphs get the
+// programmatic edges). The kernels are the same,
 // so any difference is a read that ran before its write. Under cuda/emu (which reports
 // compute capability 9.0 and has edge data) it checks the edges the backend builds; on
 // a Hopper GPU, that the hardware's early launch keeps every read after its write.

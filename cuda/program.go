@@ -232,7 +232,10 @@ func (p *program) bind(s *state) error {
 	}
 	// One kernel node per dispatch, waiting for the dispatches the plan's edges name:
 	// given at the node's creation, or, programmatic, added after as edges with data.
-	programmatic := p.b.programmaticEdges()
+	// Only decode steps: a prefill chunk's kernels are long, its launch gaps are a small
+	// share, and the dependents' waiting blocks hold SM slots its concurrent stages could
+	// use (H200, 512-token chunk: 1.5% slower with programmatic edges; decode 2-3% faster).
+	programmatic := p.b.programmaticEdges() && p.p.Tokens == 1
 	nodes := make([]uintptr, len(p.launches))
 	for i, l := range p.launches {
 		deps := make([]uintptr, 0, len(preds[i]))

@@ -12,8 +12,9 @@ import (
 // at start-up: AVX-512 assembly (qkernels_avx512_amd64.s, dequantizing in registers),
 // AVX2/FMA assembly (qkernels_amd64.s) and portable Go (goQuantKernels, arm64 and the
 // rest), the last two with the group-sum dot y = Σ_g s·Σq·x + b·Σx. Accumulation is
-// float32; activations are never quantized. Env.Kernels = "reference" switches all of it
-// off in favour of the plain paths of rows.go, which are checked against Tensor.Row.
+// float32; activations stay float32 unless Env.Activations asks for int8 (qmatmul_int8.go).
+// Env.Kernels = "reference" switches all of it off in favour of the plain paths of
+// rows.go, which are checked against Tensor.Row.
 
 // Kernel choices for Env.Kernels (and pipeline.toml [cpu] kernels).
 const (

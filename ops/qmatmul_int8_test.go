@@ -221,3 +221,66 @@ func int8KernelNames() []string {
 	sort.Strings(names)
 	return names
 }
+
+// BenchmarkInt8Kernel is one core's block kernels alone, L2-resident: 256 q4 rows of
+// K = 2048 (the 35B-A3B's hidden size) against eight activation rows, the float32 eight-row
+// kernel (dequantizing in registers) beside the int8 ones. GFLOP/s is 2 flops per
+// multiply-add.
+//
+//	go test ./ops/ -run X -bench Int8Kernel
+func BenchmarkInt8Kernel(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	const M, K = 256, 2048
+	G := K / int8Group
+	wt := randQuantized(rng, 4, int8Group, M, K)
+	w, err := newWeightRows(wt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := randF32(rng, 8*K, 1)
+	flops := float64(2 * M * 8 * K)
+	if f32 := avx512KernelsIfAny(); f32 != nil {
+		saved := fastKernels
+		fastKernels = f32
+		acts := prepareActs(nil, w, x, 8)
+		fastKernels = saved
+		b.Run("f32/"+f32.name, func(b *testing.B) {
+			var out [8]float32
+			for b.Loop() {
+				for r := 0; r < M; r++ {
+					data, scales, biases := w.locate(r)
+					f32.q4Dot8(data, scales, biases, int8Group, acts.x, K, &out)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+	acts := make([]byte, 8*int8RowBytes(G))
+	for p := 0; p < 8; p++ {
+		quantizeInt8Row(x[p*K:(p+1)*K], G, acts[p*int8RowBytes(G):])
+	}
+	for _, name := range int8KernelNames() {
+		kernel := int8KernelSets[name]
+		b.Run("int8/"+name, func(b *testing.B) {
+			var out [8]float32
+			for b.Loop() {
+				for r := 0; r < M; r++ {
+					data, scales, biases := w.locate(r)
+					kernel(data, scales, biases, G/int8Groups, acts, int8RowBytes(G), &out)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// avx512KernelsIfAny is the float32 kernel set with an eight-row q4 kernel, nil where the
+// machine has none.
+func avx512KernelsIfAny() *quantKernels {
+	for _, ks := range quantKernelSets {
+		if ks.q4Dot8 != nil {
+			return ks
+		}
+	}
+	return nil
+}

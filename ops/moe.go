@@ -204,10 +204,27 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 	// Gathering and preparing the rows is a pass over all routed activations: split it
 	// over the experts too (it is most of a prefill chunk's non-kernel time).
 	work := make([]expertWork, len(used))
+	var quantized *int8Source // every source row quantized once, when the int8 kernels run
+	if fast && int8Fits(env, w, 2) {
+		sources := T * k
+		if perToken {
+			sources = T
+		}
+		quantized = newInt8Source(env, w, sources, func(s int) []float32 { return xs[s*K : (s+1)*K] })
+	}
 	parallelItems(env, len(used), func(_, i int) {
 		rows := rowsOf[used[i]]
+		if quantized != nil && len(rows) > 1 {
+			work[i] = expertWork{acts: quantized.gather(w, len(rows), func(p int) int {
+				if perToken {
+					return rows[p] / k
+				}
+				return rows[p]
+			})}
+			return
+		}
 		if fast {
-			work[i] = expertWork{acts: prepareActsFrom(nil, w, len(rows), func(p int) []float32 {
+			work[i] = expertWork{acts: prepareActsFrom(env.serial(), w, len(rows), func(p int) []float32 {
 				src := rows[p]
 				if perToken {
 					src /= k

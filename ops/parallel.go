@@ -13,6 +13,16 @@ func (e *Env) workers() int {
 	return e.Workers
 }
 
+// serial is env's kernel choices on one worker: for work already split at a coarser level.
+func (e *Env) serial() *Env {
+	if e == nil {
+		return nil
+	}
+	one := *e
+	one.Workers = 1
+	return &one
+}
+
 // parallelRange splits [0, n) into at most env.Workers contiguous chunks and runs fn on
 // each concurrently. Chunks are contiguous so that a worker's writes stay together and a
 // worker can allocate its scratch once per call.

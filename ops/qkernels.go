@@ -12,8 +12,9 @@ import (
 // at start-up: AVX-512 assembly (qkernels_avx512_amd64.s, dequantizing in registers),
 // AVX2/FMA assembly (qkernels_amd64.s) and portable Go (goQuantKernels, arm64 and the
 // rest), the last two with the group-sum dot y = Σ_g s·Σq·x + b·Σx. Accumulation is
-// float32; activations are never quantized. Env.Kernels = "reference" switches all of it
-// off in favour of the plain paths of rows.go, which are checked against Tensor.Row.
+// float32; activations stay float32 unless Env.Activations asks for int8 (qmatmul_int8.go).
+// Env.Kernels = "reference" switches all of it off in favour of the plain paths of
+// rows.go, which are checked against Tensor.Row.
 
 // Kernel choices for Env.Kernels (and pipeline.toml [cpu] kernels).
 const (
@@ -84,13 +85,19 @@ type quantActs struct {
 	P, K int
 	x    []float32 // rows of K in kernel order; P==1: one row, else ceil(P/4)*4 rows
 	xsum []float32 // P==1: [G]; else per block of four rows [G][4]
+	// int8, when not nil, is the rows quantized in the int8 kernel's layout
+	// (qmatmul_int8.go), which then replaces x and xsum.
+	int8 []byte
 	buf  *actsBuffers
 }
 
 // actsBuffers back a quantActs' x and xsum; release hands them to the next call (a
 // prefill chunk's activations are megabytes per matmul, and allocating them every call
 // was a visible share of the time in clearing memory).
-type actsBuffers struct{ x, xsum []float32 }
+type actsBuffers struct {
+	x, xsum []float32
+	int8    []byte
+}
 
 var actsPool sync.Pool
 
@@ -98,7 +105,7 @@ var actsPool sync.Pool
 func (a *quantActs) release() {
 	if a.buf != nil {
 		actsPool.Put(a.buf)
-		a.buf, a.x, a.xsum = nil, nil, nil
+		a.buf, a.x, a.xsum, a.int8 = nil, nil, nil, nil
 	}
 }
 
@@ -110,19 +117,24 @@ func prepareActs(env *Env, w weightRows, x []float32, P int) *quantActs {
 }
 
 // prepareActsFrom is prepareActs over P rows that row(p) returns, wherever they lie (the
-// tokens routed to one expert, gathered in the same pass).
+// tokens routed to one expert, gathered in the same pass). env also says whether the rows
+// are quantized to int8 (int8Fits).
 func prepareActsFrom(env *Env, w weightRows, P int, row func(p int) []float32) *quantActs {
 	K, group := w.cols, w.t.Group
 	G := K / group
 	k := kernelsFor(group)
 	a := &quantActs{k: k, bits: bitsIndex(w.t.DType), P: P, K: K}
-	rows := P
-	if P > 1 {
-		rows = (P + 3) &^ 3
-	}
 	a.buf, _ = actsPool.Get().(*actsBuffers)
 	if a.buf == nil {
 		a.buf = &actsBuffers{}
+	}
+	if int8Fits(env, w, P) {
+		prepareInt8(env, a, G, row)
+		return a
+	}
+	rows := P
+	if P > 1 {
+		rows = (P + 3) &^ 3
 	}
 	a.x = grow(&a.buf.x, rows*K)
 	a.xsum = grow(&a.buf.xsum, rows*G)
@@ -189,6 +201,10 @@ var interleaveFast func(src, dst []float32, n int) bool
 // each result to store.
 func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
 	if lo >= hi {
+		return
+	}
+	if a.int8 != nil {
+		mulQuantInt8(a, w, rowBase, lo, hi, store)
 		return
 	}
 	K, G, group := a.K, a.K/w.t.Group, w.t.Group

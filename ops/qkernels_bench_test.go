@@ -166,43 +166,52 @@ func BenchmarkQMatmulStream(b *testing.B) {
 }
 
 // BenchmarkPrefillChunk is a full 512-token prefill chunk (pipeline.toml prefill_chunk)
-// with the fast kernels only (the reference takes seconds): the q4 [8192, 2048]
-// projection and the q4 routed experts (8 of 256 per token, about 16 tokens per expert).
-// MB/s here is millions of multiply-adds per second.
+// with the fast kernels only (the reference takes seconds), float32 and int8 activations:
+// the q4 [8192, 2048] projection, the q4 routed experts' gate/up (8 of 256 [512, 2048]
+// per token, about 16 tokens per expert) and down ([2048, 512]: rows of 8 groups).
+// GFLOP/s is 2 flops per multiply-add; MB/s is millions of multiply-adds per second.
+//
+//	go test ./ops/ -run X -bench PrefillChunk -benchtime 3x
 func BenchmarkPrefillChunk(b *testing.B) {
 	rng := rand.New(rand.NewSource(1))
 	const T, K = 512, 2048
 	x := randTensor(rng, 1, T, K)
-	env := &Env{Workers: 2}
-	b.Run("qmatmul", func(b *testing.B) {
-		w := randQuantized(rng, 4, 64, 8192, K)
-		g, _ := opGraph("qmatmul", nil, x, w)
-		info, _ := Default.Info("qmatmul")
-		out := []*Tensor{NewTensor(graph.F32, T, 8192)}
-		b.SetBytes(int64(T * 8192 * K))
-		for b.Loop() {
-			if err := info.Ref(env, g.Values[2], []*Tensor{x, w}, out); err != nil {
-				b.Fatal(err)
-			}
+	const E, I, k = 256, 512, 8
+	ids := NewTensor(graph.I32, T, k)
+	for t := 0; t < T; t++ {
+		for j, e := range rng.Perm(E)[:k] {
+			ids.I32()[t*k+j] = int32(e)
 		}
-	})
-	b.Run("expert_qmatmul", func(b *testing.B) {
-		const E, M, k = 256, 512, 8
-		w := randQuantized(rng, 4, 64, E, M, K)
-		ids := NewTensor(graph.I32, T, k)
-		for t := 0; t < T; t++ {
-			for j, e := range rng.Perm(E)[:k] {
-				ids.I32()[t*k+j] = int32(e)
-			}
+	}
+	proj := randQuantized(rng, 4, 64, 8192, K)
+	gateUp := randQuantized(rng, 4, 64, E, I, K)
+	down := randQuantized(rng, 4, 64, E, K, I)
+	xDown := randTensor(rng, 1, T, k, I)
+	cases := []struct {
+		name string
+		op   string
+		args []*Tensor
+		out  *Tensor
+		macs int64
+	}{
+		{"qmatmul", "qmatmul", []*Tensor{x, proj}, NewTensor(graph.F32, T, 8192), T * 8192 * K},
+		{"expert_qmatmul", "expert_qmatmul", []*Tensor{x, gateUp, ids}, NewTensor(graph.F32, T, k, I), T * k * I * K},
+		{"expert_down", "expert_qmatmul", []*Tensor{xDown, down, ids}, NewTensor(graph.F32, T, k, K), T * k * K * I},
+	}
+	for _, c := range cases {
+		for _, acts := range []string{ActivationsF32, ActivationsInt8} {
+			b.Run(c.name+"/"+acts, func(b *testing.B) {
+				g, _ := opGraph(c.op, nil, c.args...)
+				info, _ := Default.Info(c.op)
+				env := &Env{Workers: 2, Activations: acts}
+				b.SetBytes(c.macs)
+				for b.Loop() {
+					if err := info.Ref(env, g.Values[len(c.args)], c.args, []*Tensor{c.out}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(2*c.macs)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
 		}
-		g, _ := opGraph("expert_qmatmul", nil, x, w, ids)
-		info, _ := Default.Info("expert_qmatmul")
-		out := []*Tensor{NewTensor(graph.F32, T, k, M)}
-		b.SetBytes(int64(T * k * M * K))
-		for b.Loop() {
-			if err := info.Ref(env, g.Values[3], []*Tensor{x, w, ids}, out); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	}
 }

@@ -50,6 +50,9 @@ type Env struct {
 	Bind    graph.Bindings
 	Workers int
 	Kernels string
+	// Activations is ActivationsF32 or ActivationsInt8 for the quantized matmuls of more
+	// than one row; empty takes the process-wide choice (SetActivations).
+	Activations string
 }
 
 // Table is the registry of ops. It implements graph.OpSet.

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"pistil/exec"
+	"pistil/ops"
 	"pistil/passes"
 )
 
@@ -44,6 +45,9 @@ type Phases struct {
 type CPU struct {
 	Workers int    `toml:"workers"`
 	Kernels string `toml:"kernels"` // "fast" or "reference" (ops.KernelsFast, ops.KernelsReference)
+	// Activations is "int8" or "f32" (ops.ActivationsInt8, ops.ActivationsF32): the
+	// prefill matmuls' activations under the fast kernels.
+	Activations string `toml:"activations"`
 }
 
 // CUDA is the [cuda] table.
@@ -76,7 +80,7 @@ func Default() *Pipeline {
 			"fuse-projections": true, "fuse-add-norm": true, "fuse-norm-out-proj": true,
 			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "check": false,
 		},
-		CPU:   CPU{Kernels: "fast"},
+		CPU:   CPU{Kernels: "fast", Activations: ops.ActivationsF32},
 		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true},
 		Metal: Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
@@ -150,6 +154,12 @@ func (p *Pipeline) validate() error {
 	case "fast", "reference":
 	default:
 		return fmt.Errorf("cpu.kernels = %q: want \"fast\" or \"reference\"", p.CPU.Kernels)
+	}
+	if p.CPU.Activations == "" {
+		p.CPU.Activations = ops.ActivationsF32
+	}
+	if p.CPU.Activations != ops.ActivationsInt8 && p.CPU.Activations != ops.ActivationsF32 {
+		return fmt.Errorf("cpu.activations = %q: want %q or %q", p.CPU.Activations, ops.ActivationsInt8, ops.ActivationsF32)
 	}
 	if err := p.Metal.validate(); err != nil {
 		return err
@@ -229,6 +239,10 @@ func (p *Pipeline) Phase(name string, tokens, context int) (passes.Phase, error)
 func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options, error) {
 	cfg, err := p.PassConfig(passFlags)
 	if err != nil {
+		return exec.Options{}, err
+	}
+	// exec.Options has no field for the CPU's activation choice yet: it is process-wide.
+	if err := ops.SetActivations(p.CPU.Activations); err != nil {
 		return exec.Options{}, err
 	}
 	return exec.Options{Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,

@@ -53,6 +53,7 @@ func TestParseErrors(t *testing.T) {
 		"[cpu]\nworkers = -1":                 "cpu.workers",
 		"[cpu]\nthreads = 4":                  "unknown keys: cpu.threads",
 		"[cpu]\nkernels = \"turbo\"":          "cpu.kernels",
+		"[cpu]\nactivations = \"int4\"":       "cpu.activations",
 		"[phases]\nprefill_chunk = \"big\"":   "prefill_chunk",
 		"[phases\n":                           "",
 	}

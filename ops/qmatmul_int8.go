@@ -1,0 +1,323 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+
+	"pistil/graph"
+)
+
+// int8-activation q4 matmul for prefill: the activation rows are quantized per group of
+// 64 (the weights' group) to int8 with a float32 scale, and each weight row's codes meet
+// them in integer dot products (VPDPBUSD: unsigned 4-bit codes x signed 8-bit
+// activations). With w = s·q + b per group and x ≈ sx·xq,
+//
+//	Σ w·x ≈ Σ_g s_g·sx_g·(Σ q·xq) + b_g·(Σ x)
+//
+// where Σ q·xq is exact in int32 and Σ x is the float sum of the unquantized group (the
+// bias term loses nothing to quantization). Only the rounding of x to int8 (at most
+// sx/2 = max|x|/254 per element) separates it from the float32 path.
+//
+// The kernel needs every 32-bit lane of an integer accumulator to hold products of one
+// group, so that a whole block of groups is converted and scaled with one vector op per
+// activation row. A q4 row stores each group as 32 contiguous bytes; the kernel transposes
+// a block of 8 groups in registers (its 256 bytes as 4 vectors become 4 vectors whose
+// qword lane j holds one qword of group order[j]) once per weight row, and the activations
+// are stored in the matching order at quantization time, so the weights need no repack
+// at load (a repack would be a second copy of the 19.5 GB checkpoint on a 24 GB machine).
+//
+// Activation layout, per row and block of 8 groups (int8Block bytes):
+//
+//	[0, 512)    vector v = 2k+h (k = 0..3, h = 0 low / 1 high nibble), byte 8j+i holds
+//	            xq of group order[j], element 16k + 2i + h
+//	[512, 576)  16 float32: lane L holds sx of group order[L/2]
+//	[576, 640)  16 float32: lane L holds Σx of group order[L/2], halved (two lanes each)
+//
+// Rows are int8RowBytes(G) apart; the row count is padded to a multiple of eight with zero
+// rows, and a last partial block with zero groups, which contribute exactly nothing.
+
+// Activation choices for Env.Activations (and pipeline.toml [cpu] activations).
+const (
+	ActivationsF32  = "f32"  // float32 activations in every quantized matmul
+	ActivationsInt8 = "int8" // int8 activations and integer dot products for prefill (T > 1)
+)
+
+// defaultActivations is the choice of an Env whose Activations is empty: set once at
+// start-up from pipeline.toml (SetActivations) because the runtime's options have no
+// field for it.
+var defaultActivations = ActivationsF32
+
+// SetActivations sets the process-wide activation choice of Envs that do not name one.
+func SetActivations(choice string) error {
+	switch choice {
+	case "", ActivationsF32:
+		defaultActivations = ActivationsF32
+	case ActivationsInt8:
+		defaultActivations = ActivationsInt8
+	default:
+		return fmt.Errorf("activations %q: want %q or %q", choice, ActivationsF32, ActivationsInt8)
+	}
+	return nil
+}
+
+// int8Activations reports whether env asks for int8 activations.
+func (e *Env) int8Activations() bool {
+	choice := defaultActivations
+	if e != nil && e.Activations != "" {
+		choice = e.Activations
+	}
+	return choice == ActivationsInt8 && !e.referenceKernels()
+}
+
+const (
+	int8Group      = 64                         // the only group size the layout takes
+	int8Groups     = 8                          // groups per block
+	int8CodeBytes  = int8Group / 2 * int8Groups // q4 code bytes of one row's block
+	int8Block      = 640                        // activation bytes of one row's block
+	int8RowsPerDot = 8                          // activation rows one kernel call meets
+)
+
+// int8Order is the group each qword lane of a transposed block holds (see the kernel).
+var int8Order = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
+
+// int8Dot is one implementation of the int8 block kernel: it adds to out[p] the dot of
+// activation row p (rows rowStride bytes apart, from acts) with blocks blocks of one q4
+// weight row.
+type int8Dot func(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int, out *[8]float32)
+
+// int8Kernel is the fastest int8 kernel this machine has, nil where it has none (the
+// float32 kernels then stay in use); int8KernelSets lists all of them for the tests.
+var (
+	int8Kernel     int8Dot
+	int8KernelSets = map[string]int8Dot{"go": q4Int8Dot8Go}
+)
+
+// int8Fits reports whether the int8 path takes P rows against w under env.
+func int8Fits(env *Env, w weightRows, P int) bool {
+	return int8Kernel != nil && P > 1 && w.t.DType == graph.Q4 && w.t.Group == int8Group && env.int8Activations()
+}
+
+// int8Blocks is the number of blocks of G groups (the last may be partial).
+func int8Blocks(G int) int { return (G + int8Groups - 1) / int8Groups }
+
+// int8RowBytes is the layout bytes of one activation row of G groups.
+func int8RowBytes(G int) int { return int8Blocks(G) * int8Block }
+
+// quantizeInt8Row writes row x (G groups of 64) into dst (int8RowBytes(G) bytes) in the
+// kernel's layout.
+func quantizeInt8Row(x []float32, G int, dst []byte) {
+	clear(dst)
+	for g := 0; g < G; g++ {
+		xs := x[g*int8Group : (g+1)*int8Group : (g+1)*int8Group]
+		var amax, sum float32
+		for _, v := range xs {
+			amax = max(amax, abs32(v))
+			sum += v
+		}
+		blk, j := g/int8Groups, int8Lane(g%int8Groups)
+		base := dst[blk*int8Block : (blk+1)*int8Block : (blk+1)*int8Block]
+		scales := f32s(base[512:576])
+		sums := f32s(base[576:640])
+		scales[2*j], scales[2*j+1] = amax/127, amax/127
+		sums[2*j], sums[2*j+1] = sum/2, sum/2
+		if amax == 0 {
+			continue
+		}
+		inv := 127 / amax
+		for k := 0; k < 4; k++ {
+			lo := base[2*k*64+8*j : 2*k*64+8*j+8 : 2*k*64+8*j+8]
+			hi := base[(2*k+1)*64+8*j : (2*k+1)*64+8*j+8 : (2*k+1)*64+8*j+8]
+			src := xs[16*k : 16*k+16 : 16*k+16]
+			for i := range lo {
+				lo[i] = byte(roundInt8(src[2*i] * inv))
+				hi[i] = byte(roundInt8(src[2*i+1] * inv))
+			}
+		}
+	}
+}
+
+// int8Lane is the qword lane that holds group g (0..7) of a block: the inverse of
+// int8Order.
+func int8Lane(g int) int {
+	for j, o := range int8Order {
+		if o == g {
+			return j
+		}
+	}
+	panic("ops: group index outside a block")
+}
+
+// roundInt8 rounds v (|v| <= 127 by construction) to the nearest integer, halves to
+// even: adding 1.5·2^23 leaves the rounded integer in the low mantissa bits.
+func roundInt8(v float32) int8 {
+	return int8(int32(math.Float32bits(v+0x1.8p23)) - 0x4b400000)
+}
+
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
+
+// prepareInt8 fills a's int8 layout from P rows of x (row(p)), splitting the rows over
+// env's workers.
+func prepareInt8(env *Env, a *quantActs, G int, row func(p int) []float32) {
+	rowBytes := int8RowBytes(G)
+	padded := (a.P + int8RowsPerDot - 1) / int8RowsPerDot * int8RowsPerDot
+	a.int8 = growBytes(&a.buf.int8, padded*rowBytes)
+	clear(a.int8[a.P*rowBytes:])
+	prepare := func(lo, hi int) {
+		for p := lo; p < hi; p++ {
+			quantizeInt8Row(row(p)[:a.K], G, a.int8[p*rowBytes:(p+1)*rowBytes])
+		}
+	}
+	if a.P*a.K >= 1<<16 {
+		parallelRange(env, a.P, prepare)
+	} else {
+		prepare(0, a.P)
+	}
+}
+
+// growBytes returns (*buf)[:n], reallocating when it is too short.
+func growBytes(buf *[]byte, n int) []byte {
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	return (*buf)[:n]
+}
+
+// int8ChunkBlocks bounds the blocks one kernel call covers: eight rows of them (5 KiB a
+// block) stay in the L1 cache while a tile of weight rows sweeps them.
+const int8ChunkBlocks = 4
+
+// mulQuantInt8 is mulQuant for an int8-prepared a: weight rows in L2-sized tiles, eight
+// activation rows per kernel call, long rows in chunks of int8ChunkBlocks blocks.
+func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
+	G := a.K / int8Group
+	B, full := int8Blocks(G), G/int8Groups
+	rowBytes := int8RowBytes(G)
+	data0, _, _ := w.locate(rowBase + lo)
+	tile := max(16, (256<<10)/(len(data0)+4*G))
+	acc := make([][8]float32, min(tile, hi-lo))
+	var tail int8Tail
+	for r0 := lo; r0 < hi; r0 += tile {
+		r1 := min(r0+tile, hi)
+		for p0 := 0; p0 < a.P; p0 += int8RowsPerDot {
+			rows := a.int8[p0*rowBytes:]
+			acc := acc[:r1-r0]
+			clear(acc)
+			for b0 := 0; b0 < full; b0 += int8ChunkBlocks {
+				nb := min(int8ChunkBlocks, full-b0)
+				acts := rows[b0*int8Block:]
+				for r := r0; r < r1; r++ {
+					codes, scales, biases := w.locate(rowBase + r)
+					int8Kernel(codes[b0*int8CodeBytes:], scales[b0*int8Groups:], biases[b0*int8Groups:], nb, acts, rowBytes, &acc[r-r0])
+				}
+			}
+			if full < B { // a last partial block: its groups copied into a zero-padded one
+				acts := rows[full*int8Block:]
+				for r := r0; r < r1; r++ {
+					codes, scales, biases := w.locate(rowBase + r)
+					tail.fill(codes[full*int8CodeBytes:], scales[full*int8Groups:], biases[full*int8Groups:])
+					int8Kernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, acts, rowBytes, &acc[r-r0])
+				}
+			}
+			valid := min(int8RowsPerDot, a.P-p0)
+			for r := r0; r < r1; r++ {
+				for i := 0; i < valid; i++ {
+					store(p0+i, r, acc[r-r0][i])
+				}
+			}
+		}
+	}
+}
+
+// int8Tail is a partial block of one weight row padded with zero groups.
+type int8Tail struct {
+	codes          [int8CodeBytes]byte
+	scales, biases [int8Groups]uint16
+}
+
+func (t *int8Tail) fill(codes []byte, scales, biases []uint16) {
+	*t = int8Tail{}
+	copy(t.codes[:], codes)
+	copy(t.scales[:], scales)
+	copy(t.biases[:], biases)
+}
+
+// checkInt8Call panics unless a kernel call's slices hold what it reads (a bug in the
+// caller, caught in Go before the assembly reads past an end).
+func checkInt8Call(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int) {
+	if blocks <= 0 || len(codes) < blocks*int8CodeBytes || len(scales) < blocks*int8Groups ||
+		len(biases) < blocks*int8Groups || rowStride < blocks*int8Block ||
+		len(acts) < (int8RowsPerDot-1)*rowStride+blocks*int8Block {
+		panic("ops: int8 kernel called with a short row")
+	}
+}
+
+// q4Int8Dot8Go is the portable int8 kernel: the same layout and the same integer sums as
+// the assembly, one lane at a time (the oracle the assembly is tested against, and a
+// reading of the layout).
+func q4Int8Dot8Go(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int, out *[8]float32) {
+	checkInt8Call(codes, scales, biases, blocks, acts, rowStride)
+	for b := 0; b < blocks; b++ {
+		cb := codes[b*int8CodeBytes : (b+1)*int8CodeBytes]
+		for p := 0; p < int8RowsPerDot; p++ {
+			blk := acts[p*rowStride+b*int8Block : p*rowStride+(b+1)*int8Block]
+			sx, xs := f32s(blk[512:576]), f32s(blk[576:640])
+			var sum float32
+			for j := 0; j < int8Groups; j++ {
+				g := int8Order[j]
+				var isum int32
+				for k := 0; k < 4; k++ {
+					for i := 0; i < 8; i++ {
+						c := cb[g*32+8*k+i]
+						isum += int32(c&15)*int32(int8(blk[(2*k)*64+8*j+i])) +
+							int32(c>>4)*int32(int8(blk[(2*k+1)*64+8*j+i]))
+					}
+				}
+				s, bias := BF16ToF32(scales[b*int8Groups+g]), BF16ToF32(biases[b*int8Groups+g])
+				sum += float32(isum)*sx[2*j]*s + bias*(xs[2*j]+xs[2*j+1])
+			}
+			out[p] += sum
+		}
+	}
+}
+
+// int8Source is activation rows quantized once in the int8 layout and then gathered for
+// several matmuls: the routed experts meet every token's row up to k times per projection,
+// and quantizing it once per token instead of once per routed row halves nothing of the
+// kernels but most of the preparation.
+type int8Source struct {
+	rows     []byte
+	rowBytes int
+	K        int
+}
+
+// newInt8Source quantizes the n rows row(s) returns for w's kernels, split over env's
+// workers.
+func newInt8Source(env *Env, w weightRows, n int, row func(s int) []float32) *int8Source {
+	G := w.cols / int8Group
+	s := &int8Source{rowBytes: int8RowBytes(G), K: w.cols}
+	s.rows = make([]byte, n*s.rowBytes)
+	parallelRange(env, n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			quantizeInt8Row(row(i)[:s.K], G, s.rows[i*s.rowBytes:(i+1)*s.rowBytes])
+		}
+	})
+	return s
+}
+
+// gather returns the P rows src(p) as prepared activations for w (P > 1), zero-padded to
+// a multiple of eight rows.
+func (s *int8Source) gather(w weightRows, P int, src func(p int) int) *quantActs {
+	a := &quantActs{k: kernelsFor(w.t.Group), bits: bitsIndex(w.t.DType), P: P, K: s.K}
+	a.buf, _ = actsPool.Get().(*actsBuffers)
+	if a.buf == nil {
+		a.buf = &actsBuffers{}
+	}
+	padded := (P + int8RowsPerDot - 1) / int8RowsPerDot * int8RowsPerDot
+	a.int8 = growBytes(&a.buf.int8, padded*s.rowBytes)
+	for p := 0; p < P; p++ {
+		i := src(p)
+		copy(a.int8[p*s.rowBytes:(p+1)*s.rowBytes], s.rows[i*s.rowBytes:(i+1)*s.rowBytes])
+	}
+	clear(a.int8[P*s.rowBytes:])
+	return a
+}

@@ -1,0 +1,167 @@
+// AVX-512 VNNI kernel of the int8-activation q4 matmul (see qmatmul_int8.go for the
+// activation layout and why the weight qwords are transposed). Per block of 8 groups the
+// 256 code bytes of one weight row are shuffled in registers so that every 32-bit lane
+// holds codes of one group only and the same lane of all four vectors the same group
+// (VSHUFI64X2, then VPUNPCK[LH]QDQ), split into low and high nibbles, and met by eight
+// activation rows with VPDPBUSD (u8 codes x s8 activations, exact int32 sums); each row's
+// sums are then converted once per block and scaled by the activation and weight scales
+// of their lanes' groups. Z0-Z7 accumulate the eight rows, Z16-Z23 hold the unpacked
+// codes, Z29/Z30 the block's weight scales and biases spread over the lanes, Z24 the
+// nibble mask, Z31 the spreading index. X15 and R14 are left alone (ABIInternal's zero
+// and g registers).
+
+#include "textflag.h"
+
+// spread16<> is the VPERMW index that puts bf16 value order[L/2] of a broadcast row of
+// eight into the high half of dword lane L (order = 0 4 1 5 2 6 3 7: the group each qword
+// lane holds after the transpose); the low halves are zeroed by the K1 mask.
+DATA spread16<>+0(SB)/4, $0x00000000
+DATA spread16<>+4(SB)/4, $0x00000000
+DATA spread16<>+8(SB)/4, $0x00040000
+DATA spread16<>+12(SB)/4, $0x00040000
+DATA spread16<>+16(SB)/4, $0x00010000
+DATA spread16<>+20(SB)/4, $0x00010000
+DATA spread16<>+24(SB)/4, $0x00050000
+DATA spread16<>+28(SB)/4, $0x00050000
+DATA spread16<>+32(SB)/4, $0x00020000
+DATA spread16<>+36(SB)/4, $0x00020000
+DATA spread16<>+40(SB)/4, $0x00060000
+DATA spread16<>+44(SB)/4, $0x00060000
+DATA spread16<>+48(SB)/4, $0x00030000
+DATA spread16<>+52(SB)/4, $0x00030000
+DATA spread16<>+56(SB)/4, $0x00070000
+DATA spread16<>+60(SB)/4, $0x00070000
+GLOBL spread16<>(SB), RODATA|NOPTR, $64
+
+// ROW meets the unpacked codes with one activation row's block (a0..a9: its eight code
+// vectors, its activation scales and its halved group sums) and adds to acc.
+#define ROW(a0, a1, a2, a3, a4, a5, a6, a7, sx, xs, tmp, acc) \
+	VPXORD      tmp, tmp, tmp; \
+	VPDPBUSD    a0, Z16, tmp; \
+	VPDPBUSD    a1, Z17, tmp; \
+	VPDPBUSD    a2, Z18, tmp; \
+	VPDPBUSD    a3, Z19, tmp; \
+	VPDPBUSD    a4, Z20, tmp; \
+	VPDPBUSD    a5, Z21, tmp; \
+	VPDPBUSD    a6, Z22, tmp; \
+	VPDPBUSD    a7, Z23, tmp; \
+	VCVTDQ2PS   tmp, tmp; \
+	VMULPS      sx, tmp, tmp; \
+	VFMADD231PS Z29, tmp, acc; \
+	VFMADD231PS xs, Z30, acc
+
+// func q4Int8Dot8VNNI(codes *byte, scales, biases *uint16, blocks int, acts *byte, rowStride int, out *[8]float32)
+TEXT ·q4Int8Dot8VNNI(SB), NOSPLIT, $0-56
+	MOVQ codes+0(FP), SI
+	MOVQ scales+8(FP), R8
+	MOVQ biases+16(FP), R9
+	MOVQ blocks+24(FP), CX
+	MOVQ acts+32(FP), DI
+	MOVQ rowStride+40(FP), BX
+	MOVQ out+48(FP), DX
+	LEAQ (DI)(BX*4), R11
+	LEAQ (DI)(BX*2), R12
+	ADDQ BX, R12
+	LEAQ (R11)(BX*2), R13
+	ADDQ BX, R13
+
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z24
+	VMOVDQU64    spread16<>(SB), Z31
+	MOVL         $0xaaaaaaaa, AX
+	KMOVD        AX, K1
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+
+q4i8block:
+	// W0..W3 = groups 0-1, 2-3, 4-5, 6-7 (four qwords each). P0/P1: qwords 0-1 / 2-3 of
+	// groups 0-3 (128-bit chunks), Q0/Q1 the same of groups 4-7; interleaving P and Q by
+	// qword gives T_k = qword k of groups 0 4 1 5 2 6 3 7.
+	VMOVDQU64   (SI), Z10
+	VMOVDQU64   128(SI), Z11
+	VSHUFI64X2  $0x88, 64(SI), Z10, Z12
+	VSHUFI64X2  $0xdd, 64(SI), Z10, Z13
+	VSHUFI64X2  $0x88, 192(SI), Z11, Z14
+	VSHUFI64X2  $0xdd, 192(SI), Z11, Z9
+	VPUNPCKLQDQ Z14, Z12, Z16
+	VPUNPCKHQDQ Z14, Z12, Z18
+	VPUNPCKLQDQ Z9, Z13, Z20
+	VPUNPCKHQDQ Z9, Z13, Z22
+	VPSRLW      $4, Z16, Z17
+	VPSRLW      $4, Z18, Z19
+	VPSRLW      $4, Z20, Z21
+	VPSRLW      $4, Z22, Z23
+	VPANDD      Z24, Z16, Z16
+	VPANDD      Z24, Z17, Z17
+	VPANDD      Z24, Z18, Z18
+	VPANDD      Z24, Z19, Z19
+	VPANDD      Z24, Z20, Z20
+	VPANDD      Z24, Z21, Z21
+	VPANDD      Z24, Z22, Z22
+	VPANDD      Z24, Z23, Z23
+
+	// The block's eight scales and biases (bf16) become float32 lanes in the groups'
+	// lane order.
+	VBROADCASTI32X4 (R8), Z29
+	VPERMW.Z        Z29, Z31, K1, Z29
+	VBROADCASTI32X4 (R9), Z30
+	VPERMW.Z        Z30, Z31, K1, Z30
+
+	ROW((DI), 64(DI), 128(DI), 192(DI), 256(DI), 320(DI), 384(DI), 448(DI), 512(DI), 576(DI), Z8, Z0)
+	ROW((DI)(BX*1), 64(DI)(BX*1), 128(DI)(BX*1), 192(DI)(BX*1), 256(DI)(BX*1), 320(DI)(BX*1), 384(DI)(BX*1), 448(DI)(BX*1), 512(DI)(BX*1), 576(DI)(BX*1), Z9, Z1)
+	ROW((DI)(BX*2), 64(DI)(BX*2), 128(DI)(BX*2), 192(DI)(BX*2), 256(DI)(BX*2), 320(DI)(BX*2), 384(DI)(BX*2), 448(DI)(BX*2), 512(DI)(BX*2), 576(DI)(BX*2), Z8, Z2)
+	ROW((R12), 64(R12), 128(R12), 192(R12), 256(R12), 320(R12), 384(R12), 448(R12), 512(R12), 576(R12), Z9, Z3)
+	ROW((R11), 64(R11), 128(R11), 192(R11), 256(R11), 320(R11), 384(R11), 448(R11), 512(R11), 576(R11), Z8, Z4)
+	ROW((R11)(BX*1), 64(R11)(BX*1), 128(R11)(BX*1), 192(R11)(BX*1), 256(R11)(BX*1), 320(R11)(BX*1), 384(R11)(BX*1), 448(R11)(BX*1), 512(R11)(BX*1), 576(R11)(BX*1), Z9, Z5)
+	ROW((R11)(BX*2), 64(R11)(BX*2), 128(R11)(BX*2), 192(R11)(BX*2), 256(R11)(BX*2), 320(R11)(BX*2), 384(R11)(BX*2), 448(R11)(BX*2), 512(R11)(BX*2), 576(R11)(BX*2), Z8, Z6)
+	ROW((R13), 64(R13), 128(R13), 192(R13), 256(R13), 320(R13), 384(R13), 448(R13), 512(R13), 576(R13), Z9, Z7)
+
+	ADDQ $256, SI
+	ADDQ $16, R8
+	ADDQ $16, R9
+	ADDQ $640, DI
+	ADDQ $640, R11
+	ADDQ $640, R12
+	ADDQ $640, R13
+	DECQ CX
+	JNZ  q4i8block
+
+	// Lane sums of the eight accumulators, added to out[0..7].
+	VEXTRACTF64X4 $1, Z0, Y8
+	VADDPS        Y8, Y0, Y0
+	VEXTRACTF64X4 $1, Z1, Y8
+	VADDPS        Y8, Y1, Y1
+	VEXTRACTF64X4 $1, Z2, Y8
+	VADDPS        Y8, Y2, Y2
+	VEXTRACTF64X4 $1, Z3, Y8
+	VADDPS        Y8, Y3, Y3
+	VEXTRACTF64X4 $1, Z4, Y8
+	VADDPS        Y8, Y4, Y4
+	VEXTRACTF64X4 $1, Z5, Y8
+	VADDPS        Y8, Y5, Y5
+	VEXTRACTF64X4 $1, Z6, Y8
+	VADDPS        Y8, Y6, Y6
+	VEXTRACTF64X4 $1, Z7, Y8
+	VADDPS        Y8, Y7, Y7
+	VHADDPS       Y1, Y0, Y0
+	VHADDPS       Y3, Y2, Y2
+	VHADDPS       Y5, Y4, Y4
+	VHADDPS       Y7, Y6, Y6
+	VHADDPS       Y2, Y0, Y0
+	VHADDPS       Y6, Y4, Y4
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VEXTRACTF128  $1, Y4, X5
+	VADDPS        X5, X4, X4
+	VADDPS        (DX), X0, X0
+	VADDPS        16(DX), X4, X4
+	VMOVUPS       X0, (DX)
+	VMOVUPS       X4, 16(DX)
+	VZEROUPPER
+	RET

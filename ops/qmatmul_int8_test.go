@@ -1,0 +1,316 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"sort"
+	"strings"
+	"testing"
+
+	"pistil/graph"
+)
+
+// int8Env is an Env that asks for int8 activations (used wherever the machine has an int8
+// kernel; elsewhere the float32 kernels run and these tests check those).
+func int8Env(workers int) *Env {
+	return &Env{Workers: workers, Kernels: KernelsFast, Activations: ActivationsInt8}
+}
+
+// int8Bound is the most the int8 path may differ from the exact x·wᵀ of row p against
+// weight row m: every activation moves by at most half its group's step (max|x|/254),
+// times the weights it meets, plus float32 rounding.
+func int8Bound(x, w []float32, K, p, m int, want float32) float64 {
+	var bound float64
+	for g := 0; g < K/int8Group; g++ {
+		xs := x[p*K+g*int8Group : p*K+(g+1)*int8Group]
+		ws := w[m*K+g*int8Group : m*K+(g+1)*int8Group]
+		var amax, wabs float64
+		for j := range xs {
+			amax = math.Max(amax, math.Abs(float64(xs[j])))
+			wabs += math.Abs(float64(ws[j]))
+		}
+		bound += amax / 254 * wabs
+	}
+	return bound + 1e-5*math.Max(1, math.Abs(float64(want)))
+}
+
+func checkInt8Result(t *testing.T, what string, got, want, x, w []float32, K, M int) {
+	t.Helper()
+	for i := range got {
+		p, m := i/M, i%M
+		if d := math.Abs(float64(got[i] - want[i])); !(d <= int8Bound(x, w, K, p, m, want[i])) {
+			t.Fatalf("%s[%d,%d] = %v, want %v (|diff| %.3g > bound %.3g)", what, p, m, got[i], want[i], d, int8Bound(x, w, K, p, m, want[i]))
+		}
+	}
+}
+
+// The int8 qmatmul stays within the quantization bound of the exact product for odd
+// shapes: group counts with a partial last block (1, 5, 17 groups), several kernel chunks
+// (40 groups), activation row counts that are not multiples of eight, one and three
+// workers.
+func TestInt8QMatmulWithinQuantizationBound(t *testing.T) {
+	rng := rand.New(rand.NewSource(21))
+	for _, G := range []int{1, 5, 8, 17, 40} {
+		K := G * int8Group
+		const M = 37
+		w := quantize(randTensor(rng, 0.1, M, K), 4, int8Group)
+		ref := rowsOf(w)
+		for _, P := range []int{2, 3, 7, 8, 9, 17} {
+			x := randTensor(rng, 1, P, K)
+			want := naiveMatmul(x.F32(), ref, K)
+			for _, workers := range []int{1, 3} {
+				got := NewTensor(graph.F32, P, M)
+				g, err := opGraph("qmatmul", nil, x, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				info, _ := Default.Info("qmatmul")
+				if err := info.Ref(int8Env(workers), g.Values[2], []*Tensor{x, w}, []*Tensor{got}); err != nil {
+					t.Fatal(err)
+				}
+				checkInt8Result(t, fmt.Sprintf("G=%d P=%d workers=%d", G, P, workers), got.F32(), want, x.F32(), ref, K, M)
+			}
+		}
+	}
+}
+
+// expert_qmatmul with int8 activations: each routed row within the bound of its expert's
+// exact product (experts with one token take the float32 kernels, the rest int8).
+func TestInt8ExpertQMatmulWithinQuantizationBound(t *testing.T) {
+	rng := rand.New(rand.NewSource(22))
+	const E, M, K, T, k = 6, 19, 5 * 64, 23, 3
+	w := quantize(randTensor(rng, 0.1, E, M, K), 4, int8Group)
+	ref := rowsOf(w)
+	x := randTensor(rng, 1, T, K)
+	ids := NewTensor(graph.I32, T, k)
+	for tok := 0; tok < T; tok++ {
+		for j, e := range rng.Perm(E)[:k] {
+			ids.I32()[tok*k+j] = int32(e)
+		}
+	}
+	g, err := opGraph("expert_qmatmul", nil, x, w, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := Default.Info("expert_qmatmul")
+	got := NewTensor(graph.F32, T, k, M)
+	if err := info.Ref(int8Env(2), g.Values[3], []*Tensor{x, w, ids}, []*Tensor{got}); err != nil {
+		t.Fatal(err)
+	}
+	for tok := 0; tok < T; tok++ {
+		for j := 0; j < k; j++ {
+			e := int(ids.I32()[tok*k+j])
+			want := naiveMatmul(x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K)
+			checkInt8Result(t, fmt.Sprintf("token %d expert %d", tok, e), got.F32()[(tok*k+j)*M:(tok*k+j+1)*M], want,
+				x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K, M)
+		}
+	}
+}
+
+// Every int8 kernel gives the portable kernel's result on the same layout (1..5 blocks,
+// rows further apart than their blocks), to float32 summation order.
+func TestInt8KernelsMatchGo(t *testing.T) {
+	rng := rand.New(rand.NewSource(23))
+	for blocks := 1; blocks <= 5; blocks++ {
+		G := blocks * int8Groups
+		K := G * int8Group
+		w := quantize(randTensor(rng, 0.1, 1, K), 4, int8Group)
+		rowStride := int8RowBytes(G) + int8Block // an unused block between rows
+		acts := make([]byte, int8RowsPerDot*rowStride)
+		x := randF32(rng, int8RowsPerDot*K, 1)
+		for p := 0; p < int8RowsPerDot; p++ {
+			quantizeInt8Row(x[p*K:(p+1)*K], G, acts[p*rowStride:p*rowStride+int8RowBytes(G)])
+		}
+		var want [8]float32
+		q4Int8Dot8Go(w.Data, u16(w.Scales), u16(w.Biases), blocks, acts, rowStride, &want)
+		for _, name := range int8KernelNames() {
+			got := [8]float32{1, 2, 3, 4, 5, 6, 7, 8} // the kernels add to out
+			int8KernelSets[name](w.Data, u16(w.Scales), u16(w.Biases), blocks, acts, rowStride, &got)
+			for p := range got {
+				if d := math.Abs(float64(got[p] - (want[p] + float32(p+1)))); d > 1e-4*math.Max(1, math.Abs(float64(want[p]))) {
+					t.Fatalf("%s blocks=%d row %d: %v, want %v", name, blocks, p, got[p]-float32(p+1), want[p])
+				}
+			}
+		}
+	}
+}
+
+// The integer part is exact: with unit scales, zero biases and integer activations whose
+// every group reaches ±127 (so the activation scale is exactly 1), each kernel returns the
+// exact integer Σ q·x, codes 0..15 against activations -127..127 at the extremes too.
+func TestInt8KernelIntegerPartExact(t *testing.T) {
+	rng := rand.New(rand.NewSource(24))
+	const blocks = 3
+	G := blocks * int8Groups
+	K := G * int8Group
+	codes := make([]byte, K/2)
+	for i := range codes {
+		codes[i] = byte(rng.Intn(256))
+	}
+	codes[0], codes[1] = 0xff, 0x00 // 15s and 0s
+	one := F32ToBF16(1)
+	scales, biases := make([]uint16, G), make([]uint16, G)
+	for g := range scales {
+		scales[g] = one
+	}
+	rowBytes := int8RowBytes(G)
+	acts := make([]byte, int8RowsPerDot*rowBytes)
+	var want [8]int64
+	for p := 0; p < int8RowsPerDot; p++ {
+		x := make([]float32, K)
+		for i := range x {
+			x[i] = float32(rng.Intn(255) - 127)
+		}
+		for g := 0; g < G; g++ {
+			x[g*int8Group+rng.Intn(int8Group)] = float32(127 * (1 - 2*rng.Intn(2)))
+		}
+		if p == 0 {
+			for i := 0; i < 4; i++ {
+				x[i] = -127 // against codes 15 and 0
+			}
+		}
+		quantizeInt8Row(x, G, acts[p*rowBytes:(p+1)*rowBytes])
+		for i, v := range x {
+			q := int64(codes[i/2] >> (4 * (i % 2)) & 15)
+			want[p] += q * int64(v)
+		}
+	}
+	for _, name := range int8KernelNames() {
+		var got [8]float32
+		int8KernelSets[name](codes, scales, biases, blocks, acts, rowBytes, &got)
+		for p := range got {
+			if int64(got[p]) != want[p] || float32(int64(got[p])) != got[p] {
+				t.Fatalf("%s row %d: %v, want exactly %d", name, p, got[p], want[p])
+			}
+		}
+	}
+}
+
+// Each element comes back from the layout within half a step of its value.
+func TestQuantizeInt8RowRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewSource(25))
+	const G = 11
+	x := randF32(rng, G*int8Group, 3)
+	clear(x[2*int8Group : 3*int8Group]) // an all-zero group
+	buf := make([]byte, int8RowBytes(G))
+	quantizeInt8Row(x, G, buf)
+	for g := 0; g < G; g++ {
+		blk, j := buf[g/int8Groups*int8Block:], int8Lane(g%int8Groups)
+		sx, sum := f32s(blk[512:576])[2*j], 2*f32s(blk[576:640])[2*j]
+		var want float32
+		for e := 0; e < int8Group; e++ {
+			v := x[g*int8Group+e]
+			want += v
+			k, rest := e/16, e%16
+			q := float32(int8(blk[(2*k+rest%2)*64+8*j+rest/2]))
+			if d := math.Abs(float64(q*sx - v)); d > float64(sx)/2*1.0001 {
+				t.Fatalf("group %d element %d: %v back as %v (step %v)", g, e, v, q*sx, sx)
+			}
+		}
+		if math.Abs(float64(sum-want)) > 1e-4 {
+			t.Fatalf("group %d: sum %v, want %v", g, sum, want)
+		}
+	}
+}
+
+func int8KernelNames() []string {
+	var names []string
+	for name := range int8KernelSets {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// BenchmarkInt8Kernel is one core's block kernels alone, L2-resident: 256 q4 rows of
+// K = 2048 (the 35B-A3B's hidden size) against eight activation rows, the float32 eight-row
+// kernel (dequantizing in registers) beside the int8 ones. GFLOP/s is 2 flops per
+// multiply-add.
+//
+//	go test ./ops/ -run X -bench Int8Kernel
+func BenchmarkInt8Kernel(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	const M, K = 256, 2048
+	G := K / int8Group
+	wt := randQuantized(rng, 4, int8Group, M, K)
+	w, err := newWeightRows(wt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := randF32(rng, 8*K, 1)
+	flops := float64(2 * M * 8 * K)
+	if f32 := avx512KernelsIfAny(); f32 != nil {
+		saved := fastKernels
+		fastKernels = f32
+		acts := prepareActs(nil, w, x, 8)
+		fastKernels = saved
+		b.Run("f32/"+f32.name, func(b *testing.B) {
+			var out [8]float32
+			for b.Loop() {
+				for r := 0; r < M; r++ {
+					data, scales, biases := w.locate(r)
+					f32.q4Dot8(data, scales, biases, int8Group, acts.x, K, &out)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+	acts := make([]byte, 8*int8RowBytes(G))
+	for p := 0; p < 8; p++ {
+		quantizeInt8Row(x[p*K:(p+1)*K], G, acts[p*int8RowBytes(G):])
+	}
+	for _, name := range int8KernelNames() {
+		kernel := int8KernelSets[name]
+		b.Run("int8/"+name, func(b *testing.B) {
+			var out [8]float32
+			for b.Loop() {
+				for r := 0; r < M; r++ {
+					data, scales, biases := w.locate(r)
+					kernel(data, scales, biases, G/int8Groups, acts, int8RowBytes(G), &out)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// avx512KernelsIfAny is the float32 kernel set with an eight-row q4 kernel, nil where the
+// machine has none.
+func avx512KernelsIfAny() *quantKernels {
+	for _, ks := range quantKernelSets {
+		if ks.q4Dot8 != nil {
+			return ks
+		}
+	}
+	return nil
+}
+
+// SetActivations is the choice of Envs that name none, an Env's own choice wins, the
+// reference kernels never take int8, and a bad name is an error naming it.
+func TestSetActivations(t *testing.T) {
+	defer func() { defaultActivations = ActivationsF32 }()
+	if err := SetActivations("int4"); err == nil || !strings.Contains(err.Error(), `"int4"`) {
+		t.Fatalf("SetActivations(int4) = %v, want an error naming it", err)
+	}
+	if err := SetActivations(ActivationsInt8); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		env  *Env
+		want bool
+	}{
+		{nil, true},
+		{&Env{}, true},
+		{&Env{Activations: ActivationsF32}, false},
+		{&Env{Kernels: KernelsReference}, false},
+	}
+	for i, c := range cases {
+		if got := c.env.int8Activations(); got != c.want {
+			t.Errorf("case %d: int8Activations = %v, want %v", i, got, c.want)
+		}
+	}
+	if err := SetActivations(""); err != nil || (&Env{}).int8Activations() {
+		t.Fatalf("SetActivations(\"\") = %v: want float32 again", err)
+	}
+}

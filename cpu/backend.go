@@ -17,7 +17,10 @@ import (
 
 func init() {
 	exec.RegisterBackend("cpu", func(o exec.BackendOptions) (exec.Backend, error) {
-		return &Backend{Workers: o.Workers, Kernels: o.Kernels}, nil
+		if err := ops.CheckActivations(o.Activations); err != nil {
+			return nil, err
+		}
+		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations}, nil
 	})
 }
 
@@ -26,6 +29,8 @@ func init() {
 type Backend struct {
 	Workers int
 	Kernels string // ops.Env.Kernels: "fast" (or empty) or "reference"
+	// Activations is ops.Env.Activations: "f32" (or empty) or "int8".
+	Activations string
 }
 
 // Name implements exec.Backend.
@@ -41,16 +46,17 @@ func (b *Backend) workers() int {
 // program is a loaded plan: every dispatch resolved to its op reference and a value
 // stub carrying the types and attrs the reference reads.
 type program struct {
-	p       *plan.Plan
-	workers int
-	kernels string
-	steps   []step
-	weights map[int]*ops.Tensor // buffer ID -> bound weight
-	arena   []byte              // scratch, sized for the plan
-	outputs map[string]int      // output buffer name -> buffer ID
-	outBufs map[int][]byte      // output buffer ID -> storage
-	tokens  int                 // input buffer ID of "tokens"
-	closed  bool
+	p           *plan.Plan
+	workers     int
+	kernels     string
+	activations string
+	steps       []step
+	weights     map[int]*ops.Tensor // buffer ID -> bound weight
+	arena       []byte              // scratch, sized for the plan
+	outputs     map[string]int      // output buffer name -> buffer ID
+	outBufs     map[int][]byte      // output buffer ID -> storage
+	tokens      int                 // input buffer ID of "tokens"
+	closed      bool
 }
 
 type step struct {
@@ -65,7 +71,7 @@ type step struct {
 
 // Load implements exec.Backend.
 func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) (exec.Program, error) {
-	prog := &program{p: p, workers: b.workers(), kernels: b.Kernels, weights: map[int]*ops.Tensor{}, outputs: map[string]int{}, outBufs: map[int][]byte{}, tokens: -1}
+	prog := &program{p: p, workers: b.workers(), kernels: b.Kernels, activations: b.Activations, weights: map[int]*ops.Tensor{}, outputs: map[string]int{}, outBufs: map[int][]byte{}, tokens: -1}
 	for _, buf := range p.Buffers {
 		switch buf.Kind {
 		case plan.Weight:
@@ -127,7 +133,7 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 	if pos+len(tokens) > s.capacity {
 		return nil, fmt.Errorf("context full: %d tokens at position %d exceed the session capacity %d", len(tokens), pos, s.capacity)
 	}
-	env := &ops.Env{Bind: graph.Bindings{T: p.p.Tokens, C: pos, N: s.capacity}, Workers: p.workers, Kernels: p.kernels}
+	env := &ops.Env{Bind: graph.Bindings{T: p.p.Tokens, C: pos, N: s.capacity}, Workers: p.workers, Kernels: p.kernels, Activations: p.activations}
 	tokenTensor := &ops.Tensor{DType: graph.I32, Shape: []int{len(tokens)}, Data: int32Bytes(tokens)}
 	for i := range p.steps {
 		if err := ctx.Err(); err != nil {

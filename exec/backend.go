@@ -81,6 +81,8 @@ type BackendOptions struct {
 	Workers int
 	// Kernels picks the CPU backend's kernels: "fast" (or empty) or "reference".
 	Kernels string
+	// Activations: the CPU backend's prefill matmul activations (exec.Options).
+	Activations string
 	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs)
 	// instead of launching its kernels one by one.
 	Graphs bool

@@ -34,6 +34,9 @@ type Options struct {
 	Passes passes.Config
 	// Kernels picks the CPU backend's kernels: "fast" (or empty) or "reference".
 	Kernels string
+	// Activations is the CPU backend's prefill matmul activations: "f32" (or empty) or
+	// "int8" (ops.ActivationsInt8).
+	Activations string
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.
 	Graphs bool

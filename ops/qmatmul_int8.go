@@ -42,31 +42,19 @@ const (
 	ActivationsInt8 = "int8" // int8 activations and integer dot products for prefill (T > 1)
 )
 
-// defaultActivations is the choice of an Env whose Activations is empty: set once at
-// start-up from pipeline.toml (SetActivations) because the runtime's options have no
-// field for it.
-var defaultActivations = ActivationsF32
-
-// SetActivations sets the process-wide activation choice of Envs that do not name one.
-func SetActivations(choice string) error {
+// CheckActivations names a bad activation choice ("" is float32).
+func CheckActivations(choice string) error {
 	switch choice {
-	case "", ActivationsF32:
-		defaultActivations = ActivationsF32
-	case ActivationsInt8:
-		defaultActivations = ActivationsInt8
-	default:
-		return fmt.Errorf("activations %q: want %q or %q", choice, ActivationsF32, ActivationsInt8)
+	case "", ActivationsF32, ActivationsInt8:
+		return nil
 	}
-	return nil
+	return fmt.Errorf("activations %q: want %q or %q", choice, ActivationsF32, ActivationsInt8)
 }
 
-// int8Activations reports whether env asks for int8 activations.
+// int8Activations reports whether env asks for int8 activations (never with the
+// reference kernels).
 func (e *Env) int8Activations() bool {
-	choice := defaultActivations
-	if e != nil && e.Activations != "" {
-		choice = e.Activations
-	}
-	return choice == ActivationsInt8 && !e.referenceKernels()
+	return e != nil && e.Activations == ActivationsInt8 && !e.referenceKernels()
 }
 
 const (

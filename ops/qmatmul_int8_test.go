@@ -286,31 +286,25 @@ func avx512KernelsIfAny() *quantKernels {
 	return nil
 }
 
-// SetActivations is the choice of Envs that name none, an Env's own choice wins, the
-// reference kernels never take int8, and a bad name is an error naming it.
-func TestSetActivations(t *testing.T) {
-	defer func() { defaultActivations = ActivationsF32 }()
-	if err := SetActivations("int4"); err == nil || !strings.Contains(err.Error(), `"int4"`) {
-		t.Fatalf("SetActivations(int4) = %v, want an error naming it", err)
-	}
-	if err := SetActivations(ActivationsInt8); err != nil {
-		t.Fatal(err)
+// An Env's choice decides, float32 when it names none, the reference kernels never take
+// int8, and a bad name is an error naming it.
+func TestActivationsChoice(t *testing.T) {
+	if err := CheckActivations("int4"); err == nil || !strings.Contains(err.Error(), `"int4"`) {
+		t.Fatalf("CheckActivations(int4) = %v, want an error naming it", err)
 	}
 	cases := []struct {
 		env  *Env
 		want bool
 	}{
-		{nil, true},
-		{&Env{}, true},
+		{nil, false},
+		{&Env{}, false},
 		{&Env{Activations: ActivationsF32}, false},
-		{&Env{Kernels: KernelsReference}, false},
+		{&Env{Activations: ActivationsInt8}, true},
+		{&Env{Activations: ActivationsInt8, Kernels: KernelsReference}, false},
 	}
 	for i, c := range cases {
 		if got := c.env.int8Activations(); got != c.want {
 			t.Errorf("case %d: int8Activations = %v, want %v", i, got, c.want)
 		}
-	}
-	if err := SetActivations(""); err != nil || (&Env{}).int8Activations() {
-		t.Fatalf("SetActivations(\"\") = %v: want float32 again", err)
 	}
 }

@@ -51,7 +51,7 @@ type Env struct {
 	Workers int
 	Kernels string
 	// Activations is ActivationsF32 or ActivationsInt8 for the quantized matmuls of more
-	// than one row; empty takes the process-wide choice (SetActivations).
+	// than one row; empty means float32.
 	Activations string
 }
 

@@ -241,12 +241,8 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 	if err != nil {
 		return exec.Options{}, err
 	}
-	// exec.Options has no field for the CPU's activation choice yet: it is process-wide.
-	if err := ops.SetActivations(p.CPU.Activations); err != nil {
-		return exec.Options{}, err
-	}
 	return exec.Options{Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
-		Passes: cfg, Kernels: p.CPU.Kernels, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext}, nil
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext}, nil
 }
 
 // DecodeServer decodes the [server] table into v (a struct of the server's settings).

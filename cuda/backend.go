@@ -125,7 +125,7 @@ func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) 
 	prog.vocab = embedVocab(p)
 	// Lower once without a state to catch shape errors at Load rather than at the first
 	// step; the launches are rebuilt when a session's state is bound.
-	if err := b.dev.do(func() error { _, err := prog.lower(nil); return err }); err != nil {
+	if err := b.dev.do(func() error { _, err := prog.lower(nil, prog.steps); return err }); err != nil {
 		prog.release()
 		return nil, err
 	}

@@ -31,6 +31,8 @@ type driverAPI struct {
 	cuMemAlloc                  func(p *uint64, n uint64) int32
 	cuMemFree                   func(p uint64) int32
 	cuMemGetInfo                func(free, total *uint64) int32
+	cuMemAllocHost              func(p *unsafe.Pointer, n uint64) int32
+	cuMemFreeHost               func(p unsafe.Pointer) int32
 	cuMemcpyHtoD                func(dst uint64, src unsafe.Pointer, n uint64) int32
 	cuMemcpyDtoH                func(dst unsafe.Pointer, src uint64, n uint64) int32
 	cuMemcpyHtoDAsync           func(dst uint64, src unsafe.Pointer, n uint64, stream uintptr) int32
@@ -119,6 +121,8 @@ func loadDriver() (*driverAPI, error) {
 			{&d.cuMemAlloc, []string{"cuMemAlloc_v2"}},
 			{&d.cuMemFree, []string{"cuMemFree_v2"}},
 			{&d.cuMemGetInfo, []string{"cuMemGetInfo_v2"}},
+			{&d.cuMemAllocHost, []string{"cuMemAllocHost_v2"}},
+			{&d.cuMemFreeHost, []string{"cuMemFreeHost"}},
 			{&d.cuMemcpyHtoD, []string{"cuMemcpyHtoD_v2"}},
 			{&d.cuMemcpyDtoH, []string{"cuMemcpyDtoH_v2"}},
 			{&d.cuMemcpyHtoDAsync, []string{"cuMemcpyHtoDAsync_v2"}},

@@ -89,16 +89,20 @@ func (p *Profile) String() string {
 
 // runProfiled launches every kernel with an event before it and one after the last,
 // then attributes the elapsed times (the caller holds the device).
-func (p *program) runProfiled(prof *Profile) error {
+func (p *program) runProfiled(prof *Profile) error { return p.runProfiledLaunches(prof, p.launches) }
+
+// runProfiledLaunches runs launches (the plan's, lowered against one of the step slots)
+// one by one between events and adds their times to prof.
+func (p *program) runProfiledLaunches(prof *Profile, launches []*launch) error {
 	g := p.b.dev
-	for len(p.events) < len(p.launches)+1 {
+	for len(p.events) < len(launches)+1 {
 		var e uintptr
 		if err := g.d.check("cuEventCreate", g.d.cuEventCreate(&e, 0)); err != nil {
 			return err
 		}
 		p.events = append(p.events, e)
 	}
-	for i, l := range p.launches {
+	for i, l := range launches {
 		if err := g.d.check("cuEventRecord", g.d.cuEventRecord(p.events[i], g.stream)); err != nil {
 			return err
 		}
@@ -106,7 +110,7 @@ func (p *program) runProfiled(prof *Profile) error {
 			return err
 		}
 	}
-	last := p.events[len(p.launches)]
+	last := p.events[len(launches)]
 	if err := g.d.check("cuEventRecord", g.d.cuEventRecord(last, g.stream)); err != nil {
 		return err
 	}
@@ -115,7 +119,7 @@ func (p *program) runProfiled(prof *Profile) error {
 	}
 	prof.mu.Lock()
 	defer prof.mu.Unlock()
-	for i, l := range p.launches {
+	for i, l := range launches {
 		var ms float32
 		if err := g.d.check("cuEventElapsedTime", g.d.cuEventElapsedTime(&ms, p.events[i], p.events[i+1])); err != nil {
 			return err

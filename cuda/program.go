@@ -45,15 +45,19 @@ type program struct {
 	stepHost []int32
 	events   []uintptr // for profiled runs: one before each launch, one after the last
 	closed   bool
+	// handoff is the second step slot and the sampler of device-sampled decoding
+	// (handoff.go), made on the first StartDecode.
+	handoff *handoff
 }
 
 func (p *program) Tokens() int { return p.p.Tokens }
 
 // lower resolves every dispatch's operands against st (nil: state addresses are zero,
-// for the shape checks at Load) and makes its launch through the shared GPU lowering.
+// for the shape checks at Load) and steps (a step buffer: the scalars, then the tokens
+// input) and makes its launch through the shared GPU lowering.
 // The launch must be the one the plan names (kernel, grid, group size): the plan is what
 // runs, one launch per dispatch and nothing besides.
-func (p *program) lower(st *state) (*lowered, error) {
+func (p *program) lower(st *state, steps uint64) (*lowered, error) {
 	capacity := 1
 	if st != nil {
 		capacity = st.capacity
@@ -77,6 +81,9 @@ func (p *program) lower(st *state) (*lowered, error) {
 			}
 		default:
 			r.Addr = p.bufs[o.Buffer].addr + uint64(o.Offset)
+			if o.Buffer == p.tokensBuf {
+				r.Addr = steps + 16 + uint64(o.Offset)
+			}
 		}
 		code, err := gpu.DTypeCode(o.Type.DType)
 		if err != nil {
@@ -104,7 +111,7 @@ func (p *program) lower(st *state) (*lowered, error) {
 			}
 			res[j] = o
 		}
-		l, err := gpu.CUDA.Lower(d, in, res, p.steps)
+		l, err := gpu.CUDA.Lower(d, in, res, steps)
 		if err != nil {
 			return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
 		}
@@ -204,7 +211,7 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 // graph: one kernel node per dispatch, with the plan's dependency edges (the transitive
 // reduction), so independent dispatches may run concurrently.
 func (p *program) bind(s *state) error {
-	low, err := p.lower(s)
+	low, err := p.lower(s, p.steps)
 	if err != nil {
 		return err
 	}
@@ -213,10 +220,23 @@ func (p *program) bind(s *state) error {
 	if !p.b.graphs {
 		return nil
 	}
+	p.graph, p.exec, err = p.buildGraph(p.launches)
+	return err
+}
+
+// buildGraph records launches (one per dispatch, in plan order) as a CUDA graph with the
+// plan's dependency edges and instantiates it.
+func (p *program) buildGraph(launches []*launch) (graph, exec uintptr, err error) {
 	g := p.b.dev
-	if err := g.d.check("cuGraphCreate", g.d.cuGraphCreate(&p.graph, 0)); err != nil {
-		return err
+	if err := g.d.check("cuGraphCreate", g.d.cuGraphCreate(&graph, 0)); err != nil {
+		return 0, 0, err
 	}
+	defer func() {
+		if err != nil {
+			g.d.cuGraphDestroy(graph)
+			graph = 0
+		}
+	}()
 	pos := make(map[int]int, len(p.p.Dispatches))
 	for i, d := range p.p.Dispatches {
 		pos[d.Index] = i
@@ -226,7 +246,7 @@ func (p *program) bind(s *state) error {
 		from, ok1 := pos[e.From]
 		to, ok2 := pos[e.To]
 		if !ok1 || !ok2 || from >= to {
-			return fmt.Errorf("plan %s: edge %d -> %d does not join two dispatches in order", p.p.Phase, e.From, e.To)
+			return 0, 0, fmt.Errorf("plan %s: edge %d -> %d does not join two dispatches in order", p.p.Phase, e.From, e.To)
 		}
 		preds[to] = append(preds[to], from)
 	}
@@ -236,8 +256,8 @@ func (p *program) bind(s *state) error {
 	// share, and the dependents' waiting blocks hold SM slots its concurrent stages could
 	// use (H200, 512-token chunk: 1.5% slower with programmatic edges; decode 2-3% faster).
 	programmatic := p.b.programmaticEdges() && p.p.Tokens == 1
-	nodes := make([]uintptr, len(p.launches))
-	for i, l := range p.launches {
+	nodes := make([]uintptr, len(launches))
+	for i, l := range launches {
 		deps := make([]uintptr, 0, len(preds[i]))
 		for _, f := range preds[i] {
 			if !programmatic {
@@ -250,16 +270,19 @@ func (p *program) bind(s *state) error {
 		}
 		params := kernelNodeParams{fn: l.fn, gridX: l.grid[0], gridY: l.grid[1], gridZ: l.grid[2], blockX: l.block, blockY: 1, blockZ: 1,
 			kernelParams: l.params}
-		if err := g.d.check("cuGraphAddKernelNode "+l.name, g.d.cuGraphAddKernelNode(&nodes[i], p.graph, depPtr, uintptr(len(deps)), &params)); err != nil {
-			return err
+		if err := g.d.check("cuGraphAddKernelNode "+l.name, g.d.cuGraphAddKernelNode(&nodes[i], graph, depPtr, uintptr(len(deps)), &params)); err != nil {
+			return 0, 0, err
 		}
 	}
 	if programmatic {
-		if err := p.addProgrammaticEdges(nodes, preds); err != nil {
-			return err
+		if err := p.addProgrammaticEdges(graph, nodes, preds); err != nil {
+			return 0, 0, err
 		}
 	}
-	return g.d.check("cuGraphInstantiateWithFlags", g.d.cuGraphInstantiateWithFlags(&p.exec, p.graph, 0))
+	if err := g.d.check("cuGraphInstantiateWithFlags", g.d.cuGraphInstantiateWithFlags(&exec, graph, 0)); err != nil {
+		return 0, 0, err
+	}
+	return graph, exec, nil
 }
 
 // graphEdgeData is CUgraphEdgeData: the ports and the type of one graph edge.
@@ -280,7 +303,7 @@ const (
 // are visible. What a kernel reads was written by a node it reaches through the edges,
 // and each of those finished before the node it waits on did, so the transitive
 // reduction still orders every read after its write.
-func (p *program) addProgrammaticEdges(nodes []uintptr, preds [][]int) error {
+func (p *program) addProgrammaticEdges(graph uintptr, nodes []uintptr, preds [][]int) error {
 	var from, to []uintptr
 	var data []graphEdgeData
 	for i, ps := range preds {
@@ -293,7 +316,7 @@ func (p *program) addProgrammaticEdges(nodes []uintptr, preds [][]int) error {
 		return nil
 	}
 	d := p.b.dev.d
-	return d.check("cuGraphAddDependencies_v2 (programmatic)", d.cuGraphAddDependencies(p.graph,
+	return d.check("cuGraphAddDependencies_v2 (programmatic)", d.cuGraphAddDependencies(graph,
 		unsafe.Pointer(&from[0]), unsafe.Pointer(&to[0]), unsafe.Pointer(&data[0]), uintptr(len(from))))
 }
 
@@ -313,6 +336,7 @@ func (p *program) dropGraph() {
 func (p *program) release() {
 	p.b.dev.do(func() error {
 		p.dropGraph()
+		p.handoff.release(p.b.dev)
 		for _, a := range p.owned {
 			p.b.dev.free(a)
 		}

@@ -21,6 +21,9 @@ type state struct {
 	rowBytes map[string]int64
 	// err is a device error from Export or Zero (which cannot return one); Run reports it.
 	err error
+	// backup holds a copy of each fixed buffer (no context rows) for a decode stream's
+	// Discard (handoff.go); nil until a stream needs it.
+	backup map[string]uint64
 }
 
 // NewState implements exec.Backend.
@@ -61,6 +64,10 @@ func (s *state) free() {
 			s.b.dev.free(a)
 			delete(s.addrs, name)
 		}
+		for _, a := range s.backup {
+			s.b.dev.free(a)
+		}
+		s.backup = nil
 		return nil
 	})
 }

@@ -88,25 +88,14 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 			res.DecodeTokensPerSec = float64(n) / res.DecodeTime.Seconds()
 		}
 	}()
-	for len(res.Tokens) < o.MaxTokens {
+	if dec, plain := s.deviceDecoder(sampler, &o); dec != nil {
+		err = s.generateOnDevice(ctx, dec, plain, &o, &res)
+		return res, err
+	}
+	for {
 		id := sampler.Sample(s.logits, res.Tokens)
-		res.Tokens = append(res.Tokens, id)
-		if o.OnLogits != nil {
-			o.OnLogits(id, s.logits)
-		}
-		stop := slices.Contains(o.StopTokens, id)
-		if o.OnToken != nil {
-			if err := o.OnToken(id); err != nil {
-				if errors.Is(err, ErrStop) {
-					res.FinishReason = "stop"
-					return res, nil
-				}
-				return res, err
-			}
-		}
-		if stop {
-			res.FinishReason = "stop"
-			return res, nil
+		if done, err := o.accept(&res, id, s.logits); done {
+			return res, err
 		}
 		if len(res.Tokens) == o.MaxTokens || s.n >= s.capacity {
 			return res, nil // finish with "length"
@@ -116,5 +105,126 @@ func (s *Session) Generate(ctx context.Context, prompt []int32, o GenerateOption
 		}
 		res.DecodeSteps++
 	}
-	return res, nil
+}
+
+// accept records generated token id (sampled from logits, nil when they stayed on the
+// device) and says whether generation ends with it: a stop token, or OnToken asking to
+// stop (then err is its error, nil for ErrStop).
+func (o *GenerateOptions) accept(res *GenerateResult, id int32, logits []float32) (done bool, err error) {
+	res.Tokens = append(res.Tokens, id)
+	if o.OnLogits != nil {
+		o.OnLogits(id, logits)
+	}
+	stop := slices.Contains(o.StopTokens, id)
+	if o.OnToken != nil {
+		if err := o.OnToken(id); err != nil {
+			if errors.Is(err, ErrStop) {
+				res.FinishReason = "stop"
+				return true, nil
+			}
+			return true, err
+		}
+	}
+	if stop {
+		res.FinishReason = "stop"
+		return true, nil
+	}
+	return false, nil
+}
+
+// deviceDecoder is the decode program's device sampler when this generation can use it:
+// the model was opened with TokenHandoff, the backend's decode program samples on its
+// device, and nothing needs the logits on the host (a plain Sampler, no OnLogits; a
+// constrained sampler masks logits on the host).
+func (s *Session) deviceDecoder(sampler TokenSampler, o *GenerateOptions) (DeviceDecoder, *Sampler) {
+	plain, ok := sampler.(*Sampler)
+	if !s.m.opts.TokenHandoff || o.OnLogits != nil || !ok {
+		return nil, nil
+	}
+	prog, err := s.m.program(1)
+	if err != nil {
+		return nil, nil // the host path's first Decode reports it
+	}
+	dec, ok := prog.(DeviceDecoder)
+	if !ok {
+		return nil, nil
+	}
+	return dec, plain
+}
+
+// generateOnDevice is Generate's loop with the decode steps sampled on the device: the
+// first token comes from the prefill's logits on the host, as in the host loop, and
+// every later one from a DecodeStream that runs one step ahead. Step k+1 (reading token k
+// on the device) is submitted before the host waits for token k whenever another token
+// may follow token k: the token count and the capacity say so beforehand, and a stop
+// found in token k (a stop token, OnToken) or an error discards step k+1, so the session
+// ends exactly as the host loop leaves it: Len() counts the prompt and every generated
+// token but the last, and Logits() are those the last token was drawn from.
+func (s *Session) generateOnDevice(ctx context.Context, dec DeviceDecoder, sampler *Sampler, o *GenerateOptions, res *GenerateResult) error {
+	first := sampler.Sample(s.logits, nil)
+	if done, err := o.accept(res, first, nil); done {
+		return err
+	}
+	if len(res.Tokens) == o.MaxTokens || s.n >= s.capacity {
+		return nil // finish with "length"
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stream, err := dec.StartDecode(s.st, DeviceSampling{Params: sampler.Params(), Seed: sampler.Seed(), FirstDraw: sampler.Draws()})
+	if err != nil {
+		return err
+	}
+	// Step i (from 1) consumes token i-1 at position n0+i-1 and chooses token i.
+	n0, submitted := s.n, 0
+	allowed := func(i int) bool { return i < o.MaxTokens && n0+i-1 < s.capacity }
+	fail := func(err error) error {
+		stream.Close()
+		pos := s.n
+		s.Reset()
+		return fmt.Errorf("decode step at position %d: %w (session reset)", pos, err)
+	}
+	submit := func(token int32) error {
+		pos := n0 + submitted
+		s.overwrite(pos, pos+1)
+		s.decodeSteps.Add(1)
+		submitted++
+		return stream.Submit(ctx, pos, token)
+	}
+	if err := submit(first); err != nil {
+		return fail(err)
+	}
+	for k := 1; ; k++ {
+		ahead := allowed(k+1) && ctx.Err() == nil
+		if ahead {
+			if err := submit(-1); err != nil {
+				return fail(err)
+			}
+		}
+		id, err := stream.Token()
+		if err != nil {
+			return fail(err)
+		}
+		s.n++
+		res.DecodeSteps++
+		done, err := o.accept(res, id, nil)
+		if !done && ahead {
+			continue
+		}
+		if done && ahead {
+			if derr := stream.Discard(); derr != nil {
+				return fail(derr)
+			}
+		}
+		logits, cerr := stream.Close()
+		if cerr != nil {
+			return fail(cerr)
+		}
+		s.logits = append(s.logits[:0], logits...)
+		sampler.Skip(len(res.Tokens) - 1)
+		if !done && allowed(k+1) {
+			err = ctx.Err() // cancelled between steps, as the host loop's Decode reports it
+		}
+		return err
+	}
 }

@@ -45,6 +45,10 @@ type Options struct {
 	ProgrammaticLaunch bool
 	// Metal is the Metal encoder's switches (zero: its defaults).
 	Metal MetalOptions
+	// TokenHandoff lets Generate sample on the device where the backend's decode program
+	// can (DeviceDecoder): a step returns a token id and the next step reads it there, one
+	// step running ahead of the host (pipeline.toml [cuda] token_handoff).
+	TokenHandoff bool
 	// CostContext is the context length the plans' reported costs assume (0:
 	// passes.DefaultCostContext); `pistil compile` prints the same plans at its default.
 	CostContext int

@@ -14,7 +14,8 @@ type SamplingParams struct {
 	Temperature float64
 	// TopK keeps the K most likely tokens (0: all).
 	TopK int
-	// TopP keeps the smallest set whose probability reaches P (0 or 1: all).
+	// TopP keeps the smallest set whose probability reaches P (0 or 1: all), taken from
+	// at most the TopPCandidates most likely tokens.
 	TopP float64
 	// MinP drops tokens less likely than MinP times the most likely one (0: none).
 	MinP float64
@@ -26,10 +27,21 @@ type SamplingParams struct {
 	FrequencyPenalty float64
 }
 
-// Sampler draws tokens with fixed parameters and its own random stream.
+// TopPCandidates bounds the tokens top-p looks at: the nucleus is cut from the this many
+// most likely tokens (after top-k), so a device sampler can sort them in one group's
+// memory (ops/kernels/sample.k, kernels.SampleCandidates) and host and device agree.
+const TopPCandidates = 1024
+
+// Sampler draws tokens with fixed parameters. Its randomness is counter-based: the n-th
+// token it draws uses the Gumbel noise Gumbel(seed, n, id) of every candidate id, so a
+// device that knows the seed and n draws the same token from the same logits (up to
+// float32 rounding: ops/kernels/sample.k), and a seeded run is reproducible wherever it
+// is sampled.
 type Sampler struct {
-	p   SamplingParams
-	rng *rand.Rand
+	p    SamplingParams
+	seed uint64
+	// draws is how many tokens this sampler has drawn (the counter of the next draw).
+	draws int
 	// scratch reused across calls so that sampling does not allocate per token.
 	cand  []candidate
 	probs []float64
@@ -52,11 +64,46 @@ func NewSampler(p SamplingParams) *Sampler {
 	} else {
 		seed = rand.Uint64()
 	}
-	return &Sampler{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return &Sampler{p: p, seed: seed}
+}
+
+// Params are the sampler's parameters.
+func (s *Sampler) Params() SamplingParams { return s.p }
+
+// Seed is the seed of the sampler's draws (the one given, or the one drawn for it).
+func (s *Sampler) Seed() uint64 { return s.seed }
+
+// Draws is the counter of the next draw: how many tokens the sampler has drawn, counting
+// those a device drew for it (Skip).
+func (s *Sampler) Draws() int { return s.draws }
+
+// Skip advances the counter past n draws made elsewhere (on a device, with this
+// sampler's seed and counters Draws() .. Draws()+n-1).
+func (s *Sampler) Skip(n int) { s.draws += n }
+
+// mix is SplitMix64's finaliser (sample.k's sample_mix).
+func mix(z uint64) uint64 {
+	z ^= z >> 30
+	z *= 0xbf58476d1ce4e5b9
+	z ^= z >> 27
+	z *= 0x94d049bb133111eb
+	z ^= z >> 31
+	return z
+}
+
+// Gumbel is the noise of token id in draw number step under seed: -log(-log(u)) with u
+// in (0, 1) a hash of the three, on a grid of 2^-24 that float32 holds exactly, so the
+// device (sample.k's sample_gumbel) starts from the same u.
+func Gumbel(seed uint64, step, id int) float64 {
+	h := mix(seed ^ mix(uint64(uint32(step))<<32|uint64(uint32(id))))
+	u := float64(2*uint32(h>>41)+1) / (1 << 24)
+	return -math.Log(-math.Log(u))
 }
 
 // Sample picks the next token. history is the generated tokens so far (for penalties).
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+	step := s.draws
+	s.draws++
 	p := s.p
 	penalised := (p.PresencePenalty != 0 || p.FrequencyPenalty != 0) && len(history) > 0
 	if !penalised && p.Temperature <= 0 {
@@ -101,54 +148,76 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 		}
 		return best
 	}
-	c := s.candidates(len(logits), adjusted, p.TopK)
+	// min-p keeps x with (x - max)/T >= log(MinP) (the most likely token always).
+	lnMinP := math.Inf(-1)
+	if p.MinP > 0 {
+		lnMinP = min(math.Log(p.MinP), 0)
+	}
+	topP := p.TopP > 0 && p.TopP < 1
+	if !topP && (p.TopK <= 0 || p.TopK >= len(logits)) {
+		// No ranking needed: the Gumbel-max over every finite logit min-p keeps.
+		maxL := math.Inf(-1)
+		for i := range logits {
+			if l := adjusted(i); !math.IsNaN(l) && l > maxL {
+				maxL = l
+			}
+		}
+		best, bestS := int32(0), math.Inf(-1)
+		found := false
+		for i := range logits {
+			l := adjusted(i)
+			if math.IsInf(l, -1) || math.IsNaN(l) || (l-maxL)/p.Temperature < lnMinP {
+				continue
+			}
+			if sc := l/p.Temperature + Gumbel(s.seed, step, i); !found || sc > bestS {
+				best, bestS, found = int32(i), sc, true
+			}
+		}
+		return best
+	}
+	k := p.TopK
+	if topP && (k <= 0 || k > TopPCandidates) {
+		k = TopPCandidates
+	}
+	c := s.candidates(len(logits), adjusted, k)
 	if len(c) == 0 {
 		return 0
 	}
-	// Softmax of the tempered logits, shifted by the maximum for stability.
-	probs := s.probs[:0]
-	var sum float64
-	for i := range c {
-		pr := math.Exp((c[i].logit - c[0].logit) / p.Temperature)
-		probs = append(probs, pr)
-		sum += pr
-	}
-	s.probs = probs
-	for i := range probs {
-		probs[i] /= sum
-	}
 	keep := len(c)
-	if p.TopP > 0 && p.TopP < 1 {
+	if topP {
+		// The probabilities of the tempered logits over the candidates, shifted by the
+		// maximum for stability; a candidate stays while the mass before it is below P.
+		probs := s.probs[:0]
+		var sum float64
+		for i := range c {
+			pr := math.Exp((c[i].logit - c[0].logit) / p.Temperature)
+			probs = append(probs, pr)
+			sum += pr
+		}
+		s.probs = probs
 		var cum float64
 		for i, pr := range probs {
-			cum += pr
-			if cum >= p.TopP {
-				keep = i + 1
-				break
-			}
-		}
-	}
-	if p.MinP > 0 {
-		floor := p.MinP * probs[0]
-		for i := 1; i < keep; i++ {
-			if probs[i] < floor {
+			if cum >= p.TopP*sum {
 				keep = i
 				break
 			}
+			cum += pr
 		}
 	}
-	var total float64
-	for _, pr := range probs[:keep] {
-		total += pr
-	}
-	r := s.rng.Float64() * total
-	for i, pr := range probs[:keep] {
-		r -= pr
-		if r < 0 {
-			return c[i].id
+	for i := 1; i < keep; i++ {
+		if (c[i].logit-c[0].logit)/p.Temperature < lnMinP {
+			keep = i
+			break
 		}
 	}
-	return c[keep-1].id
+	// The Gumbel-max over the kept candidates: a draw from their softmax.
+	best, bestS := c[0].id, math.Inf(-1)
+	for _, cd := range c[:keep] {
+		if sc := cd.logit/p.Temperature + Gumbel(s.seed, step, int(cd.id)); sc > bestS {
+			best, bestS = cd.id, sc
+		}
+	}
+	return best
 }
 
 // before orders candidates by logit, highest first, ties by the lower id.

@@ -98,9 +98,10 @@ func BenchmarkSampleGreedy(b *testing.B) {
 	}
 }
 
-// referenceSample is the sampler written plainly (a map of counts, a sort of the whole
-// vocabulary): the fast one must pick exactly what it picks, draw for draw.
-func referenceSample(p SamplingParams, rng *rand.Rand, logits []float32, history []int32) int32 {
+// referenceSample is the sampler's rule written plainly (a map of counts, a sort of the
+// whole vocabulary, the filters as prefixes of that order, then the Gumbel-max of draw
+// number step): the fast one must pick exactly what it picks, draw for draw.
+func referenceSample(p SamplingParams, seed uint64, step int, logits []float32, history []int32) int32 {
 	counts := map[int32]int{}
 	for _, id := range history {
 		counts[id]++
@@ -118,51 +119,52 @@ func referenceSample(p SamplingParams, rng *rand.Rand, logits []float32, history
 			c = append(c, candidate{int32(i), l})
 		}
 	}
+	if len(c) == 0 {
+		return 0
+	}
 	sort.Slice(c, func(a, b int) bool { return c[a].before(c[b]) })
 	if p.Temperature <= 0 {
 		return c[0].id
 	}
+	topP := p.TopP > 0 && p.TopP < 1
 	if p.TopK > 0 && p.TopK < len(c) {
 		c = c[:p.TopK]
 	}
-	probs := make([]float64, len(c))
-	var sum float64
-	for i := range c {
-		probs[i] = math.Exp((c[i].logit - c[0].logit) / p.Temperature)
-		sum += probs[i]
-	}
-	for i := range probs {
-		probs[i] /= sum
+	if topP && len(c) > TopPCandidates {
+		c = c[:TopPCandidates]
 	}
 	keep := len(c)
-	if p.TopP > 0 && p.TopP < 1 {
+	if topP {
+		probs := make([]float64, len(c))
+		var sum float64
+		for i := range c {
+			probs[i] = math.Exp((c[i].logit - c[0].logit) / p.Temperature)
+			sum += probs[i]
+		}
 		var cum float64
-		for i, pr := range probs {
-			if cum += pr; cum >= p.TopP {
-				keep = i + 1
+		for i := range probs {
+			if cum/sum >= p.TopP {
+				keep = i
 				break
 			}
+			cum += probs[i]
 		}
 	}
 	if p.MinP > 0 {
 		for i := 1; i < keep; i++ {
-			if probs[i] < p.MinP*probs[0] {
+			if math.Exp((c[i].logit-c[0].logit)/p.Temperature) < p.MinP {
 				keep = i
 				break
 			}
 		}
 	}
-	var total float64
-	for _, pr := range probs[:keep] {
-		total += pr
-	}
-	r := rng.Float64() * total
-	for i, pr := range probs[:keep] {
-		if r -= pr; r < 0 {
-			return c[i].id
+	best, bestS := c[0].id, math.Inf(-1)
+	for _, cd := range c[:keep] {
+		if sc := cd.logit/p.Temperature + Gumbel(seed, step, int(cd.id)); sc > bestS {
+			best, bestS = cd.id, sc
 		}
 	}
-	return c[keep-1].id
+	return best
 }
 
 func TestSamplerMatchesPlainReference(t *testing.T) {
@@ -184,9 +186,8 @@ func TestSamplerMatchesPlainReference(t *testing.T) {
 			history[i] = int32(gen.IntN(20))
 		}
 		s := NewSampler(p)
-		ref := rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15))
 		for step := range 5 {
-			got, want := s.Sample(logits, history), referenceSample(p, ref, logits, history)
+			got, want := s.Sample(logits, history), referenceSample(p, uint64(seed), step, logits, history)
 			if got != want {
 				t.Fatalf("trial %d step %d (%+v): sampled %d, the plain sampler %d", trial, step, p, got, want)
 			}

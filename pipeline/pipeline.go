@@ -59,6 +59,10 @@ type CUDA struct {
 	// kernel is launched while the kernels it waits for finish, and waits for their
 	// results on the device, which hides the launch gap of each dependent stage.
 	ProgrammaticLaunch bool `toml:"programmatic_launch"`
+	// TokenHandoff samples decode steps on the GPU, each writing the next step's input
+	// token there, one step running ahead of the host (exec.Options.TokenHandoff); false
+	// copies every step's logits to the host and samples there.
+	TokenHandoff bool `toml:"token_handoff"`
 }
 
 // Metal is the [metal] table: the Metal encoder's ablation switches (metal.Config).
@@ -81,7 +85,7 @@ func Default() *Pipeline {
 			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "check": false,
 		},
 		CPU:   CPU{Kernels: "fast", Activations: ops.ActivationsF32},
-		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true},
+		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true},
 		Metal: Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
 }
@@ -242,7 +246,8 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext}, nil
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff}, nil
 }
 
 // DecodeServer decodes the [server] table into v (a struct of the server's settings).

@@ -216,6 +216,9 @@ int cuCtxSynchronize() { return 0; }
 static uint64_t allocated;
 int cuMemAlloc_v2(uint64_t* p, uint64_t n) { void* m = std::aligned_alloc(256, (n + 255) / 256 * 256); if (!m) return 2; std::memset(m, 0xcd, (n + 255) / 256 * 256); *p = (uint64_t)m; allocs[*p] = n; alloc_id[*p] = next_id++; allocated += n; if (getenv("EMU_AUDIT")) std::fprintf(stderr, "A alloc%d %llu\n", alloc_id[*p], (unsigned long long)n); return 0; }
 int cuMemFree_v2(uint64_t p) { allocated -= allocs[p]; allocs.erase(p); std::free((void*)p); return 0; }
+// Page-locked host memory is plain host memory here: every copy is synchronous.
+int cuMemAllocHost_v2(void** p, uint64_t n) { *p = std::aligned_alloc(256, (n + 255) / 256 * 256); return *p ? 0 : 2; }
+int cuMemFreeHost(void* p) { std::free(p); return 0; }
 int cuMemGetInfo_v2(uint64_t* f, uint64_t* t) { *t = 16ull << 30; *f = *t - allocated; return 0; }
 int cuMemcpyDtoDAsync_v2(uint64_t d, uint64_t s, uint64_t n, uintptr_t) { std::memmove((void*)d, (void*)s, n); return 0; }
 int cuMemcpyHtoD_v2(uint64_t d, const void* s, uint64_t n) { std::memcpy((void*)d, s, n); return 0; }

@@ -185,6 +185,16 @@ func Cases() []Case {
 		T := prod(x.shape) / V
 		return []Launch{{kernels.KernelArgmax, [3]int{T, 1, 1}, 256, kernels.ArgmaxArgs{X: x.addr, Out: e.out[0].addr, T: int32(T), V: int32(V)}}}
 	}
+	// The sample kernel where its rule is the argmax: greedy, top-k 1 and a nucleus of one
+	// token (the sampling paths' radix select, sort and Gumbel-max all run).
+	sample := func(p kernels.SampleArgs) func(e *env) []Launch {
+		return func(e *env) []Launch {
+			x := e.in[0]
+			p.Logits, p.Out, p.V = x.addr, e.out[0].addr, int32(x.shape[len(x.shape)-1])
+			p.In, p.Step = e.work(4), e.work(4)
+			return []Launch{{kernels.KernelSample, [3]int{1, 1, 1}, kernels.SampleThreads, p}}
+		}
+	}
 	l2 := func(e *env) []Launch {
 		x := e.in[0]
 		D := x.shape[len(x.shape)-1]
@@ -330,6 +340,9 @@ func Cases() []Case {
 			return []Launch{{kernels.KernelMoECombine, elementGrid(120), 256, kernels.CombineArgs{Y: e.in[0].addr, W: e.in[1].addr, Out: e.out[0].addr, T: 3, K: 4, H: 40}}}
 		}},
 		{name: "argmax ties", op: "argmax", in: []*ops.Tensor{argTies}, launch: argmax},
+		{name: "sample greedy", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{})},
+		{name: "sample top-k 1", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{Temperature: 1, TopK: 1, SeedLo: 5})},
+		{name: "sample top-p nucleus of one", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{Temperature: 0.5, TopP: 1e-6, SeedLo: 9})},
 		// Fused ops that run as two launches, the second reading the first's scratch.
 		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]"},
 			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, hidden, 256)},

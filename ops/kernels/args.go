@@ -241,9 +241,22 @@ type ArgmaxArgs struct {
 	T, V   int32
 }
 
+// SampleArgs: the sample kernel (sample.k) picks the next token from Logits [V] and writes
+// it to Out. In is the step's input token (the last one generated) and Step the address of
+// the generation step's index (the counter of the random draw), both read on the device;
+// Counts [V] (0: no penalties) counts each token generated so far, the kernel adding In.
+// The seed is SeedHi<<32 | SeedLo; Temperature 0 is greedy.
+type SampleArgs struct {
+	Logits, Counts, In, Step, Out uint64
+	V, TopK, SeedLo, SeedHi       int32
+	Temperature, TopP, MinP       float32
+	Presence, Frequency           float32
+}
+
 // argTypes lists every args struct in declaration order (nested ones first).
 var argTypes = []any{
 	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
 	GatedRMSNormArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
 	GatedDeltaArgs{}, GDNGatesArgs{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
+	SampleArgs{},
 }

@@ -28,7 +28,7 @@ import (
 var files embed.FS
 
 // Families are the kernel files in the order they are concatenated (helpers first).
-var Families = []string{"common", "norm", "matmul", "attention", "conv", "deltanet", "elementwise", "moe"}
+var Families = []string{"common", "norm", "matmul", "attention", "conv", "deltanet", "elementwise", "moe", "sample"}
 
 // Kernel names (the KERNEL declarations of the .k files).
 const (
@@ -61,6 +61,7 @@ const (
 	KernelRouter            = "router"
 	KernelMoECombine        = "moe_combine"
 	KernelArgmax            = "argmax"
+	KernelSample            = "sample"
 	KernelProbeLayout       = "probe_layout"
 )
 
@@ -69,7 +70,7 @@ var Names = []string{
 	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
-	KernelArgmax,
+	KernelArgmax, KernelSample,
 }
 
 // Tuning constants the host needs to launch the kernels (they match the .k #defines).
@@ -92,6 +93,11 @@ const (
 	MatvecQ8Rows      = 2   // MV8_ROWS: rows per group of matvec_q8
 	RouterMaxE        = 512 // ROUTER_MAX_E
 	RouterMaxK        = 32  // ROUTER_MAX_K
+	// SampleThreads (SAMPLE_THREADS) is the sample kernel's group size, and
+	// SampleCandidates (SAMPLE_CANDIDATES) the most candidates it sorts for top-p
+	// (exec.TopPCandidates).
+	SampleThreads    = 1024
+	SampleCandidates = 1024
 )
 
 // Family returns the dialect source of one family file.

@@ -71,6 +71,8 @@ typedef float4 vec4f;
 
 // AS_F32 reinterprets the bits of a u32 as an f32.
 #define AS_F32(u) __uint_as_float(u)
+// AS_U32 reinterprets the bits of an f32 as a u32.
+#define AS_U32(f) __float_as_uint(f)
 #define SIMD_BARRIER() __syncwarp()
 #define SIMD_XOR(x, m) __shfl_xor_sync(0xffffffffu, (x), (m))
 #define SIMD_BROADCAST(x, lane) __shfl_sync(0xffffffffu, (x), (lane))
@@ -86,6 +88,7 @@ DEVICE f32 SIMD_MAX(f32 v) {
 
 #define EXPF(x) expf(x)
 #define LOG1PF(x) log1pf(x)
+#define LOGF(x) logf(x)
 #define SQRTF(x) sqrtf(x)
 #define POWF(x, y) powf(x, y)
 #define COSF(x) cosf(x)

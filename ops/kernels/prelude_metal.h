@@ -75,6 +75,8 @@ typedef float4 vec4f;
 
 // AS_F32 reinterprets the bits of a u32 as an f32.
 #define AS_F32(u) as_type<f32>((u32)(u))
+// AS_U32 reinterprets the bits of an f32 as a u32.
+#define AS_U32(f) as_type<u32>((f32)(f))
 #define SIMD_BARRIER() simdgroup_barrier(mem_flags::mem_threadgroup)
 #define SIMD_XOR(x, m) simd_shuffle_xor((x), (ushort)(m))
 #define SIMD_BROADCAST(x, lane) simd_shuffle((x), (ushort)(lane))
@@ -88,6 +90,7 @@ typedef float4 vec4f;
 #define SINF(x) precise::sin(x)
 #define FMAXF(x, y) fmax(x, y)
 #define LOG1PF(x) pz_log1p(x)
+#define LOGF(x) precise::log(x)
 #define NEG_INF (-INFINITY)
 
 // MSL has no log1p. For u = 1 + x rounded, log(u)·x/(u - 1) is accurate to a few ulps for

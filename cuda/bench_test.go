@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -56,6 +57,7 @@ func benchModel(b *testing.B, cfg benchConfig) *exec.Model {
 		b.Fatal(err)
 	}
 	o.Graphs = cfg.graphs
+	o.TokenHandoff = !strings.HasSuffix(cfg.name, "handoff=off")
 	m, err := exec.Open(dir, o)
 	if err != nil {
 		b.Fatal(err)
@@ -154,4 +156,35 @@ func BenchmarkProfile(b *testing.B) {
 		}
 	}
 	fmt.Printf("decode at context ~4600:\n%s\n", prof)
+}
+
+// BenchmarkGenerate is decode through exec's generation loop with greedy sampling:
+// token handoff on (the GPU samples, one step runs ahead, 4 bytes come back per step) and
+// off (every step's logits come back and the host samples). tok/s counts decode steps.
+func BenchmarkGenerate(b *testing.B) {
+	for _, handoff := range []bool{true, false} {
+		for _, ctxLen := range []int{1, 4096} {
+			b.Run(fmt.Sprintf("handoff=%v/context=%d", handoff, ctxLen), func(b *testing.B) {
+				cfg := benchConfigs[0]
+				if !handoff {
+					cfg = benchConfig{"fused/graphs=on/handoff=off", true, true}
+				}
+				m := benchModel(b, cfg)
+				s, err := m.NewSession(ctxLen + b.N + 8)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				if err := s.Prefill(ctx, promptIDs(ctxLen), exec.PrefillOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				res, err := s.Generate(ctx, nil, exec.GenerateOptions{MaxTokens: b.N + 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(res.DecodeSteps)/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+	}
 }

@@ -12,6 +12,7 @@ fi
 cd cuda
 export PISTIL_BENCH_MODEL=/tmp/full
 timeout 200 ../.dev/cuda.test -test.run '^$' -test.bench 'Decode' -test.benchtime "${DECODE_N:-48}x" 2>&1 | tee "$OUT/bench_decode.log" | grep -E "Benchmark|FAIL|rror"
+timeout 200 ../.dev/cuda.test -test.run '^$' -test.bench 'Generate' -test.benchtime "${DECODE_N:-64}x" 2>&1 | tee "$OUT/bench_generate.log" | grep -E "Benchmark|FAIL|rror"
 timeout 200 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime "${PREFILL_N:-4}x" 2>&1 | tee "$OUT/bench_prefill.log" | grep -E "Benchmark|FAIL|rror"
 timeout 150 ../.dev/cuda.test -test.run '^$' -test.bench 'Profile' -test.benchtime 16x 2>&1 > "$OUT/profile.log"
 head -40 "$OUT/profile.log" | cut -c1-80

@@ -194,3 +194,35 @@ func TestSamplerMatchesPlainReference(t *testing.T) {
 		}
 	}
 }
+
+// The Gumbel-max over the kept candidates draws from their renormalised softmax: top-p
+// 0.8, min-p 0.3 and top-k 2 all keep tokens 0 and 1 here (probabilities 0.64, 0.23, ...),
+// drawn 73% / 27%; top-k 3 keeps three.
+func TestFilteredDrawsFollowTheRenormalisedSoftmax(t *testing.T) {
+	logits := []float32{3, 2, 1, 0, -1}
+	e := func(x float64) float64 { return math.Exp(x - 3) }
+	two := []float64{e(3) / (e(3) + e(2)), e(2) / (e(3) + e(2)), 0, 0, 0}
+	z3 := e(3) + e(2) + e(1)
+	three := []float64{e(3) / z3, e(2) / z3, e(1) / z3, 0, 0}
+	for _, c := range []struct {
+		p    SamplingParams
+		want []float64
+	}{
+		{SamplingParams{Temperature: 1, TopP: 0.8, Seed: seed(1)}, two},
+		{SamplingParams{Temperature: 1, MinP: 0.3, Seed: seed(2)}, two},
+		{SamplingParams{Temperature: 1, TopK: 2, Seed: seed(3)}, two},
+		{SamplingParams{Temperature: 1, TopK: 3, Seed: seed(4)}, three},
+	} {
+		s := NewSampler(c.p)
+		counts := make([]float64, len(logits))
+		const n = 20000
+		for range n {
+			counts[s.Sample(logits, nil)]++
+		}
+		for i, w := range c.want {
+			if got := counts[i] / n; math.Abs(got-w) > 0.015 || (w == 0 && got != 0) {
+				t.Errorf("%+v: token %d drawn %.3f of the time, want %.3f", c.p, i, got, w)
+			}
+		}
+	}
+}

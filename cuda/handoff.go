@@ -3,7 +3,6 @@
 package cuda
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -240,7 +239,7 @@ type decodeStream struct {
 }
 
 // Submit implements exec.DecodeStream.
-func (d *decodeStream) Submit(ctx context.Context, pos int, token int32) error {
+func (d *decodeStream) Submit(pos int, token int32) error {
 	switch {
 	case d.closed || d.discarded:
 		return errors.New("cuda: decode stream is closed")
@@ -252,9 +251,6 @@ func (d *decodeStream) Submit(ctx context.Context, pos int, token int32) error {
 		return fmt.Errorf("token id %d at position %d is outside the vocabulary [0, %d)", token, pos, d.p.vocab)
 	case pos < 0 || pos >= d.s.capacity:
 		return fmt.Errorf("context full: 1 token at position %d exceeds the session capacity %d", pos, d.s.capacity)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
 	}
 	p, h, g := d.p, d.p.handoff, d.p.b.dev
 	slot := d.submitted % 2

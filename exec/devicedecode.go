@@ -1,7 +1,5 @@
 package exec
 
-import "context"
-
 // DeviceDecoder is a decode Program that samples on its device and hands each chosen
 // token to the next step there: a step returns a token id, and the host never sees the
 // logits. Session.Generate uses it when the model is opened with TokenHandoff and the
@@ -26,8 +24,9 @@ type DeviceSampling struct {
 type DecodeStream interface {
 	// Submit queues the next step at context position pos: its input is token, or, when
 	// token is negative, the token the previous step of the stream chose on the device.
-	// It does not wait for the step.
-	Submit(ctx context.Context, pos int, token int32) error
+	// It does not wait for the step. Cancellation is the caller's to check between steps:
+	// an error here is the device's, and leaves the state undefined.
+	Submit(pos int, token int32) error
 	// Token waits for the oldest step not yet waited for and returns the token it chose.
 	Token() (int32, error)
 	// Discard undoes the newest step (waiting for it first): the state, and the logits

@@ -189,7 +189,7 @@ func (s *Session) generateOnDevice(ctx context.Context, dec DeviceDecoder, sampl
 		s.overwrite(pos, pos+1)
 		s.decodeSteps.Add(1)
 		submitted++
-		return stream.Submit(ctx, pos, token)
+		return stream.Submit(pos, token)
 	}
 	if err := submit(first); err != nil {
 		return fail(err)

@@ -58,6 +58,7 @@ func benchModel(b *testing.B, cfg benchConfig) *exec.Model {
 	}
 	o.Graphs = cfg.graphs
 	o.TokenHandoff = !strings.HasSuffix(cfg.name, "handoff=off")
+	o.HandoffInOrder = strings.HasSuffix(cfg.name, "handoff=in-order")
 	m, err := exec.Open(dir, o)
 	if err != nil {
 		b.Fatal(err)
@@ -159,15 +160,17 @@ func BenchmarkProfile(b *testing.B) {
 }
 
 // BenchmarkGenerate is decode through exec's generation loop with greedy sampling:
-// token handoff on (the GPU samples, one step runs ahead, 4 bytes come back per step) and
-// off (every step's logits come back and the host samples). tok/s counts decode steps.
+// token handoff on, running ahead (the GPU samples, step k+1 is queued before token k is
+// read, 4 bytes come back per step), in order (each step queued after the token before
+// it is read), and off (every step's logits come back and the host samples). tok/s
+// counts decode steps.
 func BenchmarkGenerate(b *testing.B) {
-	for _, handoff := range []bool{true, false} {
+	for _, mode := range []string{"ahead", "in-order", "off"} {
 		for _, ctxLen := range []int{1, 4096} {
-			b.Run(fmt.Sprintf("handoff=%v/context=%d", handoff, ctxLen), func(b *testing.B) {
+			b.Run(fmt.Sprintf("handoff=%s/context=%d", mode, ctxLen), func(b *testing.B) {
 				cfg := benchConfigs[0]
-				if !handoff {
-					cfg = benchConfig{"fused/graphs=on/handoff=off", true, true}
+				if mode != "ahead" {
+					cfg = benchConfig{"fused/graphs=on/handoff=" + mode, true, true}
 				}
 				m := benchModel(b, cfg)
 				s, err := m.NewSession(ctxLen + b.N + 8)

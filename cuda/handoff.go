@@ -234,6 +234,7 @@ type decodeStream struct {
 	// submitted steps so far, read of them (Token), and whether the newest was discarded.
 	submitted, read int
 	discarded       bool
+	backedUp        bool        // the newest step ran ahead, its state before it backed up
 	host            [2][6]int32 // per slot: the step scalars, the input token, the draw counter
 	closed          bool
 }
@@ -254,13 +255,16 @@ func (d *decodeStream) Submit(pos int, token int32) error {
 	}
 	p, h, g := d.p, d.p.handoff, d.p.b.dev
 	slot := d.submitted % 2
+	// A step queued while the one before is unread runs ahead of the host: it may have
+	// to be discarded.
+	ahead := d.submitted > d.read
 	step := &d.host[slot]
 	step[0], step[1], step[2], step[3], step[4], step[5] = int32(pos), 1, int32(d.s.capacity), 0, token, int32(d.firstDraw+d.submitted)
 	err := g.do(func() error {
 		if p.bound != d.s || h.bound != d.s {
 			return errors.New("cuda: the program ran another session's state during this decode stream")
 		}
-		if d.submitted > 0 {
+		if ahead {
 			// The state after the step before, in case this step is discarded.
 			if err := d.s.backupFixed(); err != nil {
 				return err
@@ -312,6 +316,7 @@ func (d *decodeStream) Submit(pos int, token int32) error {
 		return err
 	}
 	d.submitted++
+	d.backedUp = ahead
 	return nil
 }
 
@@ -343,7 +348,7 @@ func (d *decodeStream) Token() (int32, error) {
 
 // Discard implements exec.DecodeStream.
 func (d *decodeStream) Discard() error {
-	if d.discarded || d.submitted < 2 || d.read != d.submitted-1 {
+	if d.discarded || !d.backedUp || d.read != d.submitted-1 {
 		return fmt.Errorf("cuda: nothing to discard (%d steps submitted, %d read)", d.submitted, d.read)
 	}
 	if err := d.wait(d.submitted - 1); err != nil {

@@ -14,14 +14,16 @@ import (
 )
 
 // handoffModels opens the golden tiny checkpoint twice: decode sampled on the device with
-// the token handoff, and on the host from each step's logits (the off switch).
-func handoffModels(t *testing.T, graphs bool) (on, off *exec.Model) {
+// the token handoff (running ahead, or in order), and on the host from each step's
+// logits (the off switch).
+func handoffModels(t *testing.T, graphs bool, inOrder ...bool) (on, off *exec.Model) {
 	t.Helper()
 	if _, err := loadDriver(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
 	open := func(handoff bool) *exec.Model {
-		m, err := exec.Open(fixtures.Golden("mlx-q4"), exec.Options{Backend: "cuda", Chunk: 16, Graphs: graphs, TokenHandoff: handoff})
+		m, err := exec.Open(fixtures.Golden("mlx-q4"), exec.Options{Backend: "cuda", Chunk: 16, Graphs: graphs, TokenHandoff: handoff,
+			HandoffInOrder: len(inOrder) > 0 && inOrder[0]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,10 +79,10 @@ func sameGeneration(t *testing.T, what string, on, off generation) {
 }
 
 // Greedy decoding with the token handoff gives the host loop's tokens on the golden tiny
-// checkpoint, with graphs and with launches one by one.
+// checkpoint, with graphs and with launches one by one, running ahead and in order.
 func TestHandoffGreedyMatchesHostGreedy(t *testing.T) {
-	for _, graphs := range []bool{true, false} {
-		on, off := handoffModels(t, graphs)
+	for _, c := range []struct{ graphs, inOrder bool }{{true, false}, {false, false}, {true, true}} {
+		on, off := handoffModels(t, c.graphs, c.inOrder)
 		o := exec.GenerateOptions{MaxTokens: 20}
 		a := generate(t, newSession(t, on), handoffPrompt, o)
 		b := generate(t, newSession(t, off), handoffPrompt, o)
@@ -119,9 +121,10 @@ func TestHandoffSeededSamplingIsReproducibleAndMatchesHost(t *testing.T) {
 // A stop found one step late: the step that ran ahead is discarded, so the session is
 // exactly what the host loop leaves (length, logits), and continuing it gives the tokens
 // a session that never ran ahead gives. Both kinds of stop: a stop token, and OnToken
-// asking to stop (a stop string).
+// asking to stop (a stop string), or failing. In order, nothing runs ahead.
 func TestHandoffStopOneStepLateLeavesTheSessionExact(t *testing.T) {
 	on, off := handoffModels(t, true)
+	inOrder, _ := handoffModels(t, true, true)
 	ref := generate(t, newSession(t, off), handoffPrompt, exec.GenerateOptions{MaxTokens: 12})
 	stopAt := 5
 	stops := []struct {
@@ -172,6 +175,13 @@ func TestHandoffStopOneStepLateLeavesTheSessionExact(t *testing.T) {
 			sameGeneration(t, "continued after the stop", ca, cb)
 		})
 	}
+	t.Run("stop token in order", func(t *testing.T) {
+		s := newSession(t, inOrder)
+		a := generate(t, s, handoffPrompt, exec.GenerateOptions{MaxTokens: 12, StopTokens: []int32{ref.res.Tokens[stopAt]}})
+		if !slices.Equal(a.res.Tokens, ref.res.Tokens[:stopAt+1]) || a.steps != int64(a.res.DecodeSteps) {
+			t.Fatalf("in order: %v after %d steps (%d decode steps), want %v and no step ahead", a.res.Tokens, a.steps, a.res.DecodeSteps, ref.res.Tokens[:stopAt+1])
+		}
+	})
 }
 
 // Bad parameters are refused with an error naming them, before anything runs.

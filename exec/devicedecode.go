@@ -31,7 +31,8 @@ type DecodeStream interface {
 	Token() (int32, error)
 	// Discard undoes the newest step (waiting for it first): the state, and the logits
 	// Close leaves, are those after the step before it. Only the newest step can be
-	// discarded, and only once; a stream allows it after every Submit but the first.
+	// discarded, only once, and only when it was submitted before the step before it was
+	// read (Token): a step that ran ahead.
 	Discard() error
 	// Close waits for what is still in flight (which must not be left unread: Token or
 	// Discard it) and returns the logits after the last step kept, row-major (valid until

@@ -154,7 +154,7 @@ func (s *Session) deviceDecoder(sampler TokenSampler, o *GenerateOptions) (Devic
 
 // generateOnDevice is Generate's loop with the decode steps sampled on the device: the
 // first token comes from the prefill's logits on the host, as in the host loop, and
-// every later one from a DecodeStream that runs one step ahead. Step k+1 (reading token k
+// every later one from a DecodeStream that runs one step ahead (unless HandoffInOrder). Step k+1 (reading token k
 // on the device) is submitted before the host waits for token k whenever another token
 // may follow token k: the token count and the capacity say so beforehand, and a stop
 // found in token k (a stop token, OnToken) or an error discards step k+1, so the session
@@ -195,7 +195,7 @@ func (s *Session) generateOnDevice(ctx context.Context, dec DeviceDecoder, sampl
 		return fail(err)
 	}
 	for k := 1; ; k++ {
-		ahead := allowed(k+1) && ctx.Err() == nil
+		ahead := !s.m.opts.HandoffInOrder && allowed(k+1) && ctx.Err() == nil
 		if ahead {
 			if err := submit(-1); err != nil {
 				return fail(err)
@@ -209,6 +209,13 @@ func (s *Session) generateOnDevice(ctx context.Context, dec DeviceDecoder, sampl
 		res.DecodeSteps++
 		done, err := o.accept(res, id, nil)
 		if !done && ahead {
+			continue
+		}
+		if !done && allowed(k+1) && ctx.Err() == nil {
+			// In order: the next step is queued now that token k is read.
+			if err := submit(-1); err != nil {
+				return fail(err)
+			}
 			continue
 		}
 		if done && ahead {

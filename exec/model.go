@@ -49,6 +49,10 @@ type Options struct {
 	// can (DeviceDecoder): a step returns a token id and the next step reads it there, one
 	// step running ahead of the host (pipeline.toml [cuda] token_handoff).
 	TokenHandoff bool
+	// HandoffInOrder, with TokenHandoff, queues each decode step only after the host has
+	// read the token before it: no step runs ahead, so none is backed up or discarded
+	// (pipeline.toml [cuda] run_ahead = false; an ablation of the run-ahead).
+	HandoffInOrder bool
 	// CostContext is the context length the plans' reported costs assume (0:
 	// passes.DefaultCostContext); `pistil compile` prints the same plans at its default.
 	CostContext int

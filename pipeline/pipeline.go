@@ -63,6 +63,10 @@ type CUDA struct {
 	// token there, one step running ahead of the host (exec.Options.TokenHandoff); false
 	// copies every step's logits to the host and samples there.
 	TokenHandoff bool `toml:"token_handoff"`
+	// RunAhead, with TokenHandoff, queues step k+1 before the host reads token k (the
+	// state before it backed up on the device, for a stop found in token k); false
+	// queues each step after the token before it is read (exec.Options.HandoffInOrder).
+	RunAhead bool `toml:"run_ahead"`
 }
 
 // Metal is the [metal] table: the Metal encoder's ablation switches (metal.Config).
@@ -85,7 +89,7 @@ func Default() *Pipeline {
 			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "check": false,
 		},
 		CPU:   CPU{Kernels: "fast", Activations: ops.ActivationsF32},
-		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true},
+		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: true},
 		Metal: Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
 }
@@ -247,7 +251,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 	}
 	return exec.Options{Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
 		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
-		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff}, nil
+		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 
 // DecodeServer decodes the [server] table into v (a struct of the server's settings).

@@ -89,7 +89,7 @@ func Default() *Pipeline {
 			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "check": false,
 		},
 		CPU:   CPU{Kernels: "fast", Activations: ops.ActivationsF32},
-		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: true},
+		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false},
 		Metal: Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
 }

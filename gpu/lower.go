@@ -259,7 +259,7 @@ func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	}
 	args := kernels.MatmulArgs{W: w.W, X: x.Addr, Y: out[0].Addr, Rows: int32(rows), M: int32(M), K: int32(K)}
 	if d.Attrs.Bool(AttrTensorCores) {
-		if err := c.wantTensorCores(d, rows > kernels.MatmulMaxRows); err != nil {
+		if err := c.wantTensorCores(d, c.t.TensorCoreShape(d.Op, in)); err != nil {
 			return nil, err
 		}
 		if rows > 65535*kernels.MMATileN {
@@ -312,7 +312,7 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	}
 	slots := T * topK
 	if d.Attrs.Bool(AttrTensorCores) {
-		if err := c.wantTensorCores(d, slots >= expertTiledMinSlots); err != nil {
+		if err := c.wantTensorCores(d, c.t.TensorCoreShape(d.Op, in)); err != nil {
 			return nil, err
 		}
 		tile := d.Attrs.Int(AttrExpertTile)
@@ -391,6 +391,9 @@ func (t *Target) TensorCoreShape(op string, in []Operand) bool {
 		return false
 	}
 	x, w := in[0], in[1]
+	if w.DType.Quantized() && w.W.Group%mmaTileK != 0 {
+		return false // the kernels apply one group's scale and bias per k-tile
+	}
 	switch op {
 	case "matmul", "qmatmul":
 		if len(w.Shape) != 2 || w.Shape[1] == 0 {
@@ -406,13 +409,16 @@ func (t *Target) TensorCoreShape(op string, in []Operand) bool {
 	return false
 }
 
+// mmaTileK is MMA_BK, the mma kernels' k-tile.
+const mmaTileK = 32
+
 // wantTensorCores checks that a dispatch marked for the tensor cores can have them.
 func (c *ctx) wantTensorCores(d *plan.Dispatch, shapeOK bool) error {
 	if !c.t.TensorCores {
 		return fmt.Errorf("%s: marked %s but the %s target has no tensor-core kernels", d.Op, AttrTensorCores, c.t.Name)
 	}
 	if !shapeOK {
-		return fmt.Errorf("%s: marked %s for a shape the SIMT kernels serve (few rows)", d.Op, AttrTensorCores)
+		return fmt.Errorf("%s: marked %s for a shape they do not take (few rows, K %% 8 != 0 or a quantization group not a multiple of %d)", d.Op, AttrTensorCores, mmaTileK)
 	}
 	return nil
 }

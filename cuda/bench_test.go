@@ -18,8 +18,9 @@ import (
 // full-size synthetic model of `pistil synth --preset full --layout mlx-q4`); without it,
 // or without a GPU, the benchmarks skip. Run them with a fixed count, e.g.
 //   cuda.test -test.run '^$' -test.bench . -test.benchtime 64x
-// Configurations: the default pipeline ("fused") with CUDA graphs on and off, and every
-// fusion pass off ("unfused") with graphs on.
+// Configurations: the default pipeline ("fused") with CUDA graphs on and off, the
+// default pipeline with the tensor-core GEMMs off ("fused,simt": every matmul on the SIMT
+// tiles), and every fusion pass off ("unfused") with graphs on.
 
 // NoFusion are the pass switches that leave the plans with primitive ops only.
 var NoFusion = []string{"fuse-gdn-gates/off", "fuse-conv-silu/off", "fuse-slice-l2/off", "fuse-norm-out-proj/off",
@@ -32,9 +33,11 @@ var benchModels sync.Map // "graphs=on|off" -> *exec.Model
 type benchConfig struct {
 	name          string
 	fused, graphs bool
+	simt          bool // tensor-cores pass off
 }
 
-var benchConfigs = []benchConfig{{"fused/graphs=on", true, true}, {"fused/graphs=off", true, false}, {"unfused/graphs=on", false, true}}
+var benchConfigs = []benchConfig{{"fused/graphs=on", true, true, false}, {"fused/graphs=off", true, false, false},
+	{"fused,simt/graphs=on", true, true, true}, {"unfused/graphs=on", false, true, false}}
 
 func benchModel(b *testing.B, cfg benchConfig) *exec.Model {
 	dir := os.Getenv("PISTIL_BENCH_MODEL")
@@ -51,6 +54,9 @@ func benchModel(b *testing.B, cfg benchConfig) *exec.Model {
 	var passFlags []string
 	if !cfg.fused {
 		passFlags = NoFusion
+	}
+	if cfg.simt {
+		passFlags = append(passFlags, "tensor-cores/off")
 	}
 	o, err := pipeline.Default().ExecOptions("cuda", passFlags)
 	if err != nil {
@@ -78,6 +84,9 @@ func promptIDs(n int) []int32 {
 
 func BenchmarkDecode(b *testing.B) {
 	for _, cfg := range benchConfigs {
+		if cfg.simt {
+			continue // decode steps have one row: the switch changes no decode plan
+		}
 		for _, ctxLen := range []int{1, 4096} {
 			b.Run(fmt.Sprintf("%s/context=%d", cfg.name, ctxLen), func(b *testing.B) {
 				m := benchModel(b, cfg)

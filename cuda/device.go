@@ -100,7 +100,7 @@ func (g *device) loadKernels() error {
 	if err := g.d.check("cuModuleLoadData", g.d.cuModuleLoadData(&g.module, unsafe.Pointer(&cubin[0]))); err != nil {
 		return err
 	}
-	for _, name := range append(append([]string(nil), kernels.Names...), kernels.KernelProbeLayout) {
+	for _, name := range append(kernels.NamesFor("cuda"), kernels.KernelProbeLayout) {
 		var f uintptr
 		if err := g.d.check("cuModuleGetFunction "+name, g.d.cuModuleGetFunction(&f, g.module, name)); err != nil {
 			return err

@@ -14,5 +14,15 @@ export PISTIL_BENCH_MODEL=/tmp/full
 timeout 200 ../.dev/cuda.test -test.run '^$' -test.bench 'Decode' -test.benchtime "${DECODE_N:-48}x" 2>&1 | tee "$OUT/bench_decode.log" | grep -E "Benchmark|FAIL|rror"
 timeout 200 ../.dev/cuda.test -test.run '^$' -test.bench 'Generate' -test.benchtime "${DECODE_N:-64}x" 2>&1 | tee "$OUT/bench_generate.log" | grep -E "Benchmark|FAIL|rror"
 timeout 200 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime "${PREFILL_N:-4}x" 2>&1 | tee "$OUT/bench_prefill.log" | grep -E "Benchmark|FAIL|rror"
+cd ..
+# The tensor-core GEMMs on (the default) and off, one CLI run each, alternating.
+sed 's/^tensor-cores = true/tensor-cores = false/' pipeline.toml > /tmp/simt.toml
+for round in 1 2; do
+	for pipe in pipeline.toml /tmp/simt.toml; do
+		echo "== round $round $pipe" | tee -a "$OUT/bench_cli.log"
+		timeout 280 ./.dev/pistil bench --backend cuda --model /tmp/full --pipeline "$pipe" --prompts 512,4096 --contexts 0 --decode-tokens 16 --repeats 3 2>&1 | tee -a "$OUT/bench_cli.log" | grep -vE "^\s*$" | tail -6
+	done
+done
+cd cuda
 timeout 150 ../.dev/cuda.test -test.run '^$' -test.bench 'Profile' -test.benchtime 16x 2>&1 > "$OUT/profile.log"
 head -40 "$OUT/profile.log" | cut -c1-80

@@ -26,6 +26,9 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/nographs.toml
 	check --model "$dir" --reference "$ref" --chunk 7 --pipeline /tmp/fulledges.toml
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=split-attention/off
+	# The SIMT tiles instead of the tensor-core GEMMs (the mma kernels run in every check above
+	# that prefills more than 8 tokens at once).
+	check --model "$dir" --reference "$ref" -pass=tensor-cores/off
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
 	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE

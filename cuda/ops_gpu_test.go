@@ -79,6 +79,9 @@ type opCase struct {
 	// splits > 0 runs attention as the plan's split form (attention_partial over this
 	// many key ranges, then attention_merge) against attention's reference.
 	splits int
+	// tol, when set, is the case's bound on the max abs error relative to max(|ref|, 1)
+	// (default 1e-5; 1e-2 for bf16 results).
+	tol float64
 }
 
 func randF32(r *rand.Rand, shape ...int) *ops.Tensor {
@@ -408,6 +411,9 @@ func runOpCase(t *testing.T, g *device, c opCase) {
 		tol := 1e-5 * max(maxRef, 1)
 		if ot.DType == graph.BF16 {
 			tol = 1e-2 * max(maxRef, 1)
+		}
+		if c.tol > 0 {
+			tol = c.tol * max(maxRef, 1)
 		}
 		if maxErr > tol {
 			t.Errorf("result %d: max abs error %.3g (largest |ref| %.3g, tolerance %.3g)", i, maxErr, maxRef, tol)

@@ -50,13 +50,17 @@ type Target struct {
 	// ParallelGroups is how many concurrent groups fill the GPU (twice its multiprocessor
 	// count): attention splits its keys when a step has fewer (kv head, token) pairs.
 	ParallelGroups int
+	// TensorCores says the target has the mma GEMM kernels (ops/kernels/matmul_mma.k):
+	// a matmul dispatch marked AttrTensorCores (the compiler's tensor-cores pass) runs on
+	// them.
+	TensorCores bool
 }
 
 // The GPU targets. Their choices are fixed per target, not read from the device, so a
 // plan compiled on a machine without the GPU is the plan the GPU runs.
 var (
 	// CUDA is tuned for the H200 (132 multiprocessors).
-	CUDA = &Target{Name: "cuda", ParallelGroups: 264}
+	CUDA = &Target{Name: "cuda", ParallelGroups: 264, TensorCores: true}
 	// Metal is sized for the larger Apple GPUs (up to 40 cores).
 	Metal = &Target{Name: "metal", ParallelGroups: 80}
 )
@@ -254,6 +258,15 @@ func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		return nil, err
 	}
 	args := kernels.MatmulArgs{W: w.W, X: x.Addr, Y: out[0].Addr, Rows: int32(rows), M: int32(M), K: int32(K)}
+	if d.Attrs.Bool(AttrTensorCores) {
+		if err := c.wantTensorCores(d, c.t.TensorCoreShape(d.Op, in)); err != nil {
+			return nil, err
+		}
+		if rows > 65535*kernels.MMATileN {
+			return nil, fmt.Errorf("%s: %d rows exceed the grid", d.Op, rows)
+		}
+		return newKernel(kernels.KernelMatmulMMA, [3]int{ceilDiv(M, kernels.MMATileM), ceilDiv(rows, kernels.MMATileN), 1}, kernels.MMAThreads, args)
+	}
 	if rows == 1 && q4Matvec(w, K) {
 		return newKernel(kernels.KernelMatvecQ4, matvecGrid(M, K, 1), kernels.MatvecThreads, args)
 	}
@@ -298,6 +311,23 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		args.XPerSlot = 1
 	}
 	slots := T * topK
+	if d.Attrs.Bool(AttrTensorCores) {
+		if err := c.wantTensorCores(d, c.t.TensorCoreShape(d.Op, in)); err != nil {
+			return nil, err
+		}
+		tile := d.Attrs.Int(AttrExpertTile)
+		if tile == 0 {
+			tile = ExpertTiles[0]
+		}
+		kernel, rowsPerGroup, ok := expertMMAKernel(tile)
+		if !ok {
+			return nil, fmt.Errorf("%s: expert tile of %d routed rows (the mma kernels have %v)", d.Op, tile, ExpertTiles)
+		}
+		if E > 65535 {
+			return nil, fmt.Errorf("%s: %d experts exceed the grid", d.Op, E)
+		}
+		return newKernel(kernel, [3]int{ceilDiv(M, rowsPerGroup), E, 1}, kernels.MMAThreads, args)
+	}
 	if slots < expertTiledMinSlots && q4Matvec(w, K) {
 		return newKernel(kernels.KernelExpertMVQ4, matvecGrid(M, K, slots), kernels.MatvecThreads, args)
 	}
@@ -308,6 +338,89 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		return newKernel(kernels.KernelExpertRows, [3]int{ceilDiv(M, 8), slots, 1}, 256, args)
 	}
 	return newKernel(kernels.KernelExpertTiled, [3]int{ceilDiv(M, kernels.ExpertTileM), E, 1}, 256, args)
+}
+
+// Dispatch attributes the compiler sets for the GPU lowering (passes: tensor-cores,
+// expert-tiles).
+const (
+	// AttrTensorCores (bool) runs a matmul, qmatmul, expert_matmul or expert_qmatmul on
+	// the tensor-core mma kernels.
+	AttrTensorCores = "tensor_cores"
+	// AttrExpertTile (int, one of ExpertTiles) is the height in routed rows of an mma
+	// expert tile; absent, the first.
+	AttrExpertTile = "expert_tile"
+)
+
+// ExpertTiles are the heights (routed rows per tile) of the mma expert kernels.
+var ExpertTiles = []int{16, 32, 64}
+
+// expertMMAKernel is the mma expert kernel for tiles of tile routed rows and the weight
+// rows one group covers (4 warps of 32 rows share them with the tile's tokens).
+func expertMMAKernel(tile int) (string, int, bool) {
+	switch tile {
+	case 16:
+		return kernels.KernelExpertMMA16, 128, true
+	case 32:
+		return kernels.KernelExpertMMA32, 64, true
+	case 64:
+		return kernels.KernelExpertMMA64, 32, true
+	}
+	return "", 0, false
+}
+
+// ExpertTileFor picks the mma expert tile for slots routed rows over E experts: the
+// smallest tile that holds the rows an expert receives on average (the largest when
+// none does), so a tile is rarely mostly padding and an expert's weights are read as few
+// times as its rows allow.
+func ExpertTileFor(slots, E int) int {
+	perExpert := ceilDiv(slots, max(E, 1))
+	for _, t := range ExpertTiles {
+		if perExpert <= t {
+			return t
+		}
+	}
+	return ExpertTiles[len(ExpertTiles)-1]
+}
+
+// TensorCoreShape says whether a matmul-family dispatch with these operands gains from
+// the tensor-core kernels: the shapes that would otherwise run on a SIMT tile (more
+// than kernels.MatmulMaxRows activation rows, expertTiledMinSlots routed slots), on a
+// target that has them.
+func (t *Target) TensorCoreShape(op string, in []Operand) bool {
+	if !t.TensorCores || len(in) < 2 {
+		return false
+	}
+	x, w := in[0], in[1]
+	if w.DType.Quantized() && w.W.Group%mmaTileK != 0 {
+		return false // the kernels apply one group's scale and bias per k-tile
+	}
+	switch op {
+	case "matmul", "qmatmul":
+		if len(w.Shape) != 2 || w.Shape[1] == 0 {
+			return false
+		}
+		return w.Shape[1]%8 == 0 && prod(x.Shape)/w.Shape[1] > kernels.MatmulMaxRows
+	case "expert_matmul", "expert_qmatmul":
+		if len(w.Shape) != 3 || len(in) < 3 {
+			return false
+		}
+		return w.Shape[2]%8 == 0 && prod(in[2].Shape) >= expertTiledMinSlots
+	}
+	return false
+}
+
+// mmaTileK is MMA_BK, the mma kernels' k-tile.
+const mmaTileK = 32
+
+// wantTensorCores checks that a dispatch marked for the tensor cores can have them.
+func (c *ctx) wantTensorCores(d *plan.Dispatch, shapeOK bool) error {
+	if !c.t.TensorCores {
+		return fmt.Errorf("%s: marked %s but the %s target has no tensor-core kernels", d.Op, AttrTensorCores, c.t.Name)
+	}
+	if !shapeOK {
+		return fmt.Errorf("%s: marked %s for a shape they do not take (few rows, K %% 8 != 0 or a quantization group not a multiple of %d)", d.Op, AttrTensorCores, mmaTileK)
+	}
+	return nil
 }
 
 func lowerRMSNorm(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {

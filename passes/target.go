@@ -89,6 +89,22 @@ func valueOperands(v *graph.Value, bind graph.Bindings) (in, out []gpu.Operand) 
 	return in, out
 }
 
+// dispatchOperands describes a planned dispatch's args and results to the GPU lowering,
+// at their planned buffers and offsets.
+func dispatchOperands(p *plan.Plan, d *plan.Dispatch) (in, out []gpu.Operand) {
+	bind := graph.Bindings{T: p.Tokens, N: max(p.Context+p.Tokens, 1)}
+	place := func(o plan.Operand) gpu.Operand { return nominalOperand(o.Type, bind, o.Buffer, o.Offset) }
+	in = make([]gpu.Operand, len(d.Args))
+	for j, a := range d.Args {
+		in[j] = place(a)
+	}
+	out = make([]gpu.Operand, len(d.Results))
+	for j, r := range d.Results {
+		out[j] = place(r)
+	}
+	return in, out
+}
+
 // selectKernels records, for a GPU target, the kernel, grid and group size of every
 // dispatch: the GPU lowering's own choice for the planned operands, which the backend
 // repeats at load time and checks against the plan.
@@ -106,18 +122,9 @@ func selectKernels(u *Unit) error {
 	if t.GPU == nil {
 		return nil
 	}
-	bind := graph.Bindings{T: p.Tokens, N: max(p.Context+p.Tokens, 1)}
-	place := func(o plan.Operand) gpu.Operand { return nominalOperand(o.Type, bind, o.Buffer, o.Offset) }
 	for i := range p.Dispatches {
 		d := &p.Dispatches[i]
-		in := make([]gpu.Operand, len(d.Args))
-		for j, a := range d.Args {
-			in[j] = place(a)
-		}
-		out := make([]gpu.Operand, len(d.Results))
-		for j, r := range d.Results {
-			out[j] = place(r)
-		}
+		in, out := dispatchOperands(p, d)
 		l, err := t.GPU.Lower(d, in, out, nominalBase(len(p.Buffers)))
 		if err != nil {
 			return fmt.Errorf("dispatch %d (%s, %s) on %s: %w", d.Index, d.Op, d.Label, t.Name, err)

@@ -56,7 +56,7 @@ func TestGPUPlansNameExistingKernels(t *testing.T) {
 							switch {
 							case tg.GPU == nil && d.Kernel != "":
 								t.Errorf("cpu dispatch %d (%s) names kernel %s", d.Index, d.Op, d.Kernel)
-							case tg.GPU != nil && !slices.Contains(kernels.Names, d.Kernel):
+							case tg.GPU != nil && !slices.Contains(kernels.NamesFor(target), d.Kernel):
 								t.Errorf("dispatch %d (%s %s) names kernel %q, not one of ops/kernels", d.Index, d.Op, d.Label, d.Kernel)
 							case tg.GPU != nil && (d.Block < 32 || d.Block > 1024 || d.Block%32 != 0 || d.Grid[0] < 1 || d.Grid[1] < 1 || d.Grid[2] < 1):
 								t.Errorf("dispatch %d (%s) launches grid %v of %d threads", d.Index, d.Op, d.Grid, d.Block)

@@ -13,6 +13,12 @@ extern "C" emu_dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;
 extern "C" void emu_syncthreads(void);
 extern "C" void emu_syncwarp(void);
 extern "C" unsigned long long emu_shfl_raw(unsigned long long v, int src, int xor_mode);
+// PISTIL_EMU tells the kernels that inline PTX is not available: the tensor-core kernels
+// (matmul_mma.k) call emu_mma_m16n8k16_bf16 instead of mma.sync.
+#define PISTIL_EMU 1
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 as a warp collective: every lane
+// of the warp passes its a (4 registers), b (2) and c (4) fragments and gets its d (4).
+extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b, const float* c);
 #define threadIdx emu_threadIdx
 #define blockIdx emu_blockIdx
 #define blockDim emu_blockDim

@@ -53,6 +53,7 @@ struct Fiber {
 	int wait; // 0 runnable, 1 warp barrier, 2 block barrier
 	unsigned gen;
 	unsigned shfl; // shuffles done (parity of the exchange buffer)
+	unsigned mma;  // mma collectives done (parity of their exchange buffer)
 };
 Fiber fibers[kMaxThreads];
 char* stacks;
@@ -89,7 +90,7 @@ void init_fiber(int i) {
 	*--sp = nullptr; // alignment slot
 	*--sp = (void*)&emu_fiber_entry;
 	for (int r = 0; r < 6; r++) *--sp = nullptr;
-	fibers[i] = Fiber{sp, (unsigned)i, false, 0, 0, 0};
+	fibers[i] = Fiber{sp, (unsigned)i, false, 0, 0, 0, 0};
 }
 } // namespace
 
@@ -119,6 +120,52 @@ extern "C" unsigned long long emu_shfl_raw(unsigned long long v, int src, int xo
 	int from = xor_mode ? (lane ^ src) : src;
 	if (from < 0 || from >= 32) from = lane;
 	return xbuf[w][par][from];
+}
+
+// The fragments every lane of a warp handed to an mma, double-buffered by parity like the
+// shuffles' exchange: a lane can be at most one collective ahead of the slowest.
+unsigned mma_a[32][2][32][4], mma_b[32][2][32][2];
+
+// emu_mma_m16n8k16_bf16 is mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, D = A·B + C,
+// with the fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
+// floating point type"), groupID = lane / 4, threadID_in_group = lane % 4:
+//   A (16x16 row, 4 x .b32 = a0..a7): row groupID for a0,a1,a4,a5, groupID + 8 for a2,a3,a6,a7;
+//     col threadID_in_group * 2 + (i & 1), + 8 for a4..a7;
+//   B (16x8 col, 2 x .b32 = b0..b3): row threadID_in_group * 2 + (i & 1), + 8 for b2,b3; col groupID;
+//   C, D (16x8, 4 x f32 c0..c3): row groupID for c0,c1, groupID + 8 for c2,c3; col threadID_in_group * 2 + (i & 1).
+// Element i of a .b32 pair sits in its low half when i is even. Every bf16 product is
+// exact in float; the 16 products and c are summed in double and rounded once (the
+// hardware's internal order and rounding of that sum are not specified to the bit).
+extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b, const float* c) {
+	Fiber& f = fibers[cur];
+	int w = f.tid / 32, lane = f.tid % 32;
+	if (warp_live[w] != 32) { std::fprintf(stderr, "emu: mma in warp %d with %d of 32 lanes live\n", w, warp_live[w]); std::abort(); }
+	int par = f.mma++ & 1;
+	for (int r = 0; r < 4; r++) mma_a[w][par][lane][r] = a[r];
+	for (int r = 0; r < 2; r++) mma_b[w][par][lane][r] = b[r];
+	float cin[4] = {c[0], c[1], c[2], c[3]};
+	warp_barrier();
+	auto bf16 = [](unsigned reg, int i) { unsigned bits = (i & 1) ? (reg >> 16) : (reg & 0xffffu); float v; bits <<= 16; std::memcpy(&v, &bits, 4); return v; };
+	float A[16][16], B[16][8];
+	for (int l = 0; l < 32; l++) {
+		int g = l / 4, t = l % 4;
+		for (int i = 0; i < 8; i++) {
+			int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+			int col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+			A[row][col] = bf16(mma_a[w][par][l][i / 2], i);
+		}
+		for (int i = 0; i < 4; i++) {
+			int row = t * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+			B[row][g] = bf16(mma_b[w][par][l][i / 2], i);
+		}
+	}
+	int g = lane / 4, t = lane % 4;
+	for (int i = 0; i < 4; i++) {
+		int row = g + (i >= 2 ? 8 : 0), col = t * 2 + (i & 1);
+		double s = cin[i];
+		for (int k = 0; k < 16; k++) s += (double)A[row][k] * (double)B[k][col];
+		d[i] = (float)s;
+	}
 }
 
 extern "C" void emu_run_grid(void (*body)(const void*), const void* args, unsigned gx, unsigned gy, unsigned gz, unsigned bx) {

@@ -27,8 +27,14 @@ import (
 //go:embed *.k prelude_cuda.h prelude_metal.h msl_model.h
 var files embed.FS
 
-// Families are the kernel files in the order they are concatenated (helpers first).
+// Families are the portable kernel files, in the order they are concatenated (helpers
+// first): every backend compiles them.
 var Families = []string{"common", "norm", "matmul", "attention", "conv", "deltanet", "elementwise", "moe", "sample"}
+
+// CUDAFamilies are kernel files only the CUDA source carries, after the portable ones
+// (whose helpers they use): kernels for hardware the dialect does not abstract (the
+// tensor-core mma GEMM), each beside a portable kernel that does the same work.
+var CUDAFamilies = []string{"matmul_mma"}
 
 // Kernel names (the KERNEL declarations of the .k files).
 const (
@@ -63,6 +69,12 @@ const (
 	KernelArgmax            = "argmax"
 	KernelSample            = "sample"
 	KernelProbeLayout       = "probe_layout"
+
+	// CUDA only (CUDAFamilies).
+	KernelMatmulMMA   = "matmul_mma"
+	KernelExpertMMA16 = "expert_mma16"
+	KernelExpertMMA32 = "expert_mma32"
+	KernelExpertMMA64 = "expert_mma64"
 )
 
 // Names lists every kernel of the .k files.
@@ -73,6 +85,17 @@ var Names = []string{
 	KernelArgmax, KernelSample,
 }
 
+// CUDANames lists the kernels of CUDAFamilies.
+var CUDANames = []string{KernelMatmulMMA, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64}
+
+// NamesFor lists every kernel a backend's source declares.
+func NamesFor(backend string) []string {
+	if backend == "cuda" {
+		return append(append([]string(nil), Names...), CUDANames...)
+	}
+	return Names
+}
+
 // Tuning constants the host needs to launch the kernels (they match the .k #defines).
 const (
 	MatmulMaxRows     = 8   // MM_MAX_ROWS: matmul_rows handles up to this many activation rows
@@ -80,6 +103,9 @@ const (
 	TileN             = 64  // TILE_N
 	TileK             = 32  // TILE_K: matmul_tiled needs K % TileK == 0
 	ExpertTileM       = 128 // ETILE_M: expert_tiled's weight rows per group
+	MMAThreads        = 128 // MMA_THREADS: the mma kernels' group size
+	MMATileM          = 64  // MMA_TM: matmul_mma's weight rows per group
+	MMATileN          = 64  // MMA_TN: matmul_mma's activation rows per group
 	AttnMaxD          = 256 // ATT_MAX_D
 	AttnSIMDs         = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
 	AttnMaxSplits     = 64  // ATT_MAX_SPLITS: attention_gqa's most key ranges
@@ -106,10 +132,15 @@ func Family(name string) (string, error) {
 	return string(b), err
 }
 
-// Dialect is every family's source, concatenated in order, without a prelude.
-func Dialect() string {
+// Dialect is every portable family's source, concatenated in order, without a prelude.
+func Dialect() string { return concat(Families) }
+
+// CUDADialect is the CUDA-only families' source (after Dialect in the CUDA source).
+func CUDADialect() string { return concat(CUDAFamilies) }
+
+func concat(families []string) string {
 	var b strings.Builder
-	for _, f := range Families {
+	for _, f := range families {
 		src, err := Family(f)
 		if err != nil {
 			panic("kernels: embedded family missing: " + f) // the embed pattern guarantees them
@@ -155,9 +186,10 @@ func embedded(name string) string {
 }
 
 // CUDASource is the whole translation unit NVRTC compiles: the CUDA prelude, the
-// backend's tuning, the generated args header, the kernels and the layout probe.
+// backend's tuning, the generated args header, the portable kernels, the CUDA-only ones
+// and the layout probe.
 func CUDASource() string {
-	return embedded("prelude_cuda.h") + TuningDecls(CUDA) + CDecls() + Dialect() + ProbeSource()
+	return embedded("prelude_cuda.h") + TuningDecls(CUDA) + CDecls() + Dialect() + CUDADialect() + ProbeSource()
 }
 
 // MSLModel is msl_model.h: the MSL built-ins as clang C++, with which MetalSource is

@@ -160,3 +160,30 @@ func TestCUDASourceIsComplete(t *testing.T) {
 		t.Error("the layout probe does not cover Weight.Group")
 	}
 }
+
+// CUDANames lists exactly the kernels of the CUDA-only files, and the CUDA source has them
+// while the Metal source does not.
+func TestCUDANamesMatchDeclarations(t *testing.T) {
+	decl := regexp.MustCompile(`KERNEL(?:_BOUNDED)?\(([a-z0-9_]+),\s*([A-Za-z0-9]+)`)
+	declared := map[string]bool{}
+	for _, m := range decl.FindAllStringSubmatch(CUDADialect(), -1) {
+		declared[m[1]] = true
+	}
+	for _, n := range CUDANames {
+		if !declared[n] {
+			t.Errorf("CUDANames lists %s but no CUDA-only file declares it", n)
+		}
+		delete(declared, n)
+	}
+	for n := range declared {
+		t.Errorf("kernel %s is declared but missing from CUDANames", n)
+	}
+	for _, f := range CUDAFamilies {
+		if !strings.Contains(CUDASource(), "// ---- "+f+".k") || strings.Contains(MetalSource(), "// ---- "+f+".k") {
+			t.Errorf("%s.k must be in the CUDA source only", f)
+		}
+	}
+	if len(NamesFor("cuda")) != len(Names)+len(CUDANames) || len(NamesFor("metal")) != len(Names) {
+		t.Error("NamesFor does not add the CUDA-only kernels to CUDA's alone")
+	}
+}

@@ -1,0 +1,107 @@
+//go:build linux
+
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"pistil/gpu"
+	"pistil/graph"
+	"pistil/ops"
+	"pistil/ops/kernels"
+	"pistil/plan"
+)
+
+// mmaCases are matmul and routed-expert products marked for the tensor cores, on shapes
+// that are not multiples of the tiles (M, K, rows), every weight dtype, routed rows that
+// fill several tiles of one expert, and experts that receive no rows.
+func mmaCases() []opCase {
+	r := rand.New(rand.NewPCG(11, 12))
+	on := graph.Attrs{gpu.AttrTensorCores: true}
+	routed := func(T, k, E, used int) *ops.Tensor {
+		v := make([]int32, T*k)
+		for i := 0; i < T; i++ {
+			perm := r.Perm(used) // experts used..E-1 receive nothing
+			for j := 0; j < k; j++ {
+				v[i*k+j] = int32(perm[j])
+			}
+		}
+		return ids(v, T, k)
+	}
+	cases := []opCase{
+		{name: "qmatmul q4 70x256 to 136", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, 256), randQuant(r, graph.Q4, 136, 256)}},
+		{name: "qmatmul q4 130x192 to 64", op: "qmatmul", in: []*ops.Tensor{randF32(r, 130, 192), randQuant(r, graph.Q4, 64, 192)}},
+		{name: "qmatmul q8 33x128 to 40", op: "qmatmul", in: []*ops.Tensor{randF32(r, 33, 128), randQuant(r, graph.Q8, 40, 128)}},
+		{name: "matmul bf16 65x72 to 24", op: "matmul", in: []*ops.Tensor{randF32(r, 65, 72), randBF16(r, 24, 72)}},
+		{name: "matmul f32 9x40 to 17", op: "matmul", in: []*ops.Tensor{randF32(r, 9, 40), randF32(r, 17, 40)}},
+		{name: "matmul rows 3d", op: "matmul", in: []*ops.Tensor{randF32(r, 5, 4, 64), randBF16(r, 50, 64)}},
+	}
+	for i := range cases {
+		cases[i].attrs = on
+	}
+	for _, tile := range gpu.ExpertTiles {
+		at := graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(tile)}
+		cases = append(cases,
+			opCase{name: fmt.Sprintf("expert q4 tile %d", tile), op: "expert_qmatmul", attrs: at,
+				in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16, 16)}},
+			opCase{name: fmt.Sprintf("expert q8 tile %d, 10 of 16 experts empty", tile), op: "expert_qmatmul", attrs: at,
+				in: []*ops.Tensor{randF32(r, 30, 64), randQuant(r, graph.Q8, 16, 200, 64), routed(30, 4, 16, 6)}},
+			opCase{name: fmt.Sprintf("expert bf16 per-slot x tile %d, K 40", tile), op: "expert_matmul", attrs: at,
+				in: []*ops.Tensor{randF32(r, 100, 2, 40), randBF16(r, 5, 33, 40), routed(100, 2, 5, 3)}},
+		)
+	}
+	return cases
+}
+
+// The tensor-core GEMMs match the CPU references within the SIMT kernels' bound (1e-5 of
+// max(|ref|, 1), runOpCase): their operands reach the mma exactly (q4/q8 codes, bf16
+// weights, activations in three bf16 parts; matmul_mma.k), so they round as float32
+// accumulation does. Measured under cuda/emu: 1.2e-7 of max|ref| for q4/q8/bf16
+// weights, 2.2e-6 for f32 weights (split hi + lo). Under cuda/emu the mma is its exact
+// emulation with PTX's fragment layout, so a fragment-indexing bug fails here too.
+func TestMMAKernelsMatchReferences(t *testing.T) {
+	g := openGPU(t)
+	for _, c := range mmaCases() {
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+}
+
+// The cases are valid ops and lower to the mma kernels (so the test above tests them),
+// and the lowering refuses the mark where it cannot honour it.
+func TestMMACasesLowerToTensorCores(t *testing.T) {
+	for _, c := range mmaCases() {
+		if _, _, err := referenceOf(c); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		in := make([]gpu.Operand, len(c.in))
+		for i, tns := range c.in {
+			in[i] = denseOperand(1<<40, tns.DType, tns.Shape)
+		}
+		out := []gpu.Operand{denseOperand(2<<40, graph.F32, nil)}
+		l, err := gpu.CUDA.Lower(&plan.Dispatch{Op: c.op, Attrs: c.attrs}, in, out, 3<<40)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		want := kernels.KernelMatmulMMA
+		if c.op == "expert_qmatmul" || c.op == "expert_matmul" {
+			want = map[int]string{16: kernels.KernelExpertMMA16, 32: kernels.KernelExpertMMA32, 64: kernels.KernelExpertMMA64}[c.attrs.Int(gpu.AttrExpertTile)]
+		}
+		if l.Kernel != want {
+			t.Errorf("%s: lowered to %s, want %s", c.name, l.Kernel, want)
+		}
+		if !gpu.CUDA.TensorCoreShape(c.op, in) {
+			t.Errorf("%s: TensorCoreShape says no", c.name)
+		}
+		if _, err := gpu.Metal.Lower(&plan.Dispatch{Op: c.op, Attrs: c.attrs}, in, out, 3<<40); err == nil {
+			t.Errorf("%s: Metal lowered a tensor-core dispatch", c.name)
+		}
+	}
+	few := []gpu.Operand{denseOperand(1<<40, graph.F32, []int{3, 64}), denseOperand(1<<40, graph.BF16, []int{8, 64})}
+	if _, err := gpu.CUDA.Lower(&plan.Dispatch{Op: "matmul", Attrs: graph.Attrs{gpu.AttrTensorCores: true}}, few, few[:1], 0); err == nil {
+		t.Error("a 3-row matmul marked for the tensor cores lowered")
+	}
+}

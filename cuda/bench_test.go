@@ -179,7 +179,7 @@ func BenchmarkGenerate(b *testing.B) {
 			b.Run(fmt.Sprintf("handoff=%s/context=%d", mode, ctxLen), func(b *testing.B) {
 				cfg := benchConfigs[0]
 				if mode != "ahead" {
-					cfg = benchConfig{"fused/graphs=on/handoff=" + mode, true, true}
+					cfg = benchConfig{"fused/graphs=on/handoff=" + mode, true, true, false}
 				}
 				m := benchModel(b, cfg)
 				s, err := m.NewSession(ctxLen + b.N + 8)

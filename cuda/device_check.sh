@@ -26,9 +26,10 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/nographs.toml
 	check --model "$dir" --reference "$ref" --chunk 7 --pipeline /tmp/fulledges.toml
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=split-attention/off
-	# The SIMT tiles instead of the tensor-core GEMMs (the mma kernels run in every check above
-	# that prefills more than 8 tokens at once).
-	check --model "$dir" --reference "$ref" -pass=tensor-cores/off
+	# The tensor-core GEMMs instead of the SIMT tiles (off by default: slower so far),
+	# whole and in chunks past their thresholds (more than 8 rows, 64 routed slots).
+	check --model "$dir" --reference "$ref" -pass=tensor-cores/on
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=tensor-cores/on
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
 	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE

@@ -36,7 +36,21 @@ func O0() Config {
 }
 
 // Enabled reports whether a pass runs under c.
-func (c *Config) Enabled(p Pass) bool { return p.Required || !c.Off[p.Name] }
+func (c *Config) Enabled(p Pass) bool {
+	if p.Required {
+		return true
+	}
+	if off, set := c.Off[p.Name]; set {
+		return !off
+	}
+	return !p.DefaultOff
+}
+
+// DefaultOff says whether the named optional pass runs only when switched on.
+func DefaultOff(name string) bool {
+	p, ok := lookupPass(name)
+	return ok && p.DefaultOff
+}
 
 // ApplyFlag applies one -pass value: a comma-separated list of name/action where name is
 // a pass, "all" (every pass) or "check", and action is on, off, time or dump:

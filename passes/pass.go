@@ -67,7 +67,10 @@ type Pass struct {
 	Fn   func(u *Unit) error
 	// Required passes always run; the others can be switched off (and are, under -O0).
 	Required bool
-	Doc      string
+	// DefaultOff passes run only when switched on (a [passes] key or -pass=NAME/on):
+	// optimisations that are correct but not yet faster everywhere.
+	DefaultOff bool
+	Doc        string
 }
 
 // Passes is the pipeline in order. Adding a pass is one line here plus its ordering
@@ -113,7 +116,7 @@ var Passes = []Pass{
 		Doc: "byte-range read/write sets, concurrent groups and barriers, minimal dependency DAG"},
 	{Name: "lower", Fn: lower, Required: true,
 		Doc: "emit the phase's plan with costs and totals"},
-	{Name: "tensor-cores", Fn: tensorCores,
+	{Name: "tensor-cores", Fn: tensorCores, DefaultOff: true,
 		Doc: "a GPU target with tensor cores: prefill matmuls and routed-expert matmuls (the shapes of the SIMT tiles) run on the mma kernels"},
 	{Name: "expert-tiles", Fn: expertTiles,
 		Doc: "the mma expert tiles' height (16, 32 or 64 routed rows) from the rows each expert receives; off: 16"},

@@ -29,10 +29,17 @@ func TestGPUPlansNameExistingKernels(t *testing.T) {
 	graphs["built-in 35B-A3B"] = g
 	for name, g := range graphs {
 		for _, target := range passes.TargetNames() {
-			for _, o0 := range []bool{false, true} {
+			// The default switches, -O0, and every optional pass on (the passes that are
+			// off by default, such as tensor-cores, included).
+			for _, mode := range []string{"default", "O0", "all-on"} {
 				cfg := passes.Config{}
-				if o0 {
+				switch mode {
+				case "O0":
 					cfg = passes.O0()
+				case "all-on":
+					if err := cfg.ApplyFlag("all/on"); err != nil {
+						t.Fatal(err)
+					}
 				}
 				tokens := []int{1, 7, 512}
 				if name != "built-in 35B-A3B" {
@@ -43,7 +50,7 @@ func TestGPUPlansNameExistingKernels(t *testing.T) {
 					if T == 1 {
 						ph = passes.Phase{Name: "decode", Tokens: 1, Backend: target}
 					}
-					t.Run(fmt.Sprintf("%s/%s/O0=%v/T=%d", name, target, o0, T), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%s/%s/%s/T=%d", name, target, mode, T), func(t *testing.T) {
 						p, err := passes.Compile(g, ops.Default, ph, cfg)
 						if err != nil {
 							t.Fatal(err)

@@ -86,7 +86,7 @@ func Default() *Pipeline {
 			"fuse-dequant": true, "fuse-gdn-gates": true, "fuse-conv-silu": true, "fuse-slice-l2": true,
 			"fuse-swiglu": true, "fuse-router": true, "fuse-moe-combine": true, "fuse-shared-gate": true,
 			"fuse-projections": true, "fuse-add-norm": true, "fuse-norm-out-proj": true,
-			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "tensor-cores": true, "expert-tiles": true, "check": false,
+			"fuse-qk-norm-rope": true, "fuse-attn-gate": true, "tensor-cores": false, "expert-tiles": true, "check": false,
 		},
 		CPU:   CPU{Kernels: "fast", Activations: ops.ActivationsF32},
 		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false},

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"pistil/exec"
+	"pistil/passes"
 )
 
 // The repository's pipeline.toml and Default must agree, so running without the file
@@ -130,8 +131,8 @@ func TestDefaultExecOptionsMatchTheRuntimeDefaults(t *testing.T) {
 		t.Errorf("prefill chunk %d, exec.DefaultChunk %d", o.Chunk, exec.DefaultChunk)
 	}
 	for name, off := range o.Passes.Off {
-		if off {
-			t.Errorf("pass %s is off in the built-in pipeline but on in the zero exec.Options", name)
+		if off != passes.DefaultOff(name) {
+			t.Errorf("pass %s is off=%v in the built-in pipeline but off=%v in the zero exec.Options", name, off, passes.DefaultOff(name))
 		}
 	}
 	if o.Kernels != "fast" || o.Workers != 0 || !o.Graphs || o.Backend != "cpu" {

@@ -250,9 +250,11 @@ func agentText(seed string, n int) string {
 // The GPU check, against servers already running (it skips without
 // PISTIL_AGENT_URL): a 12K-token first turn, then 10 turns of ~300 new tokens; every later
 // turn must be cached to within its new tokens and prefill in under 0.5 s (timings
-// prompt_ms: the restore plus the new tokens), and with PISTIL_AGENT_COLD_URL (a server
-// started with --cache-bytes -1) every turn's answer must equal the cold server's. For
-// the full synthetic model on an H200:
+// prompt_ms: the restore plus the new tokens), the cache must stay within its budget
+// (/metrics), and with PISTIL_AGENT_COLD_URL (a server started with --cache-bytes -1)
+// every turn's answer must equal the cold server's. PISTIL_AGENT_CONVERSATIONS=2 runs two
+// such conversations (two agents) interleaved turn by turn on the same server. For the
+// full synthetic model on an H200 (cuda/device_agent.sh does this):
 //
 //	pistil serve --backend cuda --model FULL --port 8080 &
 //	pistil serve --backend cuda --model FULL --port 8081 --cache-bytes -1 &
@@ -266,6 +268,10 @@ func TestAgentTurnsAgainstRunningServers(t *testing.T) {
 	first := 12000
 	if n, err := strconv.Atoi(os.Getenv("PISTIL_AGENT_TOKENS")); err == nil && n > 0 {
 		first = n
+	}
+	conversations := 1
+	if n, err := strconv.Atoi(os.Getenv("PISTIL_AGENT_CONVERSATIONS")); err == nil && n > 0 {
+		conversations = n
 	}
 	client := &http.Client{Timeout: 30 * time.Minute}
 	post := func(base string, body any) chatResp {
@@ -299,38 +305,90 @@ func TestAgentTurnsAgainstRunningServers(t *testing.T) {
 	if err != nil || len(models.Data) == 0 {
 		t.Fatalf("GET /v1/models: %v %+v", err, models)
 	}
-	msgs := []any{
-		map[string]any{"role": "system", "content": "You are a coding agent."},
-		map[string]any{"role": "user", "content": agentText("task", first)},
+	type conversation struct {
+		msgs       []any
+		prevPrompt int
 	}
-	prevPrompt := 0
+	convs := make([]*conversation, conversations)
+	for i := range convs {
+		convs[i] = &conversation{msgs: []any{
+			map[string]any{"role": "system", "content": fmt.Sprintf("You are coding agent %d.", i)},
+			map[string]any{"role": "user", "content": agentText(fmt.Sprintf("task %d", i), first)},
+		}}
+	}
 	for turn := 1; turn <= 11; turn++ {
-		body := map[string]any{"model": models.Data[0].ID, "messages": msgs, "max_tokens": 32, "temperature": 0}
-		start := time.Now()
-		r := post(url, body)
-		wall := time.Since(start)
-		cached, prompt := r.Usage.PromptTokensDetails.CachedTokens, r.Usage.PromptTokens
-		var promptMS float64
-		if r.Timings != nil {
-			promptMS = r.Timings.PromptMS
-		}
-		t.Logf("turn %d: prompt %d tokens, cached %d, prefill %.0f ms, request %v", turn, prompt, cached, promptMS, wall.Round(time.Millisecond))
-		if turn > 1 {
-			// The previous prompt up to its generation header is a prefix of this one.
-			if cached < prevPrompt-16 || cached >= prompt {
-				t.Errorf("turn %d: cached %d of %d prompt tokens; the previous prompt had %d", turn, cached, prompt, prevPrompt)
+		for ci, c := range convs {
+			body := map[string]any{"model": models.Data[0].ID, "messages": c.msgs, "max_tokens": 32, "temperature": 0}
+			start := time.Now()
+			r := post(url, body)
+			wall := time.Since(start)
+			cached, prompt := r.Usage.PromptTokensDetails.CachedTokens, r.Usage.PromptTokens
+			var promptMS float64
+			if r.Timings != nil {
+				promptMS = r.Timings.PromptMS
 			}
-			if r.Timings == nil || promptMS >= 500 {
-				t.Errorf("turn %d: prefill took %.0f ms (timings %v), want under 500", turn, promptMS, r.Timings != nil)
+			bytes, budget := cacheGauges(t, client, url)
+			t.Logf("conversation %d turn %d: prompt %d tokens, cached %d, prefill %.0f ms, request %v; cache %d of %d bytes",
+				ci, turn, prompt, cached, promptMS, wall.Round(time.Millisecond), bytes, budget)
+			if bytes > budget {
+				t.Errorf("conversation %d turn %d: the cache holds %d bytes, over its budget %d", ci, turn, bytes, budget)
 			}
-		}
-		if coldURL != "" {
-			if c := post(coldURL, body); c.content() != r.content() || c.reasoning() != r.reasoning() {
-				t.Errorf("turn %d: the cached server answered %q / %q, the cold one %q / %q", turn, r.reasoning(), r.content(), c.reasoning(), c.content())
+			if turn > 1 {
+				// The previous prompt up to its generation header is a prefix of this one.
+				if cached < c.prevPrompt-16 || cached >= prompt {
+					t.Errorf("conversation %d turn %d: cached %d of %d prompt tokens; the previous prompt had %d", ci, turn, cached, prompt, c.prevPrompt)
+				}
+				if r.Timings == nil || promptMS >= 500 {
+					t.Errorf("conversation %d turn %d: prefill took %.0f ms (timings %v), want under 500", ci, turn, promptMS, r.Timings != nil)
+				}
 			}
+			if coldURL != "" {
+				if cr := post(coldURL, body); cr.content() != r.content() || cr.reasoning() != r.reasoning() {
+					t.Errorf("conversation %d turn %d: the cached server answered %q / %q, the cold one %q / %q", ci, turn, r.reasoning(), r.content(), cr.reasoning(), cr.content())
+				}
+			}
+			c.prevPrompt = prompt
+			c.msgs = append(c.msgs, map[string]any{"role": "assistant", "content": r.content()},
+				map[string]any{"role": "user", "content": agentText(fmt.Sprintf("turn %d of agent %d", turn, ci), 300)})
 		}
-		prevPrompt = prompt
-		msgs = append(msgs, map[string]any{"role": "assistant", "content": r.content()},
-			map[string]any{"role": "user", "content": agentText(fmt.Sprintf("turn %d", turn), 300)})
 	}
+}
+
+// cacheGauges reads the prefix cache's bytes and budget from a server's /metrics.
+func cacheGauges(t *testing.T, client *http.Client, url string) (bytes, budget int64) {
+	t.Helper()
+	resp, err := client.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		var dst *int64
+		switch name {
+		case "pistil_prefix_cache_bytes":
+			dst = &bytes
+		case "pistil_prefix_cache_budget_bytes":
+			dst = &budget
+		default:
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		*dst, found = int64(v), found+1
+	}
+	if found != 2 {
+		t.Fatalf("/metrics of %s lacks the prefix cache's bytes or budget:\n%s", url, data)
+	}
+	return bytes, budget
 }

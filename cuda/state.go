@@ -80,16 +80,22 @@ func (s *state) Bytes() int64 {
 	return n
 }
 
-// block is a device-memory copy of some of a state's buffers: the fixed ones whole, or
-// context rows [from, to) of the KV caches (contiguous: N is the first dimension).
+// block is a copy of some of a state's buffers: the fixed ones whole, or context rows
+// [from, to) of the KV caches (contiguous: N is the first dimension). It is device memory
+// (addrs) until it spills to host memory (host), by the prefix cache's policy.
 type block struct {
 	b        *Backend
 	rows     bool
 	from, to int
 	addrs    map[string]uint64
+	host     map[string][]byte
 	sizes    map[string]int64
 	bytes    int64
 }
+
+// StateInDeviceMemory implements exec.DeviceMemoryBackend: state blocks are device
+// memory and spill to the host's.
+func (b *Backend) StateInDeviceMemory() bool { return true }
 
 func (k *block) Bytes() int64 { return k.bytes }
 
@@ -100,7 +106,41 @@ func (k *block) Release() {
 		}
 		return nil
 	})
-	k.addrs, k.bytes = nil, 0
+	k.addrs, k.host, k.bytes = nil, nil, 0
+}
+
+// Spilled implements exec.SpillableBlock.
+func (k *block) Spilled() bool { return k.host != nil }
+
+// Spill implements exec.SpillableBlock: each buffer is downloaded (after the stream's
+// earlier work) and its device memory freed only once every buffer is on the host, so a
+// failed download leaves the block whole on the device.
+func (k *block) Spill() error {
+	if k.host != nil {
+		return nil
+	}
+	if k.addrs == nil {
+		return errors.New("cuda: the state block was released")
+	}
+	host := make(map[string][]byte, len(k.addrs))
+	err := k.b.dev.do(func() error {
+		for name, a := range k.addrs {
+			buf := make([]byte, k.sizes[name])
+			if err := k.b.dev.download(buf, a); err != nil {
+				return fmt.Errorf("spill state %s: %w", name, err)
+			}
+			host[name] = buf
+		}
+		for _, a := range k.addrs {
+			k.b.dev.free(a)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	k.addrs, k.host = map[string]uint64{}, host
+	return nil
 }
 
 func (s *state) SaveFixed() (exec.StateBlock, error) { return s.save(false, 0, 0) }
@@ -146,7 +186,8 @@ func (s *state) save(rows bool, from, to int) (exec.StateBlock, error) {
 	return k, nil
 }
 
-// Load copies a block back device to device, after checking all of it.
+// Load copies a block back, device to device (or host to device when it spilled), after
+// checking all of it.
 func (s *state) Load(sb exec.StateBlock) error {
 	k, ok := sb.(*block)
 	if !ok {
@@ -159,12 +200,18 @@ func (s *state) Load(sb exec.StateBlock) error {
 		return err
 	}
 	return s.b.dev.do(func() error {
-		for name, src := range k.addrs {
+		for name := range k.sizes {
 			dst := s.addrs[name]
 			if k.rows {
 				dst += uint64(int64(k.from) * s.rowBytes[name])
 			}
-			if err := s.b.dev.d.check("cuMemcpyDtoDAsync "+name, s.b.dev.d.cuMemcpyDtoDAsync(dst, src, uint64(k.sizes[name]), s.b.dev.stream)); err != nil {
+			if buf, spilled := k.host[name]; spilled {
+				if err := s.b.dev.upload(dst, buf); err != nil {
+					return fmt.Errorf("load spilled state %s: %w", name, err)
+				}
+				continue
+			}
+			if err := s.b.dev.d.check("cuMemcpyDtoDAsync "+name, s.b.dev.d.cuMemcpyDtoDAsync(dst, k.addrs[name], uint64(k.sizes[name]), s.b.dev.stream)); err != nil {
 				return err
 			}
 		}

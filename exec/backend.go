@@ -75,6 +75,33 @@ type StateBlock interface {
 	Release()
 }
 
+// SpillableBlock is a StateBlock in device memory apart from the host's (a discrete
+// GPU's) that can move to host memory, where it still loads, at the cost of an upload. On
+// the CPU and on Apple silicon (unified memory) state is host memory already and blocks
+// do not implement it.
+type SpillableBlock interface {
+	StateBlock
+	// Spill copies the block to host memory and frees its device memory. A spilled block
+	// stays spilled; spilling it again does nothing.
+	Spill() error
+	// Spilled says whether the block is in host memory.
+	Spilled() bool
+}
+
+// onDevice says whether a block holds device memory that it could spill.
+func onDevice(b StateBlock) bool {
+	sb, ok := b.(SpillableBlock)
+	return ok && !sb.Spilled()
+}
+
+// spill moves a block to host memory when it is in device memory.
+func spill(b StateBlock) error {
+	if sb, ok := b.(SpillableBlock); ok && !sb.Spilled() {
+		return sb.Spill()
+	}
+	return nil
+}
+
 // BackendOptions configure a backend instance for one model.
 type BackendOptions struct {
 	// Workers bounds host threads (the CPU backend's goroutines); 0 means every core.

@@ -24,6 +24,13 @@ type KVBlock struct {
 // Bytes is the memory the block holds.
 func (b *KVBlock) Bytes() int64 { return b.rows.Bytes() }
 
+// OnDevice says whether the block's rows are in device memory, apart from the host's.
+func (b *KVBlock) OnDevice() bool { return onDevice(b.rows) }
+
+// Spill moves the block's rows to host memory (a GPU backend's; elsewhere it does
+// nothing). Restoring a snapshot that holds it then uploads the rows.
+func (b *KVBlock) Spill() error { return spill(b.rows) }
+
 func (b *KVBlock) live() bool { return b.refs.Load() > 0 }
 
 func (b *KVBlock) hold() { b.refs.Add(1) }
@@ -49,6 +56,22 @@ type Snapshot struct {
 // Bytes is the memory the snapshot holds by itself (state and logits), without the KV
 // blocks it shares (KV).
 func (s *Snapshot) Bytes() int64 { return s.fixed.Bytes() + int64(4*len(s.logits)) }
+
+// OnDevice says whether the snapshot's own state is in device memory, apart from the
+// host's (its logits are always host memory).
+func (s *Snapshot) OnDevice() bool { return onDevice(s.fixed) }
+
+// Spill moves the snapshot's own state to host memory (a GPU backend's; elsewhere it does
+// nothing); its KV blocks stay where they are. Restoring it then uploads the state.
+func (s *Snapshot) Spill() error {
+	if s.released.Load() {
+		return errSnapshotReleased
+	}
+	return spill(s.fixed)
+}
+
+// FixedBytes is the snapshot's own conv and recurrent state, without the logits.
+func (s *Snapshot) FixedBytes() int64 { return s.fixed.Bytes() }
 
 // KV lists the KV blocks the snapshot references, in order.
 func (s *Snapshot) KV() []*KVBlock { return s.kv }
@@ -162,4 +185,18 @@ func (s *Session) Restore(snap *Snapshot) error {
 	s.n = snap.Len
 	s.logits = append(s.logits[:0], snap.logits...)
 	return nil
+}
+
+// DeviceMemoryBackend is a backend whose session state lives in device memory apart from
+// the host's (a discrete GPU): its state blocks are SpillableBlocks.
+type DeviceMemoryBackend interface {
+	StateInDeviceMemory() bool
+}
+
+// StateInDeviceMemory says whether the model's session state, and so the prefix cache's
+// snapshots and KV blocks, live in device memory apart from the host's, where they can
+// spill to host memory.
+func (m *Model) StateInDeviceMemory() bool {
+	d, ok := m.backend.(DeviceMemoryBackend)
+	return ok && d.StateInDeviceMemory()
 }

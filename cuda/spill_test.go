@@ -1,0 +1,110 @@
+//go:build linux
+
+package cuda
+
+import (
+	"context"
+	"testing"
+
+	"pistil/exec"
+	"pistil/internal/fixtures"
+)
+
+// Spilling to host memory: a snapshot's recurrent state and KV blocks, spilled, free
+// their device memory (cuMemGetInfo), and restoring the snapshot into another session
+// uploads them and gives exactly the logits the first session had. Skips without a GPU
+// (or cuda/emu).
+func TestSnapshotSpillToHost(t *testing.T) {
+	if _, err := loadDriver(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	ctx := context.Background()
+	m, err := exec.Open(fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Backend: "cuda", Chunk: 32, Graphs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !m.StateInDeviceMemory() {
+		t.Fatal("the CUDA backend's state is not reported as device memory")
+	}
+	prompt := make([]int32, 300) // two KV blocks
+	for i := range prompt {
+		prompt[i] = int32(1 + i%200)
+	}
+	a, _ := m.NewSession(512)
+	defer a.Close()
+	if err := a.Prefill(ctx, prompt, exec.PrefillOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Release()
+	if err := a.Decode(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), a.Logits()...)
+
+	g, err := openDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := func() int64 {
+		var f, total uint64
+		if err := g.do(func() error { return g.d.check("cuMemGetInfo", g.d.cuMemGetInfo(&f, &total)) }); err != nil {
+			t.Fatal(err)
+		}
+		return int64(f)
+	}
+	spilled := snap.FixedBytes()
+	before := free()
+	if !snap.OnDevice() {
+		t.Fatal("a fresh snapshot is not in device memory")
+	}
+	if err := snap.Spill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range snap.KV() {
+		if !b.OnDevice() {
+			t.Fatalf("KV block [%d, %d) is not in device memory before it spilled", b.Start, b.End)
+		}
+		if err := b.Spill(); err != nil {
+			t.Fatal(err)
+		}
+		spilled += b.Bytes()
+	}
+	if snap.OnDevice() || snap.KV()[0].OnDevice() || snap.KV()[1].OnDevice() {
+		t.Fatal("spilled blocks still report device memory")
+	}
+	if err := snap.Spill(); err != nil { // twice: nothing to do
+		t.Fatal(err)
+	}
+	after := free()
+	t.Logf("spilled %d bytes; device free %d -> %d", spilled, before, after)
+	if after-before < spilled {
+		t.Errorf("spilling %d bytes freed %d bytes of device memory", spilled, after-before)
+	}
+
+	// Another session that ran something else, so no KV row it holds is the snapshot's.
+	b, _ := m.NewSession(512)
+	defer b.Close()
+	other := make([]int32, 400)
+	for i := range other {
+		other[i] = int32(3 + i%150)
+	}
+	if err := b.Prefill(ctx, other, exec.PrefillOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Decode(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range b.Logits() {
+		if v != want[i] {
+			t.Fatalf("the session restored from spilled blocks has logit %d = %v, the original %v", i, v, want[i])
+		}
+	}
+}

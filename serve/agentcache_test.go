@@ -17,6 +17,7 @@ import (
 
 	"pistil/exec"
 	"pistil/models/synth"
+	"pistil/models/tokenizer"
 )
 
 // Agents send the same long conversation again and again with a few hundred new tokens
@@ -91,7 +92,7 @@ func agentConversations(t *testing.T, run agentRun) {
 	for i := range convs {
 		convs[i] = &conversation{msgs: []any{
 			map[string]any{"role": "system", "content": fmt.Sprintf("You are agent %d.", i)},
-			map[string]any{"role": "user", "content": agentText(fmt.Sprintf("agent %d", i), run.first)},
+			map[string]any{"role": "user", "content": agentTokens(ts.tok, fmt.Sprintf("agent %d", i), run.first)},
 		}}
 	}
 	var peak int64
@@ -126,7 +127,7 @@ func agentConversations(t *testing.T, run agentRun) {
 			c.prevPrompt = slices.Clone(tr.Prompt)
 			c.turns = append(c.turns, turn{body: body, raw: raw, tokens: tr.Result.Tokens})
 			c.msgs = append(c.msgs, map[string]any{"role": "assistant", "content": r.content()},
-				map[string]any{"role": "user", "content": agentText(fmt.Sprintf("turn %d of agent %d", n, ci), 300)})
+				map[string]any{"role": "user", "content": agentTokens(ts.tok, fmt.Sprintf("turn %d of agent %d", n, ci), 300)})
 		}
 	}
 	st := ts.runner.cache.stats()
@@ -237,8 +238,18 @@ func TestAgentContextStateSizes(t *testing.T) {
 	agentConversations(t, run)
 }
 
-// agentText is text of about n tokens (synth's tokenizer is byte-level), different per
-// seed.
+// agentTokens is agentText cut to n tokens of tok (at most; a cut may merge
+// differently when encoded again).
+func agentTokens(tok *tokenizer.Tokenizer, seed string, n int) string {
+	ids := tok.EncodeText(agentText(seed, 4*n))
+	if len(ids) < n {
+		panic(fmt.Sprintf("agentText(%q, %d) has only %d tokens", seed, 4*n, len(ids)))
+	}
+	return tok.Decode(ids[:n])
+}
+
+// agentText is n bytes of tool-output-like text, different per seed (synth's tokenizers
+// merge some byte pairs, so it is fewer tokens: agentTokens counts them).
 func agentText(seed string, n int) string {
 	var b strings.Builder
 	for i := 0; b.Len() < n; i++ {

@@ -117,6 +117,9 @@ func (m *metrics) write(w io.Writer, queueDepth int, running bool, cache cacheSt
 	counter("pistil_prefix_cache_restored_tokens_total", "Prompt tokens restored from cached snapshots.", cache.RestoredTokens)
 	gauge("pistil_prefix_cache_kv_blocks", "Shared KV blocks held by the prefix cache.", float64(cache.Blocks))
 	gauge("pistil_prefix_cache_kv_bytes", "Bytes of the shared KV blocks (part of pistil_prefix_cache_bytes).", float64(cache.KVBytes))
+	gauge("pistil_prefix_cache_device_bytes", "Bytes of the prefix cache in device memory, apart from the host's (a GPU backend's; part of pistil_prefix_cache_bytes).", float64(cache.DeviceBytes))
+	gauge("pistil_prefix_cache_device_budget_bytes", "The most of the prefix cache's budget kept in device memory; past it entries spill to host memory.", float64(cache.DeviceBudget))
+	counter("pistil_prefix_cache_spills_total", "Cache entries moved from device to host memory.", cache.Spills)
 }
 
 func formatFloat(v float64) string {

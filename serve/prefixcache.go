@@ -23,15 +23,23 @@ import (
 // recently used first, and never takes a snapshot of the request being cached unless the
 // new one supersedes it (a longer intermediate snapshot of the same prompt); a snapshot
 // that finds no room on those terms is not cached.
+//
+// On a GPU backend with memory apart from the host's, snapshots and blocks are device
+// memory (a restore is a device-side copy). Of the budget, at most deviceBudget stays
+// there: past it, entries spill to host memory in eviction order (their own state, and
+// the blocks no entry in device memory holds), and restoring one uploads what spilled.
+// A spilled entry stays in host memory until it is evicted. Where state is host memory
+// (the CPU, Apple silicon's unified memory) nothing counts as device memory.
 type prefixCache struct {
-	mu     sync.Mutex
-	budget int64
-	used   int64
-	lru    *list.List // of *cacheEntry, most recently used at the front
-	blocks map[*exec.KVBlock]*sharedBlock
-	byKey  map[string]*exec.KVBlock
+	mu           sync.Mutex
+	budget       int64 // device and host memory together
+	deviceBudget int64
+	used         int64
+	lru          *list.List // of *cacheEntry, most recently used at the front
+	blocks       map[*exec.KVBlock]*sharedBlock
+	byKey        map[string]*exec.KVBlock
 
-	hits, misses, evictions, restoredTokens int64
+	hits, misses, evictions, spills, restoredTokens int64
 }
 
 type cacheEntry struct {
@@ -50,8 +58,15 @@ type sharedBlock struct {
 	key  string
 }
 
-func newPrefixCache(budget int64) *prefixCache {
-	return &prefixCache{budget: budget, lru: list.New(), blocks: map[*exec.KVBlock]*sharedBlock{}, byKey: map[string]*exec.KVBlock{}}
+// newPrefixCache is a cache of budget bytes, all of which may stay in device memory.
+func newPrefixCache(budget int64) *prefixCache { return newSpillingPrefixCache(budget, 0) }
+
+// newSpillingPrefixCache is a cache of device bytes in device memory and host more in
+// host memory, where entries spill to. Where state is host memory (its blocks do not
+// spill) device is 0 and host is the budget.
+func newSpillingPrefixCache(device, host int64) *prefixCache {
+	return &prefixCache{budget: device + max(host, 0), deviceBudget: device, lru: list.New(),
+		blocks: map[*exec.KVBlock]*sharedBlock{}, byKey: map[string]*exec.KVBlock{}}
 }
 
 // entryBytes is what an entry costs besides the KV blocks it shares.
@@ -104,6 +119,77 @@ func (c *prefixCache) add(tokens []int32, snap *exec.Snapshot, boundary bool, re
 		c.remove(victim)
 		c.evictions++
 	}
+	for c.deviceBytes() > c.deviceBudget {
+		if !c.spillOne() {
+			return // nothing in device memory left that could spill
+		}
+	}
+}
+
+// deviceBytes is what the cache holds in device memory.
+func (c *prefixCache) deviceBytes() int64 {
+	var n int64
+	for e := c.lru.Front(); e != nil; e = e.Next() {
+		if snap := e.Value.(*cacheEntry).snap; snap.OnDevice() {
+			n += snap.FixedBytes()
+		}
+	}
+	for b := range c.blocks {
+		if b.OnDevice() {
+			n += b.Bytes()
+		}
+	}
+	return n
+}
+
+// spillOne moves the next entry in eviction order that holds device memory to host
+// memory: its own state, and its blocks that no entry still in device memory holds. An
+// entry that fails to spill (a device error) is evicted instead. False: nothing could
+// spill.
+func (c *prefixCache) spillOne() bool {
+	for _, boundary := range []bool{false, true} {
+		for e := c.lru.Back(); e != nil; e = e.Prev() {
+			ent := e.Value.(*cacheEntry)
+			if ent.boundary != boundary {
+				continue
+			}
+			var blocks []*exec.KVBlock
+			for _, b := range ent.snap.KV() {
+				if b.OnDevice() && !c.heldOnDevice(b, ent) {
+					blocks = append(blocks, b)
+				}
+			}
+			if !ent.snap.OnDevice() && len(blocks) == 0 {
+				continue
+			}
+			err := ent.snap.Spill()
+			for _, b := range blocks {
+				if err == nil {
+					err = b.Spill()
+				}
+			}
+			if err != nil {
+				c.remove(e)
+				c.evictions++
+				return true
+			}
+			c.spills++
+			return true
+		}
+	}
+	return false
+}
+
+// heldOnDevice says whether an entry other than but, whose own state is in device
+// memory, holds block b.
+func (c *prefixCache) heldOnDevice(b *exec.KVBlock, but *cacheEntry) bool {
+	for e := c.lru.Front(); e != nil; e = e.Next() {
+		ent := e.Value.(*cacheEntry)
+		if ent != but && ent.snap.OnDevice() && slices.Contains(ent.snap.KV(), b) {
+			return true
+		}
+	}
+	return false
 }
 
 // victim picks the entry to evict for ent: intermediate entries first, then (only for a
@@ -201,9 +287,12 @@ type cacheStats struct {
 	Entries, Blocks int
 	Bytes, KVBytes  int64
 	Budget          int64
-	Hits, Misses    int64
-	Evictions       int64
-	RestoredTokens  int64
+	// DeviceBytes of Bytes are in device memory, at most DeviceBudget; the rest spilled
+	// to host memory (or is host memory: the CPU's).
+	DeviceBytes, DeviceBudget int64
+	Hits, Misses              int64
+	Evictions, Spills         int64
+	RestoredTokens            int64
 }
 
 func (c *prefixCache) stats() cacheStats {
@@ -217,7 +306,8 @@ func (c *prefixCache) stats() cacheStats {
 		kv += b.Bytes()
 	}
 	return cacheStats{Entries: c.lru.Len(), Blocks: len(c.blocks), Bytes: c.used, KVBytes: kv, Budget: c.budget,
-		Hits: c.hits, Misses: c.misses, Evictions: c.evictions, RestoredTokens: c.restoredTokens}
+		DeviceBytes: c.deviceBytes(), DeviceBudget: c.deviceBudget,
+		Hits: c.hits, Misses: c.misses, Evictions: c.evictions, Spills: c.spills, RestoredTokens: c.restoredTokens}
 }
 
 // blockKeys names KV blocks of one prompt for sharing across conversations. A block's

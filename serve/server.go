@@ -41,7 +41,12 @@ type Config struct {
 	Queue int
 	// CacheBytes is the prefix cache's budget (default: derived from the model's state
 	// sizes and the backend's free memory, see defaultCacheBudget; negative disables it).
+	// On a GPU backend it is device memory.
 	CacheBytes int64
+	// CacheHostBytes is, on a GPU backend, the host memory the prefix cache spills to
+	// past CacheBytes (default: as much as the device part, at most a quarter of the
+	// machine's memory; negative: no spilling). Unused where state is host memory.
+	CacheHostBytes int64
 	// SnapshotEvery is the prefill snapshot interval in tokens (default 512).
 	SnapshotEvery int
 	// Context is the session capacity in tokens (default min(model max, 32768)).
@@ -214,9 +219,30 @@ func (s *Server) load(open func() (*exec.Model, error)) error {
 	if budget == 0 {
 		budget, why = defaultCacheBudget(model, ctxLen)
 	}
-	s.cfg.Logger.Info("prefix cache", "budget_bytes", budget, "budget", why,
-		"snapshot_bytes", model.FixedStateBytes(), "kv_bytes_per_token", model.KVBytesPerToken())
-	s.runner = &runner{sess: sess, cache: newPrefixCache(budget),
+	cache := newSpillingPrefixCache(0, budget) // state is host memory: nothing in device memory
+	if model.StateInDeviceMemory() {
+		host, hostWhy := s.cfg.CacheHostBytes, "set by --cache-host-bytes"
+		switch {
+		case budget <= 0:
+			host, hostWhy = 0, "the cache is off"
+		case host == 0:
+			host = budget
+			hostWhy = "as much as the device part"
+			if m := machineMemory(); m > 0 && m/4 < host {
+				host, hostWhy = m/4, fmt.Sprintf("a quarter of the machine's memory (%d bytes)", m)
+			}
+		case host < 0:
+			host, hostWhy = 0, "spilling off (--cache-host-bytes negative)"
+		}
+		cache = newSpillingPrefixCache(budget, host)
+		s.cfg.Logger.Info("prefix cache", "device_budget_bytes", budget, "device_budget", why,
+			"host_budget_bytes", host, "host_budget", hostWhy,
+			"snapshot_bytes", model.FixedStateBytes(), "kv_bytes_per_token", model.KVBytesPerToken())
+	} else {
+		s.cfg.Logger.Info("prefix cache", "budget_bytes", budget, "budget", why,
+			"snapshot_bytes", model.FixedStateBytes(), "kv_bytes_per_token", model.KVBytesPerToken())
+	}
+	s.runner = &runner{sess: sess, cache: cache,
 		snapshotEvery: s.cfg.SnapshotEvery, metrics: s.metrics}
 	s.sched = newScheduler(s.cfg.Queue)
 	s.bodyLimit.Store(defaultMaxBody(ctxLen))

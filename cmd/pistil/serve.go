@@ -57,6 +57,7 @@ func serveCmd(args []string, stderr io.Writer, sigs <-chan os.Signal) error {
 	fs.StringVar(&cfg.APIKey, "api-key", "", "require this key as 'Authorization: Bearer KEY' (default: none)")
 	fs.IntVar(&cfg.Queue, "queue", 16, "requests that may wait for the engine before new ones get 503")
 	fs.Int64Var(&cfg.CacheBytes, "cache-bytes", 0, "prefix cache budget in bytes (0: derived from the state sizes and free memory, printed at start-up; negative: off)")
+	fs.Int64Var(&cfg.CacheHostBytes, "cache-host-bytes", 0, "on a GPU backend, host memory in bytes the prefix cache spills to past --cache-bytes (0: as much as the device part, at most a quarter of the machine's memory; negative: no spilling)")
 	fs.IntVar(&cfg.SnapshotEvery, "snapshot-every", 512, "prefix cache snapshot interval in prompt tokens")
 	fs.IntVar(&cfg.Context, "ctx", 0, "context capacity in tokens (0: min(model max, 32768))")
 	fs.Var(&allowed, "allowed-hosts", "Host header names to accept besides localhost and IP literals (comma-separated, * for any)")
@@ -172,6 +173,7 @@ type serverTable struct {
 	APIKey        *string  `toml:"api_key"`
 	Queue         *int     `toml:"queue"`
 	CacheBytes    *int64   `toml:"cache_bytes"`
+	CacheHost     *int64   `toml:"cache_host_bytes"`
 	SnapshotEvery *int     `toml:"snapshot_every"`
 	Ctx           *int     `toml:"ctx"`
 	AllowedHosts  []string `toml:"allowed_hosts"`
@@ -185,7 +187,7 @@ type serverTable struct {
 var serverTableKeys = map[string]string{
 	"host": "host", "port": "port", "api_key": "api-key", "queue": "queue", "cache_bytes": "cache-bytes",
 	"snapshot_every": "snapshot-every", "ctx": "ctx", "allowed_hosts": "allowed-hosts", "cors": "cors",
-	"max_body": "max-body", "name": "name", "grace": "grace", "thinking": "thinking",
+	"max_body": "max-body", "name": "name", "grace": "grace", "thinking": "thinking", "cache_host_bytes": "cache-host-bytes",
 }
 
 // parseOnOff reads the value of an on|off setting.
@@ -242,6 +244,9 @@ func applyServerTable(fs interface{ Visit(func(*flag.Flag)) }, path string, cfg 
 	}
 	if use("cache_bytes", t.CacheBytes != nil) {
 		cfg.CacheBytes = *t.CacheBytes
+	}
+	if use("cache_host_bytes", t.CacheHost != nil) {
+		cfg.CacheHostBytes = *t.CacheHost
 	}
 	if use("snapshot_every", t.SnapshotEvery != nil) {
 		cfg.SnapshotEvery = *t.SnapshotEvery

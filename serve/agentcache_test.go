@@ -220,12 +220,15 @@ func TestAgentContextPrefixCache(t *testing.T) {
 // and the logprobs compared bit for bit see a change that leaves the argmax alone.
 // TestAgentContextPrefixCache replays every turn cold on the tiny model.
 //
-// About 12 minutes on that machine, so it runs only with PISTIL_AGENT_STATE=1 (.ci/run
-// sets it): PISTIL_AGENT_STATE=1 go test ./serve -run AgentContextStateSizes -v -timeout 1h.
-// PISTIL_AGENT_TOKENS and PISTIL_AGENT_TURNS shorten it for a quicker look.
+// Estimated from those piece timings, about 12 minutes on that machine when idle (4 for
+// the 12K prefill, 2 for the 10 turns, 6 for the cold 15K prefill); shared with others
+// (load average 8 to 14) it is several times that: a 7,550-token first turn alone took
+// 8 min 21 s. So it runs only with PISTIL_AGENT_STATE=1
+// (.ci/run sets it): PISTIL_AGENT_STATE=1 go test ./serve -run AgentContextStateSizes -v
+// -timeout 80m. PISTIL_AGENT_TOKENS and PISTIL_AGENT_TURNS shorten it for a quicker look.
 func TestAgentContextStateSizes(t *testing.T) {
 	if os.Getenv("PISTIL_AGENT_STATE") != "1" {
-		t.Skip("about 12 minutes on 2 cores; set PISTIL_AGENT_STATE=1 (.ci/run does)")
+		t.Skip("15 minutes or more on 2 cores; set PISTIL_AGENT_STATE=1 (.ci/run does)")
 	}
 	run := agentRun{preset: "state", first: 12000, turns: 11, conversations: 1}
 	if n, err := strconv.Atoi(os.Getenv("PISTIL_AGENT_TOKENS")); err == nil && n > 0 {

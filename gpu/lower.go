@@ -526,10 +526,38 @@ func lowerAttention(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error
 		return nil, err
 	}
 	args.O = out[0].Addr
+	if d.Attrs.Int(AttrPrefillTiled) != 0 && prefillKernel(int(args.T), int(args.NH), int(args.KVH)) {
+		return newKernel(kernels.KernelAttentionPrefill, [3]int{int(args.KVH), ceilDiv(int(args.T), PrefillQueryTile(int(args.NH), int(args.KVH))), 1}, 256, args)
+	}
 	if !gqaKernel(int(args.NH), int(args.KVH)) {
 		return newKernel(kernels.KernelAttention, [3]int{int(args.NH), int(args.T), 1}, 256, args)
 	}
 	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), 1}, 256, args)
+}
+
+// AttrPrefillTiled is the attention attr (an int, 1) with which the compiler's
+// tile-attention pass asks for attention_prefill; without it, or where the kernel does
+// not apply, attention runs one group per (kv head, token) as before.
+const AttrPrefillTiled = "prefill_tiled"
+
+// prefillKernel says whether attention_prefill serves a step of T tokens over NH query
+// heads and KVH kv heads: more than one token (decode keeps attention_gqa and its key
+// split), and query heads per kv head a divisor of the kernel's SIMD groups, each SIMD
+// group serving one of them.
+func prefillKernel(T, NH, KVH int) bool {
+	return T > 1 && KVH > 0 && NH%KVH == 0 && kernels.AttnSIMDs%(NH/KVH) == 0
+}
+
+// PrefillQueryTile is how many tokens one group of attention_prefill takes: every SIMD
+// group serves kernels.AttnPrefillRows tokens of one query head of the kv head.
+func PrefillQueryTile(NH, KVH int) int {
+	return kernels.AttnPrefillRows * kernels.AttnSIMDs / (NH / KVH)
+}
+
+// TiledPrefillAttention says whether attention over T tokens of NH query heads of head
+// dim D, over KVH kv heads, runs as attention_prefill when the plan asks for it.
+func (t *Target) TiledPrefillAttention(T, NH, KVH, D int) bool {
+	return prefillKernel(T, NH, KVH) && D%32 == 0 && D <= kernels.AttnMaxD
 }
 
 // AttentionSplits is how many key ranges attention over T tokens of NH query heads and
@@ -540,14 +568,30 @@ func (t *Target) AttentionSplits(T, NH, KVH, D int) int {
 	if !gqaKernel(NH, KVH) || D%32 != 0 || D > kernels.AttnMaxD {
 		return 1
 	}
-	groups := T * KVH
+	return t.splitsFor(T * KVH)
+}
+
+// splitsFor is how many key ranges give groups (kv head, query) pairs enough groups to
+// fill the GPU twice over.
+func (t *Target) splitsFor(groups int) int {
 	if groups >= t.ParallelGroups {
 		return 1
 	}
 	return min(kernels.AttnMaxSplits, ceilDiv(t.ParallelGroups, groups))
 }
 
-// lowerAttentionPartial: attention_gqa over one key range per group, writing each range's
+// PrefillAttentionSplits is AttentionSplits for attention_prefill, whose groups are (kv
+// head, query tile) pairs: a step of a few hundred tokens (an agent's turn on a long
+// context) has too few tiles to fill the GPU without cutting the keys.
+func (t *Target) PrefillAttentionSplits(T, NH, KVH, D int) int {
+	if !t.TiledPrefillAttention(T, NH, KVH, D) {
+		return 1
+	}
+	return t.splitsFor(ceilDiv(T, PrefillQueryTile(NH, KVH)) * KVH)
+}
+
+// lowerAttentionPartial: attention_gqa (attention_prefill where the plan asks for it and
+// the step has more than one token) over one key range per group, writing each range's
 // partial softmax state (max, sum, unnormalised output) for attention_merge.
 func lowerAttentionPartial(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	args, err := attentionArgs(c, d, in)
@@ -563,6 +607,9 @@ func lowerAttentionPartial(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch
 		return nil, fmt.Errorf("attention_partial: key ranges in blocks of %d keys; the kernel's are %d", d.Attrs.Int("key_block"), kernels.AttnKeyBlock)
 	}
 	args.Splits, args.Work = int32(splits), out[0].Addr
+	if d.Attrs.Int(AttrPrefillTiled) != 0 && prefillKernel(int(args.T), int(args.NH), int(args.KVH)) {
+		return newKernel(kernels.KernelAttentionPrefill, [3]int{int(args.KVH), ceilDiv(int(args.T), PrefillQueryTile(int(args.NH), int(args.KVH))), splits}, 256, args)
+	}
 	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), splits}, 256, args)
 }
 

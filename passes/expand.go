@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 
+	"pistil/gpu"
 	"pistil/graph"
 	"pistil/ops"
 	"pistil/ops/kernels"
@@ -103,10 +104,17 @@ func splitAttention(u *Unit) error {
 			continue
 		}
 		splits := t.GPU.AttentionSplits(q[0], q[1], k[1], q[2])
+		tiled := v.Attrs.Int(gpu.AttrPrefillTiled) != 0
+		if tiled {
+			splits = t.GPU.PrefillAttentionSplits(q[0], q[1], k[1], q[2])
+		}
 		if splits < 2 {
 			continue
 		}
 		attrs := graph.Attrs{"scale": v.Attrs.Float("scale"), "splits": int64(splits), "key_block": int64(kernels.AttnKeyBlock)}
+		if tiled {
+			attrs[gpu.AttrPrefillTiled] = int64(1)
+		}
 		part, err := r.fuse("split", "attention_partial", sibling(v.Name, "attn_partial"), attrs, v.Args)
 		if err != nil {
 			return err

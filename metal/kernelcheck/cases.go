@@ -208,7 +208,7 @@ func Cases() []Case {
 	for i := vocab; i < 2*vocab; i++ {
 		argTies.F32()[i] = 1
 	}
-	return []Case{
+	return append([]Case{
 		{name: "embed q4", op: "embed", in: []*ops.Tensor{randQuant(r, graph.Q4, vocab, hidden), ids([]int32{3, 511, 0}, 3)}, launch: embed},
 		{name: "embed bf16", op: "embed", in: []*ops.Tensor{randBF16(r, 50, 96), ids([]int32{7, 1}, 2)}, launch: embed},
 		{name: "dequant q4", op: "dequant", in: []*ops.Tensor{randQuant(r, graph.Q4, 3, 5, 128)}, launch: func(e *env) []Launch {
@@ -362,5 +362,5 @@ func Cases() []Case {
 					{kernels.KernelRouter, [3]int{1, 1, 1}, 128, kernels.RouterArgs{Logits: logits, Weights: e.out[0].addr, Ids: e.out[1].addr, T: 3, E: 16, K: 4}},
 				}
 			}},
-	}
+	}, attentionPrefillCases()...)
 }

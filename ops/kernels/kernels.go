@@ -58,6 +58,7 @@ const (
 	KernelAttention         = "attention"
 	KernelAttentionGQA      = "attention_gqa"
 	KernelAttentionMerge    = "attention_merge"
+	KernelAttentionPrefill  = "attention_prefill"
 	KernelConv1D            = "conv1d"
 	KernelGatedDelta        = "gated_delta"
 	KernelGDNGates          = "gdn_gates"
@@ -80,7 +81,7 @@ const (
 // Names lists every kernel of the .k files.
 var Names = []string{
 	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
-	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge,
+	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge, KernelAttentionPrefill,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax, KernelSample,
 }
@@ -125,6 +126,11 @@ const (
 	SampleThreads    = 1024
 	SampleCandidates = 1024
 )
+
+// AttnPrefillRows (AP_ROWS) is how many consecutive tokens of one query head a SIMD group
+// of attention_prefill serves: a group takes a tile of AttnPrefillRows * AttnSIMDs /
+// (NH/KVH) tokens of one kv head.
+const AttnPrefillRows = 4
 
 // Family returns the dialect source of one family file.
 func Family(name string) (string, error) {

@@ -1,0 +1,74 @@
+package gpu
+
+import (
+	"testing"
+
+	"pistil/graph"
+	"pistil/ops/kernels"
+	"pistil/plan"
+)
+
+// The lowering runs attention_prefill only where the plan marks the attention and the
+// kernel applies (more than one token; query heads per kv head dividing its 8 SIMD
+// groups), on one group per (kv head, query tile), the key split on z; everything else
+// keeps the kernel it had.
+func TestPrefillAttentionLowering(t *testing.T) {
+	operands := func(T, NH, KVH, D int) []Operand {
+		return []Operand{
+			{Addr: 1 << 40, DType: graph.F32, Shape: []int{T, NH, D}},
+			{Addr: 2 << 40, DType: graph.BF16, Shape: []int{4096, KVH, D}},
+			{Addr: 3 << 40, DType: graph.BF16, Shape: []int{4096, KVH, D}},
+		}
+	}
+	out := []Operand{{Addr: 4 << 40, DType: graph.F32}}
+	marked := graph.Attrs{"scale": 0.0625, AttrPrefillTiled: int64(1)}
+	plain := graph.Attrs{"scale": 0.0625}
+	split := func(s int, tiled bool) graph.Attrs {
+		a := graph.Attrs{"scale": 0.0625, "splits": int64(s), "key_block": int64(kernels.AttnKeyBlock)}
+		if tiled {
+			a[AttrPrefillTiled] = int64(1)
+		}
+		return a
+	}
+	for _, tc := range []struct {
+		name       string
+		op         string
+		attrs      graph.Attrs
+		T, NH, KVH int
+		kernel     string
+		grid       [3]int
+	}{
+		{"model chunk", "attention", marked, 512, 16, 2, kernels.KernelAttentionPrefill, [3]int{2, 128, 1}},
+		{"model chunk unmarked", "attention", plain, 512, 16, 2, kernels.KernelAttentionGQA, [3]int{2, 512, 1}},
+		{"tile cut short", "attention", marked, 70, 4, 2, kernels.KernelAttentionPrefill, [3]int{2, 5, 1}},
+		{"one head per kv head", "attention", marked, 70, 2, 2, kernels.KernelAttentionPrefill, [3]int{2, 3, 1}},
+		{"decode ignores the mark", "attention", marked, 1, 16, 2, kernels.KernelAttentionGQA, [3]int{2, 1, 1}},
+		{"3 heads per kv head", "attention", marked, 64, 6, 2, kernels.KernelAttentionGQA, [3]int{2, 64, 1}},
+		{"16 heads per kv head", "attention", marked, 64, 16, 1, kernels.KernelAttention, [3]int{16, 64, 1}},
+		{"split", "attention_partial", split(5, true), 128, 16, 2, kernels.KernelAttentionPrefill, [3]int{2, 32, 5}},
+		{"split unmarked", "attention_partial", split(5, false), 128, 16, 2, kernels.KernelAttentionGQA, [3]int{2, 128, 5}},
+		{"split decode", "attention_partial", split(33, true), 1, 16, 2, kernels.KernelAttentionGQA, [3]int{2, 1, 33}},
+	} {
+		l, err := CUDA.Lower(&plan.Dispatch{Op: tc.op, Attrs: tc.attrs}, operands(tc.T, tc.NH, tc.KVH, 256), out, 5<<40)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if l.Kernel != tc.kernel || l.Grid != tc.grid || l.Block != 256 {
+			t.Errorf("%s: %s on %v x%d, want %s on %v x256", tc.name, l.Kernel, l.Grid, l.Block, tc.kernel, tc.grid)
+		}
+	}
+}
+
+// The key split of attention_prefill counts its (kv head, query tile) groups: the
+// model's 512-token chunk (256 groups) takes 2 ranges on the H200's 264, a 128-token
+// step 5, a 4096-token chunk none; where the kernel does not apply there is no split.
+func TestPrefillAttentionSplits(t *testing.T) {
+	for _, tc := range []struct{ T, NH, KVH, D, want int }{
+		{512, 16, 2, 256, 2}, {128, 16, 2, 256, 5}, {4096, 16, 2, 256, 1}, {8, 16, 2, 256, 64},
+		{1, 16, 2, 256, 1}, {64, 6, 2, 256, 1}, {64, 16, 2, 320, 1},
+	} {
+		if got := CUDA.PrefillAttentionSplits(tc.T, tc.NH, tc.KVH, tc.D); got != tc.want {
+			t.Errorf("T %d, %d/%d heads, D %d: %d splits, want %d", tc.T, tc.NH, tc.KVH, tc.D, got, tc.want)
+		}
+	}
+}

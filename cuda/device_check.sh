@@ -30,6 +30,8 @@ for layout in mlx-q4 hf; do
 	# whole and in chunks past their thresholds (more than 8 rows, 64 routed slots).
 	check --model "$dir" --reference "$ref" -pass=tensor-cores/on
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=tensor-cores/on
+	# Prefill attention one group per (kv head, token): attention_gqa instead of attention_prefill.
+	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
 	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE

@@ -25,6 +25,6 @@ for round in 1 2; do
 done
 cd cuda
 # Prefill on top of a deep context, tile-attention (attention_prefill) on and off.
-timeout 300 ../.dev/cuda.test -test.run '^$' -test.bench 'PrefillAtDepth' -test.benchtime "${DEPTH_N:-3}x" 2>&1 | tee "$OUT/bench_depth.log" | grep -E "Benchmark|FAIL|rror"
+timeout 300 ../.dev/cuda.test -test.run '^$' -test.bench 'TurnAtDepth' -test.benchtime "${DEPTH_N:-2}x" 2>&1 | tee "$OUT/bench_depth.log" | grep -E "Benchmark|FAIL|rror"
 timeout 150 ../.dev/cuda.test -test.run '^$' -test.bench 'Profile' -test.benchtime 16x 2>&1 > "$OUT/profile.log"
 head -40 "$OUT/profile.log" | cut -c1-80

@@ -28,6 +28,20 @@ type device struct {
 	// mu serialises CUDA work: a context is current per OS thread and stream capture is
 	// thread-local, so every call runs on a locked OS thread under mu.
 	mu sync.Mutex
+
+	// sizes and live count the device memory the process holds through alloc, exactly:
+	// cuMemGetInfo moves in the driver's page granularity (2 MiB), so it cannot show
+	// that a small buffer was freed.
+	sizesMu sync.Mutex
+	sizes   map[uint64]int64
+	live    int64
+}
+
+// liveBytes is the device memory alloc has handed out and free has not taken back.
+func (g *device) liveBytes() int64 {
+	g.sizesMu.Lock()
+	defer g.sizesMu.Unlock()
+	return g.live
 }
 
 var (
@@ -136,6 +150,13 @@ func (g *device) alloc(n int64) (uint64, error) {
 		g.d.cuMemGetInfo(&free, &total)
 		return 0, fmt.Errorf("cuMemAlloc of %d bytes (%d of %d bytes free): %s", n, free, total, g.d.errString(r))
 	}
+	g.sizesMu.Lock()
+	if g.sizes == nil {
+		g.sizes = map[uint64]int64{}
+	}
+	g.sizes[p] = n
+	g.live += n
+	g.sizesMu.Unlock()
 	if err := g.d.check("cuMemsetD8Async", g.d.cuMemsetD8Async(p, 0, uint64(n), g.stream)); err != nil {
 		return 0, err
 	}
@@ -145,6 +166,10 @@ func (g *device) alloc(n int64) (uint64, error) {
 func (g *device) free(p uint64) {
 	if p != 0 {
 		g.d.cuMemFree(p)
+		g.sizesMu.Lock()
+		g.live -= g.sizes[p]
+		delete(g.sizes, p)
+		g.sizesMu.Unlock()
 	}
 }
 

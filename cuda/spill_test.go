@@ -58,7 +58,7 @@ func TestSnapshotSpillToHost(t *testing.T) {
 		return int64(f)
 	}
 	spilled := snap.FixedBytes()
-	before := free()
+	before, liveBefore := free(), g.liveBytes()
 	if !snap.OnDevice() {
 		t.Fatal("a fresh snapshot is not in device memory")
 	}
@@ -80,10 +80,12 @@ func TestSnapshotSpillToHost(t *testing.T) {
 	if err := snap.Spill(); err != nil { // twice: nothing to do
 		t.Fatal(err)
 	}
-	after := free()
-	t.Logf("spilled %d bytes; device free %d -> %d", spilled, before, after)
-	if after-before < spilled {
-		t.Errorf("spilling %d bytes freed %d bytes of device memory", spilled, after-before)
+	after, liveAfter := free(), g.liveBytes()
+	// The backend's own count is exact; the driver's free memory moves in pages (on an
+	// H200 it did not move at all for these 0.5 MB), so it is only logged.
+	t.Logf("spilled %d bytes; device memory held %d -> %d bytes; driver's free %d -> %d", spilled, liveBefore, liveAfter, before, after)
+	if liveBefore-liveAfter < spilled {
+		t.Errorf("spilling %d bytes gave back %d bytes of device memory", spilled, liveBefore-liveAfter)
 	}
 
 	// Another session that ran something else, so no KV row it holds is the snapshot's.

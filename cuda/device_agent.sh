@@ -36,7 +36,11 @@ for port in 8080 8081; do
 	done
 done
 grep -iE 'cache|budget' "$OUT/serve_cached_$mode.log" | head -5
+# The running-servers test sizes its first user message in bytes (it has no tokenizer of
+# the server's): 12,000 bytes are 7,447 tokens with synth's byte-level tokenizer, so the
+# default here is 20,000 bytes, about 12,400 tokens, the agent length.
 (cd serve && PISTIL_AGENT_URL=http://127.0.0.1:8080 PISTIL_AGENT_COLD_URL=http://127.0.0.1:8081 \
+	PISTIL_AGENT_TOKENS=${PISTIL_AGENT_TOKENS:-20000} \
 	PISTIL_AGENT_CONVERSATIONS=$conversations \
 	timeout $limit ../.dev/serve.test -test.run AgainstRunningServers -test.v -test.timeout $((limit - 10))s 2>&1) |
 	tee "$OUT/agent_$mode.log" | grep -E 'turn|PASS|FAIL|ok|panic'

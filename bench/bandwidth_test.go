@@ -11,21 +11,27 @@ import (
 	"pistil/plan"
 )
 
-// TestMeasureRoofline runs Measure on the golden tiny model and checks the derived
-// numbers against the plans by hand: a decode step at context c reads the weights plus
-// c rows of every KV cache more than at context 0, and a longer prompt costs more flops.
-func TestMeasureRoofline(t *testing.T) {
+// goldenModel opens the golden tiny model with 8-token chunks, and compiles its plans
+// with their costs counted at a given context.
+func goldenModel(t *testing.T) (*exec.Model, func(tokens, context int) (*plan.Plan, error)) {
 	dir, opts := fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Chunk: 8}
 	m, err := exec.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	plans := func(tokens, context int) (*plan.Plan, error) {
+	t.Cleanup(func() { m.Close() })
+	return m, func(tokens, context int) (*plan.Plan, error) {
 		o := opts
 		o.CostContext = context
 		return exec.CompilePlan(dir, o, tokens)
 	}
+}
+
+// TestMeasureRoofline runs Measure on the golden tiny model and checks the derived
+// numbers against the plans by hand: a decode step at context c reads the weights plus
+// c rows of every KV cache more than at context 0, and a longer prompt costs more flops.
+func TestMeasureRoofline(t *testing.T) {
+	m, plans := goldenModel(t)
 	spec := bench.Spec{Prompts: []int{3, 16}, Contexts: []int{0, 8}, DecodeTokens: 4, Repeats: 1, BandwidthBytes: 8 << 20, Plans: plans}
 	res, err := bench.Measure(context.Background(), m, spec)
 	if err != nil {
@@ -78,17 +84,7 @@ func TestMeasureRoofline(t *testing.T) {
 // measured once per depth, labelled with it, and costs the flops of its chunks at that
 // depth: an 8-token prompt at depth 8 is exactly the second chunk of a 16-token prompt.
 func TestMeasurePrefillAtDepth(t *testing.T) {
-	dir, opts := fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Chunk: 8}
-	m, err := exec.Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	plans := func(tokens, context int) (*plan.Plan, error) {
-		o := opts
-		o.CostContext = context
-		return exec.CompilePlan(dir, o, tokens)
-	}
+	m, plans := goldenModel(t)
 	spec := bench.Spec{Prompts: []int{8}, Depths: []int{0, 8}, DecodeTokens: 1, Repeats: 2, Plans: plans}
 	if got := spec.Capacity(); got != 16 {
 		t.Errorf("capacity %d, want depth + prompt = 16", got)

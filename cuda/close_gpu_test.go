@@ -66,6 +66,33 @@ func TestOpenCloseDoesNotGrowDeviceMemory(t *testing.T) {
 	}
 }
 
+// snapshotOfTwoBlocks prefills 300 tokens (two KV blocks) into a session of m, takes a
+// snapshot, decodes one more token, and returns the snapshot and the logits after that
+// token: what a session restored from the snapshot must give for the same token.
+func snapshotOfTwoBlocks(t *testing.T, m *exec.Model) (*exec.Snapshot, []float32) {
+	prompt := make([]int32, 300)
+	for i := range prompt {
+		prompt[i] = int32(1 + i%200)
+	}
+	a, err := m.NewSession(512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if err := a.Prefill(t.Context(), prompt, exec.PrefillOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := a.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(snap.Release)
+	if err := a.Decode(t.Context(), 5); err != nil {
+		t.Fatal(err)
+	}
+	return snap, append([]float32(nil), a.Logits()...)
+}
+
 // Snapshots on the device: a snapshot's KV blocks and recurrent state, restored into
 // another session after it ran something else, give the logits the first session had.
 // Skips without a GPU.
@@ -79,27 +106,14 @@ func TestSnapshotRestoreOnDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	prompt := make([]int32, 300) // two KV blocks
-	for i := range prompt {
-		prompt[i] = int32(1 + i%200)
-	}
-	a, _ := m.NewSession(512)
-	defer a.Close()
-	if err := a.Prefill(ctx, prompt, exec.PrefillOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := a.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Release()
-	if err := a.Decode(ctx, 5); err != nil {
-		t.Fatal(err)
-	}
-	want := append([]float32(nil), a.Logits()...)
+	snap, want := snapshotOfTwoBlocks(t, m)
 	b, _ := m.NewSession(512)
 	defer b.Close()
-	if err := b.Prefill(ctx, prompt[:100], exec.PrefillOptions{}); err != nil {
+	shared := make([]int32, 100) // the first 100 of the snapshot's 300 tokens
+	for i := range shared {
+		shared[i] = int32(1 + i%200)
+	}
+	if err := b.Prefill(ctx, shared, exec.PrefillOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Restore(snap); err != nil {

@@ -27,24 +27,7 @@ func TestSnapshotSpillToHost(t *testing.T) {
 	if !m.StateInDeviceMemory() {
 		t.Fatal("the CUDA backend's state is not reported as device memory")
 	}
-	prompt := make([]int32, 300) // two KV blocks
-	for i := range prompt {
-		prompt[i] = int32(1 + i%200)
-	}
-	a, _ := m.NewSession(512)
-	defer a.Close()
-	if err := a.Prefill(ctx, prompt, exec.PrefillOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := a.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Release()
-	if err := a.Decode(ctx, 5); err != nil {
-		t.Fatal(err)
-	}
-	want := append([]float32(nil), a.Logits()...)
+	snap, want := snapshotOfTwoBlocks(t, m)
 
 	g, err := openDevice()
 	if err != nil {

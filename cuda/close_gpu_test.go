@@ -100,31 +100,39 @@ func TestSnapshotRestoreOnDevice(t *testing.T) {
 	if _, err := loadDriver(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
-	ctx := context.Background()
 	m, err := exec.Open(fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Backend: "cuda", Chunk: 32, Graphs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
 	snap, want := snapshotOfTwoBlocks(t, m)
-	b, _ := m.NewSession(512)
-	defer b.Close()
 	shared := make([]int32, 100) // the first 100 of the snapshot's 300 tokens
 	for i := range shared {
 		shared[i] = int32(1 + i%200)
 	}
-	if err := b.Prefill(ctx, shared, exec.PrefillOptions{}); err != nil {
+	restoreGives(t, m, snap, want, shared, "restored session")
+}
+
+// restoreGives restores snap into a new session of m that first ran the tokens ran,
+// decodes the token snapshotOfTwoBlocks decoded, and checks the logits equal want.
+func restoreGives(t *testing.T, m *exec.Model, snap *exec.Snapshot, want []float32, ran []int32, what string) {
+	b, err := m.NewSession(512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Prefill(t.Context(), ran, exec.PrefillOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Restore(snap); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Decode(ctx, 5); err != nil {
+	if err := b.Decode(t.Context(), 5); err != nil {
 		t.Fatal(err)
 	}
 	for i, v := range b.Logits() {
 		if v != want[i] {
-			t.Fatalf("restored session's logit %d = %v, the original's %v", i, v, want[i])
+			t.Fatalf("%s: logit %d = %v, the original's %v", what, i, v, want[i])
 		}
 	}
 }

@@ -3,7 +3,6 @@
 package cuda
 
 import (
-	"context"
 	"testing"
 
 	"pistil/exec"
@@ -18,7 +17,6 @@ func TestSnapshotSpillToHost(t *testing.T) {
 	if _, err := loadDriver(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
-	ctx := context.Background()
 	m, err := exec.Open(fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Backend: "cuda", Chunk: 32, Graphs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -72,24 +70,9 @@ func TestSnapshotSpillToHost(t *testing.T) {
 	}
 
 	// Another session that ran something else, so no KV row it holds is the snapshot's.
-	b, _ := m.NewSession(512)
-	defer b.Close()
 	other := make([]int32, 400)
 	for i := range other {
 		other[i] = int32(3 + i%150)
 	}
-	if err := b.Prefill(ctx, other, exec.PrefillOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Restore(snap); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Decode(ctx, 5); err != nil {
-		t.Fatal(err)
-	}
-	for i, v := range b.Logits() {
-		if v != want[i] {
-			t.Fatalf("the session restored from spilled blocks has logit %d = %v, the original %v", i, v, want[i])
-		}
-	}
+	restoreGives(t, m, snap, want, other, "the session restored from spilled blocks")
 }

@@ -1,0 +1,46 @@
+#!/bin/bash
+# Per-kernel profile of one prefill step on top of a context, on a GPU machine, from the
+# repository root with .dev/pistil carried: an agent's turn (a few hundred new tokens on a
+# 12K-token conversation) is such a step. A prompt of DEPTH + TOKENS tokens is generated
+# with graphs off (each dispatch its own launch); Nsight Compute skips the launches of the
+# DEPTH/512 whole chunks and profiles the next TOKENS-token step (TOKENS a power of two, so
+# it is one plan), reading each kernel's duration and DRAM bytes, summed per dispatch op.
+#
+#   TOKENS=128 DEPTH=12288 cuda/device_prefill_profile.sh
+set -u
+OUT=${OUT:-/tmp/cuda-out}
+TOKENS=${TOKENS:-128}
+DEPTH=${DEPTH:-12288}
+mkdir -p "$OUT"
+[ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --seed 1 --out /tmp/full > /dev/null
+dispatches() { ./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$1" 2>/dev/null | awk '/dispatches/ {print $2; exit}'; }
+CHUNK=$(dispatches 512)
+STEP=$(dispatches "$TOKENS")
+echo "prefill dispatches: $CHUNK per 512-token chunk, $STEP per $TOKENS-token step"
+./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$TOKENS" -v 2>/dev/null > "$OUT/plan_prefill_$TOKENS.txt"
+printf '[cuda]\ngraphs = false\n' > /tmp/nographs.toml
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+ids=$(python3 -c "print(','.join(str(1 + i % 200000) for i in range($DEPTH + $TOKENS)))")
+timeout 500 "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+	--launch-skip $((CHUNK * DEPTH / 512)) --launch-count "$STEP" --csv --page raw --log-file "$OUT/ncu_prefill.csv" \
+	./.dev/pistil generate --model /tmp/full --backend cuda --pipeline /tmp/nographs.toml --prompt-ids "$ids" --max-tokens 1 > "$OUT/ncu_prefill_run.log" 2>&1
+echo "ncu exit $?"
+python3 - "$OUT/ncu_prefill.csv" "$OUT/plan_prefill_$TOKENS.txt" <<'PY' | tee "$OUT/profile_prefill_$TOKENS.txt"
+import csv, sys, collections, re
+rows = list(csv.reader(open(sys.argv[1])))
+hdr = next(i for i, r in enumerate(rows) if 'Kernel Name' in r)
+h = rows[hdr]; data = [r for r in rows[hdr + 2:] if len(r) == len(h)]
+ki, ti = h.index('Kernel Name'), h.index('gpu__time_duration.sum')
+ri, wi = h.index('dram__bytes_read.sum'), h.index('dram__bytes_write.sum')
+# The plan's dispatches in order: "gNN dN op name [kernel grid ...]", matched launch by launch.
+plan = [m.group(1) for m in (re.match(r'\s+g\d+ d\d+ (\S+) ', l) for l in open(sys.argv[2])) if m]
+def num(s): return float(s.replace(',', '')) if s else 0.0
+agg = collections.defaultdict(lambda: [0, 0.0, 0.0])
+for i, r in enumerate(data):
+    op = plan[i] if i < len(plan) else '?'
+    a = agg[(op, r[ki].split('(')[0])]; a[0] += 1; a[1] += num(r[ti]); a[2] += num(r[ri]) + num(r[wi])
+total = sum(a[1] for a in agg.values())
+print(f"{len(data)} kernels ({len(plan)} planned dispatches), {total/1e6:.2f} ms in kernels")
+for (op, k), (n, t, b) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+    print(f"{op:24s} {k:28s} {n:4d} x {t/n/1e3:8.1f} us = {t/1e6:7.2f} ms {b/t if t else 0:8.1f} GB/s {100*t/total:5.1f}%")
+PY

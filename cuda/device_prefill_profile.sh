@@ -13,7 +13,7 @@ TOKENS=${TOKENS:-128}
 DEPTH=${DEPTH:-12288}
 mkdir -p "$OUT"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --seed 1 --out /tmp/full > /dev/null
-dispatches() { ./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$1" 2>/dev/null | awk '/dispatches/ {print $2; exit}'; }
+dispatches() { ./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$1" 2>/dev/null | awk '/dispatches/ {gsub(",", "", $2); print $2; exit}'; }
 CHUNK=$(dispatches 512)
 STEP=$(dispatches "$TOKENS")
 echo "prefill dispatches: $CHUNK per 512-token chunk, $STEP per $TOKENS-token step"

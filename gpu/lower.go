@@ -328,6 +328,16 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		}
 		return newKernel(kernel, [3]int{ceilDiv(M, rowsPerGroup), E, 1}, kernels.MMAThreads, args)
 	}
+	if d.Attrs.Bool(AttrExpertMatvec) {
+		if !q4Matvec(w, K) {
+			return nil, fmt.Errorf("%s: marked %s, which needs q4 weights in 32-code chunks, not %s [%d %d %d] of group %d",
+				d.Op, AttrExpertMatvec, w.DType, E, M, K, w.W.Group)
+		}
+		if E > 65535 {
+			return nil, fmt.Errorf("%s: %d experts exceed the grid", d.Op, E)
+		}
+		return newKernel(kernels.KernelExpertMVGatherQ4, matvecGrid(M, K, E), kernels.MatvecThreads, args)
+	}
 	if slots < expertTiledMinSlots && q4Matvec(w, K) {
 		return newKernel(kernels.KernelExpertMVQ4, matvecGrid(M, K, slots), kernels.MatvecThreads, args)
 	}
@@ -349,7 +359,30 @@ const (
 	// AttrExpertTile (int, one of ExpertTiles) is the height in routed rows of an mma
 	// expert tile; absent, the first.
 	AttrExpertTile = "expert_tile"
+	// AttrExpertMatvec (bool) runs an expert_qmatmul of a multi-token step on
+	// expert_matvec_gather_q4: each expert's routed rows gathered, one matrix-vector
+	// tile per row (the expert-matvec pass, for steps whose experts receive few rows).
+	AttrExpertMatvec = "expert_matvec"
 )
+
+// ExpertMatvecMaxRows is the most routed rows an expert receives on average (T·k/E) for
+// which the expert-matvec pass picks expert_matvec_gather_q4 over the tiles: the tiles
+// cost an expert's weights times their fixed height whatever the load, the gathered
+// matrix-vector tiles the weights once plus a pass over L1 per row.
+const ExpertMatvecMaxRows = 8
+
+// ExpertMatvecShape says whether an expert_qmatmul of a multi-token step with these
+// operands (x, w [E, M, K], ids [T, k]) runs on expert_matvec_gather_q4: q4 weights the
+// matrix-vector tiles read, more routed slots than the per-slot kernel takes, and at
+// most ExpertMatvecMaxRows rows per expert on average.
+func ExpertMatvecShape(op string, in []Operand) bool {
+	if op != "expert_qmatmul" || len(in) < 3 || len(in[1].Shape) != 3 || len(in[2].Shape) != 2 {
+		return false
+	}
+	w, slots := in[1], prod(in[2].Shape)
+	E, K := w.Shape[0], w.Shape[2]
+	return q4Matvec(w, K) && slots >= expertTiledMinSlots && slots <= ExpertMatvecMaxRows*E
+}
 
 // ExpertTiles are the heights (routed rows per tile) of the mma expert kernels.
 var ExpertTiles = []int{16, 32, 64}

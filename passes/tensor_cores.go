@@ -52,6 +52,32 @@ func expertTiles(u *Unit) error {
 	return nil
 }
 
+// expertMatvec marks, for a GPU target, the q4 routed-expert matmuls of a multi-token
+// step whose experts receive few rows each (gpu.ExpertMatvecShape: an agent's turn of a
+// few hundred tokens) with gpu.AttrExpertMatvec, so select-kernels gives them the gathered
+// matrix-vector kernel. Dispatches the tensor-cores pass marked keep their mma kernel.
+// Off, they run on expert_tiled, whose fixed 16-row tiles cost the whole expert's weights
+// times 16 whatever the load.
+func expertMatvec(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || u.Plan == nil || u.Plan.Tokens < 2 {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if d.Attrs.Bool(gpu.AttrTensorCores) {
+			continue
+		}
+		in, _ := dispatchOperands(u.Plan, d)
+		if !gpu.ExpertMatvecShape(d.Op, in) {
+			continue
+		}
+		setAttr(d, gpu.AttrExpertMatvec, true)
+		u.count("expert-matvec: "+d.Op, 1)
+	}
+	return nil
+}
+
 // setAttr sets one attribute on a copy of the dispatch's attributes (lower may share
 // the map with the graph value, and fusions share maps between values).
 func setAttr(d *plan.Dispatch, key string, v any) {

@@ -44,6 +44,8 @@ func expertLaunch(kernel string) func(e *env) []Launch {
 			return []Launch{{kernel, [3]int{ceilDiv(int(a.M), 8), slots, 1}, 256, a}}
 		case kernels.KernelExpertTiled:
 			return []Launch{{kernel, [3]int{ceilDiv(int(a.M), kernels.ExpertTileM), int(a.E), 1}, 256, a}}
+		case kernels.KernelExpertMVGatherQ4:
+			return []Launch{{kernel, [3]int{ceilDiv(int(a.M), kernels.MatvecRowsPerGroup(int(a.K))), int(a.E), 1}, kernels.MatvecThreads, a}}
 		}
 		return []Launch{{kernel, [3]int{ceilDiv(int(a.M), kernels.MatvecRowsPerGroup(int(a.K))), slots, 1}, kernels.MatvecThreads, a}}
 	}
@@ -229,6 +231,11 @@ func Cases() []Case {
 		{name: "expert_matvec_q4 decode", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 1, 4, 16)}}, // gpu.Metal: expert_matvec_q4
 		{name: "expert_tiled q4 prefill", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 20, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 20, 4, 16)},
 			launch: expertLaunch(kernels.KernelExpertTiled)},
+		{name: "expert_matvec_gather_q4 prefill", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 20, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 20, 4, 16)},
+			launch: expertLaunch(kernels.KernelExpertMVGatherQ4)},
+		// More slots than a Metal group gathers at a time (EXPERT_SLOTS 2048): rounds.
+		{name: "expert_matvec_gather_q4 in rounds", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 600, 64), randQuant(r, graph.Q4, 4, 12, 64), routed(r, 600, 4, 4)},
+			launch: expertLaunch(kernels.KernelExpertMVGatherQ4)},
 		{name: "expert_matvec_swiglu_q4", op: "expert_matmul_swiglu",
 			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 16, 64, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 1, 4, 16)},
 			launch: func(e *env) []Launch {

@@ -44,6 +44,7 @@ const (
 	KernelMatvecQ4          = "matvec_q4"
 	KernelMatvecQ8          = "matvec_q8"
 	KernelExpertMVQ4        = "expert_matvec_q4"
+	KernelExpertMVGatherQ4  = "expert_matvec_gather_q4"
 	KernelExpertMVSwiGLUQ4  = "expert_matvec_swiglu_q4"
 	KernelExpertMVCombineQ4 = "expert_matvec_combine_q4"
 	KernelMatvecFusedQ4     = "matvec_fused_q4"
@@ -80,7 +81,7 @@ const (
 
 // Names lists every kernel of the .k files.
 var Names = []string{
-	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelExpertMVQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
+	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge, KernelAttentionPrefill,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax, KernelSample,
@@ -165,7 +166,8 @@ type Tuning struct {
 	// AttnTileKeys (FA_KEYS) is how many keys attention_gqa stages in group memory at a
 	// time: a divisor of SIMD_WIDTH and of AttnKeyBlock, so it changes no result.
 	AttnTileKeys int32
-	// ExpertSlots (EXPERT_SLOTS) is how many routed slots expert_tiled gathers at a time.
+	// ExpertSlots (EXPERT_SLOTS) is how many routed slots expert_tiled and
+	// expert_matvec_gather_q4 gather at a time.
 	ExpertSlots int32
 	// GroupMemoryLimit is the most group (threadgroup, shared) memory a kernel may declare.
 	GroupMemoryLimit int

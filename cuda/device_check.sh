@@ -30,10 +30,10 @@ for layout in mlx-q4 hf; do
 	# whole and in chunks past their thresholds (more than 8 rows, 64 routed slots).
 	check --model "$dir" --reference "$ref" -pass=tensor-cores/on
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=tensor-cores/on
-	# Chunks of 32: the routed experts receive 8 rows each on average, so the q4 layout's
-	# expert matmuls run on expert_matvec_gather_q4 (expert-matvec), and without it.
+	# Chunks of 32: the q4 layout's matmuls run on matvec_q4_rows and its routed experts
+	# (8 rows each on average) on expert_matvec_gather_q4 (batched-matvec), and without it.
 	check --model "$dir" --reference "$ref" --chunk 32
-	check --model "$dir" --reference "$ref" --chunk 32 -pass=expert-matvec/off
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=batched-matvec/off
 	# Prefill attention one group per (kv head, token): attention_gqa instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off
 	# The primitive ops only.

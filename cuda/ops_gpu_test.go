@@ -198,7 +198,7 @@ func opCases() []opCase {
 		}
 		return randF32(r, 16, 2, 64)
 	}
-	gathered := graph.Attrs{gpu.AttrExpertMatvec: true}
+	batched := graph.Attrs{gpu.AttrBatchedMatvec: true}
 	cases := []opCase{
 		{name: "qmatmul q4 decode", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 256), randQuant(r, graph.Q4, 72, 256)}},
 		{name: "qmatmul q8 decode wide", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 2048), randQuant(r, graph.Q8, 37, 2048)}},
@@ -214,13 +214,18 @@ func opCases() []opCase {
 		{name: "expert q4 per-slot x", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 2, 4, 128), randQuant(r, graph.Q4, 16, 40, 128), routed(2, 4, 16)}},
 		{name: "expert q4 tiled", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
 		{name: "expert bf16 tiled per-slot", op: "expert_matmul", in: []*ops.Tensor{randF32(r, 20, 4, 64), randBF16(r, 8, 40, 64), routed(20, 4, 8)}},
-		// expert_matvec_gather_q4 (the expert-matvec pass): 10 rows per expert; K 2048 (64 lanes
+		// expert_matvec_gather_q4 (the batched-matvec pass): 10 rows per expert; K 2048 (64 lanes
 		// per row, reduced across SIMD groups); per-slot x; more slots than a group gathers
 		// at a time (EXPERT_SLOTS), so the gathering runs in rounds.
-		{name: "expert q4 gathered matvec", op: "expert_qmatmul", attrs: gathered, in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
-		{name: "expert q4 gathered matvec K 2048", op: "expert_qmatmul", attrs: gathered, in: []*ops.Tensor{randF32(r, 20, 2048), randQuant(r, graph.Q4, 16, 36, 2048), routed(20, 4, 16)}},
-		{name: "expert q4 gathered matvec per-slot x", op: "expert_qmatmul", attrs: gathered, in: []*ops.Tensor{randF32(r, 20, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8)}},
-		{name: "expert q4 gathered matvec in rounds", op: "expert_qmatmul", attrs: gathered, in: []*ops.Tensor{randF32(r, 1100, 64), randQuant(r, graph.Q4, 4, 12, 64), routed(1100, 4, 4)}},
+		// matvec_q4_rows (the batched-matvec pass): rows not a multiple of the batch, M not
+		// of the tile, K 2048.
+		{name: "qmatmul q4 batched 21 rows", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 21, 256), randQuant(r, graph.Q4, 72, 256)}},
+		{name: "qmatmul q4 batched 3d, K 2048", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 3, 4, 2048), randQuant(r, graph.Q4, 37, 2048)}},
+		{name: "qmatmul q4 batched K 64", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 17, 64), randQuant(r, graph.Q4, 40, 64)}},
+		{name: "expert q4 gathered matvec", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
+		{name: "expert q4 gathered matvec K 2048", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 20, 2048), randQuant(r, graph.Q4, 16, 36, 2048), routed(20, 4, 16)}},
+		{name: "expert q4 gathered matvec per-slot x", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 20, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8)}},
+		{name: "expert q4 gathered matvec in rounds", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 1100, 64), randQuant(r, graph.Q4, 4, 12, 64), routed(1100, 4, 4)}},
 		{name: "rms_norm bf16 w", op: "rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 3, 300), randBF16(r, 300)}},
 		{name: "l2_norm", op: "l2_norm", attrs: graph.Attrs{"eps": 1e-6, "scale": 0.25}, in: []*ops.Tensor{randF32(r, 2, 3, 32)}},
 		{name: "gated_rms_norm", op: "gated_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64)}},

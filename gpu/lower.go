@@ -270,6 +270,16 @@ func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	if rows == 1 && q4Matvec(w, K) {
 		return newKernel(kernels.KernelMatvecQ4, matvecGrid(M, K, 1), kernels.MatvecThreads, args)
 	}
+	if d.Attrs.Bool(AttrBatchedMatvec) {
+		if !q4Matvec(w, K) {
+			return nil, fmt.Errorf("%s: marked %s, which needs q4 weights in 32-code chunks, not %s [%d %d] of group %d",
+				d.Op, AttrBatchedMatvec, w.DType, M, K, w.W.Group)
+		}
+		if ceilDiv(rows, kernels.MatvecBatchRows) > 65535 {
+			return nil, fmt.Errorf("%s: %d rows exceed the grid", d.Op, rows)
+		}
+		return newKernel(kernels.KernelMatvecQ4Rows, matvecGrid(M, K, ceilDiv(rows, kernels.MatvecBatchRows)), kernels.MatvecThreads, args)
+	}
 	if rows == 1 && w.DType == graph.Q8 && K%16 == 0 && w.W.Group%16 == 0 {
 		return newKernel(kernels.KernelMatvecQ8, [3]int{ceilDiv(M, kernels.MatvecQ8Rows), 1, 1}, kernels.MatvecThreads, args)
 	}
@@ -328,10 +338,10 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		}
 		return newKernel(kernel, [3]int{ceilDiv(M, rowsPerGroup), E, 1}, kernels.MMAThreads, args)
 	}
-	if d.Attrs.Bool(AttrExpertMatvec) {
+	if d.Attrs.Bool(AttrBatchedMatvec) {
 		if !q4Matvec(w, K) {
 			return nil, fmt.Errorf("%s: marked %s, which needs q4 weights in 32-code chunks, not %s [%d %d %d] of group %d",
-				d.Op, AttrExpertMatvec, w.DType, E, M, K, w.W.Group)
+				d.Op, AttrBatchedMatvec, w.DType, E, M, K, w.W.Group)
 		}
 		if E > 65535 {
 			return nil, fmt.Errorf("%s: %d experts exceed the grid", d.Op, E)
@@ -359,29 +369,47 @@ const (
 	// AttrExpertTile (int, one of ExpertTiles) is the height in routed rows of an mma
 	// expert tile; absent, the first.
 	AttrExpertTile = "expert_tile"
-	// AttrExpertMatvec (bool) runs an expert_qmatmul of a multi-token step on
-	// expert_matvec_gather_q4: each expert's routed rows gathered, one matrix-vector
-	// tile per row (the expert-matvec pass, for steps whose experts receive few rows).
-	AttrExpertMatvec = "expert_matvec"
+	// AttrBatchedMatvec (bool) runs a q4 qmatmul or expert_qmatmul of a multi-token step on
+	// the batched matrix-vector kernels (matvec_q4_rows; expert_matvec_gather_q4, each
+	// expert's routed rows gathered): the batched-matvec pass, for steps of few rows.
+	AttrBatchedMatvec = "batched_matvec"
 )
 
-// ExpertMatvecMaxRows is the most routed rows an expert receives on average (T·k/E) for
-// which the expert-matvec pass picks expert_matvec_gather_q4 over the tiles: the tiles
-// cost an expert's weights times their fixed height whatever the load, the gathered
-// matrix-vector tiles the weights once plus a pass over L1 per row.
-const ExpertMatvecMaxRows = 8
+// BatchedMatvecMaxRows is the most activation rows of a q4 qmatmul, and
+// BatchedMatvecMaxExpertRows the most routed rows an expert receives on average (T·k/E),
+// for which the batched-matvec pass picks the batched matrix-vector kernels over the
+// SIMT tiles: the tiles pay for their staging only with many rows (expert_tiled costs an
+// expert's weights times its 16-row height however few rows arrive), the batched kernels
+// read each weight once per kernels.MatvecBatchRows rows.
+const (
+	BatchedMatvecMaxRows       = 128
+	BatchedMatvecMaxExpertRows = 8
+)
 
-// ExpertMatvecShape says whether an expert_qmatmul of a multi-token step with these
-// operands (x, w [E, M, K], ids [T, k]) runs on expert_matvec_gather_q4: q4 weights the
-// matrix-vector tiles read, more routed slots than the per-slot kernel takes, and at
-// most ExpertMatvecMaxRows rows per expert on average.
-func ExpertMatvecShape(op string, in []Operand) bool {
-	if op != "expert_qmatmul" || len(in) < 3 || len(in[1].Shape) != 3 || len(in[2].Shape) != 2 {
+// BatchedMatvecShape says whether a qmatmul or expert_qmatmul of a multi-token step with
+// these operands runs on the batched matrix-vector kernels: q4 weights in 32-code chunks,
+// more rows than matmul_rows (more slots than the per-slot kernel) takes, and at most
+// BatchedMatvecMaxRows rows (BatchedMatvecMaxExpertRows rows per expert).
+func BatchedMatvecShape(op string, in []Operand) bool {
+	if len(in) < 2 {
 		return false
 	}
-	w, slots := in[1], prod(in[2].Shape)
-	E, K := w.Shape[0], w.Shape[2]
-	return q4Matvec(w, K) && slots >= expertTiledMinSlots && slots <= ExpertMatvecMaxRows*E
+	x, w := in[0], in[1]
+	switch op {
+	case "qmatmul":
+		if len(w.Shape) != 2 || w.Shape[1] == 0 {
+			return false
+		}
+		rows := prod(x.Shape) / w.Shape[1]
+		return q4Matvec(w, w.Shape[1]) && rows > kernels.MatmulMaxRows && rows <= BatchedMatvecMaxRows
+	case "expert_qmatmul":
+		if len(in) < 3 || len(w.Shape) != 3 || len(in[2].Shape) != 2 {
+			return false
+		}
+		slots := prod(in[2].Shape)
+		return q4Matvec(w, w.Shape[2]) && slots >= expertTiledMinSlots && slots <= BatchedMatvecMaxExpertRows*w.Shape[0]
+	}
+	return false
 }
 
 // ExpertTiles are the heights (routed rows per tile) of the mma expert kernels.

@@ -52,13 +52,14 @@ func expertTiles(u *Unit) error {
 	return nil
 }
 
-// expertMatvec marks, for a GPU target, the q4 routed-expert matmuls of a multi-token
-// step whose experts receive few rows each (gpu.ExpertMatvecShape: an agent's turn of a
-// few hundred tokens) with gpu.AttrExpertMatvec, so select-kernels gives them the gathered
-// matrix-vector kernel. Dispatches the tensor-cores pass marked keep their mma kernel.
-// Off, they run on expert_tiled, whose fixed 16-row tiles cost the whole expert's weights
-// times 16 whatever the load.
-func expertMatvec(u *Unit) error {
+// batchedMatvec marks, for a GPU target, the q4 matmuls of a multi-token step with few
+// rows (gpu.BatchedMatvecShape: a step of at most 128 tokens, routed experts receiving at
+// most 8 rows each on average: an agent's turn of a few hundred tokens) with
+// gpu.AttrBatchedMatvec, so select-kernels gives them the batched matrix-vector kernels,
+// which read each weight once per 8 rows. Dispatches the tensor-cores pass marked keep
+// their mma kernel. Off, they run on the SIMT tiles, which at a few rows per tile pay for
+// staging a full tile (expert_tiled: the whole expert's weights times 16).
+func batchedMatvec(u *Unit) error {
 	t, err := TargetFor(u.Phase.Backend)
 	if err != nil || t.GPU == nil || u.Plan == nil || u.Plan.Tokens < 2 {
 		return err
@@ -69,11 +70,11 @@ func expertMatvec(u *Unit) error {
 			continue
 		}
 		in, _ := dispatchOperands(u.Plan, d)
-		if !gpu.ExpertMatvecShape(d.Op, in) {
+		if !gpu.BatchedMatvecShape(d.Op, in) {
 			continue
 		}
-		setAttr(d, gpu.AttrExpertMatvec, true)
-		u.count("expert-matvec: "+d.Op, 1)
+		setAttr(d, gpu.AttrBatchedMatvec, true)
+		u.count("batched-matvec: "+d.Op, 1)
 	}
 	return nil
 }

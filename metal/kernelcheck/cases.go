@@ -26,6 +26,11 @@ func matmulTiled(e *env) []Launch {
 	return []Launch{{kernels.KernelMatmulTiled, [3]int{ceilDiv(int(a.M), kernels.TileM), ceilDiv(int(a.Rows), kernels.TileN), 1}, 256, a}}
 }
 
+func matvecQ4Rows(e *env) []Launch {
+	a := matmulArgs(e, e.in[0], e.in[1], e.out[0])
+	return []Launch{{kernels.KernelMatvecQ4Rows, [3]int{ceilDiv(int(a.M), kernels.MatvecRowsPerGroup(int(a.K))), ceilDiv(int(a.Rows), kernels.MatvecBatchRows), 1}, kernels.MatvecThreads, a}}
+}
+
 func expertArgs(x, w, idsOp, y operand) kernels.ExpertArgs {
 	a := kernels.ExpertArgs{W: w.w, X: x.addr, Ids: idsOp.addr, Y: y.addr, T: int32(idsOp.shape[0]), TopK: int32(idsOp.shape[1]),
 		E: int32(w.shape[0]), M: int32(w.shape[1]), K: int32(w.shape[2])}
@@ -231,6 +236,8 @@ func Cases() []Case {
 		{name: "expert_matvec_q4 decode", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 1, 4, 16)}}, // gpu.Metal: expert_matvec_q4
 		{name: "expert_tiled q4 prefill", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 20, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 20, 4, 16)},
 			launch: expertLaunch(kernels.KernelExpertTiled)},
+		{name: "matvec_q4_rows prefill", op: "qmatmul", in: []*ops.Tensor{randF32(r, 21, hidden), randQuant(r, graph.Q4, 40, hidden)}, launch: matvecQ4Rows},
+		{name: "matvec_q4_rows K 2048", op: "qmatmul", in: []*ops.Tensor{randF32(r, 10, 2048), randQuant(r, graph.Q4, 20, 2048)}, launch: matvecQ4Rows},
 		{name: "expert_matvec_gather_q4 prefill", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 20, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 20, 4, 16)},
 			launch: expertLaunch(kernels.KernelExpertMVGatherQ4)},
 		// More slots than a Metal group gathers at a time (EXPERT_SLOTS 2048): rounds.

@@ -43,6 +43,7 @@ const (
 	KernelMatmulRows        = "matmul_rows"
 	KernelMatvecQ4          = "matvec_q4"
 	KernelMatvecQ8          = "matvec_q8"
+	KernelMatvecQ4Rows      = "matvec_q4_rows"
 	KernelExpertMVQ4        = "expert_matvec_q4"
 	KernelExpertMVGatherQ4  = "expert_matvec_gather_q4"
 	KernelExpertMVSwiGLUQ4  = "expert_matvec_swiglu_q4"
@@ -81,7 +82,7 @@ const (
 
 // Names lists every kernel of the .k files.
 var Names = []string{
-	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
+	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelMatvecQ4Rows, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge, KernelAttentionPrefill,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax, KernelSample,
@@ -119,6 +120,7 @@ const (
 	MatvecRows        = 4   // MV_ROWS: rows per row group of the q4 matrix-vector kernels
 	MatvecCombineRows = 8   // MVC_ROWS: rows per group of expert_matvec_combine_q4
 	MatvecQ8Rows      = 2   // MV8_ROWS: rows per group of matvec_q8
+	MatvecBatchRows   = 8   // MVB_ROWS: activation rows per weight load of matvec_q4_rows and expert_matvec_gather_q4
 	RouterMaxE        = 512 // ROUTER_MAX_E
 	RouterMaxK        = 32  // ROUTER_MAX_K
 	// SampleThreads (SAMPLE_THREADS) is the sample kernel's group size, and

@@ -122,7 +122,7 @@ var Passes = []Pass{
 		Doc: "a GPU target with tensor cores: prefill matmuls and routed-expert matmuls (the shapes of the SIMT tiles) run on the mma kernels"},
 	{Name: "expert-tiles", Fn: expertTiles,
 		Doc: "the mma expert tiles' height (16, 32 or 64 routed rows) from the rows each expert receives; off: 16"},
-	{Name: "batched-matvec", Fn: batchedMatvec,
+	{Name: "batched-matvec", Fn: batchedMatvec, DefaultOff: true,
 		Doc: "a GPU target: q4 matmuls of prefill steps with few rows (routed experts: few per expert) run as batched matrix-vector tiles"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,
 		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},

@@ -30,10 +30,11 @@ for layout in mlx-q4 hf; do
 	# whole and in chunks past their thresholds (more than 8 rows, 64 routed slots).
 	check --model "$dir" --reference "$ref" -pass=tensor-cores/on
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=tensor-cores/on
-	# Chunks of 32: the q4 layout's matmuls run on matvec_q4_rows and its routed experts
-	# (8 rows each on average) on expert_matvec_gather_q4 (batched-matvec), and without it.
-	check --model "$dir" --reference "$ref" --chunk 32
-	check --model "$dir" --reference "$ref" --chunk 32 -pass=batched-matvec/off
+	# Chunks of 32 with the short-step kernels: the q4 layout's matmuls on matvec_q4_rows,
+	# its routed experts (8 rows each on average) gathered on expert_matvec_gather_q4,
+	# then one tile per slot on expert_matvec_q4.
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=batched-matvec/on -pass=expert-gather/on
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=expert-per-slot/on
 	# Prefill attention one group per (kv head, token): attention_gqa instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off
 	# The primitive ops only.

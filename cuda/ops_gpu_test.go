@@ -214,7 +214,7 @@ func opCases() []opCase {
 		{name: "expert q4 per-slot x", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 2, 4, 128), randQuant(r, graph.Q4, 16, 40, 128), routed(2, 4, 16)}},
 		{name: "expert q4 tiled", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
 		{name: "expert bf16 tiled per-slot", op: "expert_matmul", in: []*ops.Tensor{randF32(r, 20, 4, 64), randBF16(r, 8, 40, 64), routed(20, 4, 8)}},
-		// expert_matvec_gather_q4 (the batched-matvec pass): 10 rows per expert; K 2048 (64 lanes
+		// expert_matvec_gather_q4 (the expert-gather pass): 10 rows per expert; K 2048 (64 lanes
 		// per row, reduced across SIMD groups); per-slot x; more slots than a group gathers
 		// at a time (EXPERT_SLOTS), so the gathering runs in rounds.
 		// matvec_q4_rows (the batched-matvec pass): rows not a multiple of the batch, M not
@@ -222,6 +222,7 @@ func opCases() []opCase {
 		{name: "qmatmul q4 batched 21 rows", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 21, 256), randQuant(r, graph.Q4, 72, 256)}},
 		{name: "qmatmul q4 batched 3d, K 2048", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 3, 4, 2048), randQuant(r, graph.Q4, 37, 2048)}},
 		{name: "qmatmul q4 batched K 64", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 17, 64), randQuant(r, graph.Q4, 40, 64)}},
+		{name: "expert q4 per slot, 160 slots", op: "expert_qmatmul", attrs: graph.Attrs{gpu.AttrExpertPerSlot: true}, in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
 		{name: "expert q4 gathered matvec", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
 		{name: "expert q4 gathered matvec K 2048", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 20, 2048), randQuant(r, graph.Q4, 16, 36, 2048), routed(20, 4, 16)}},
 		{name: "expert q4 gathered matvec per-slot x", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 20, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8)}},

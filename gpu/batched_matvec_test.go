@@ -35,8 +35,12 @@ func TestBatchedMatvecLowering(t *testing.T) {
 		{"experts 9 rows each: tiles", "expert_qmatmul", []Operand{x(288, 2048), q4(256, 512, 2048), ids(288, 8)}, false, "", [3]int{}},
 		{"experts 63 slots: per slot", "expert_qmatmul", []Operand{x(63, 64), q4(16, 40, 64), ids(63, 1)}, false, "", [3]int{}},
 	} {
-		if got := BatchedMatvecShape(tc.op, tc.in); got != tc.shape {
-			t.Errorf("%s: BatchedMatvecShape %v, want %v", tc.name, got, tc.shape)
+		shape := BatchedMatvecShape
+		if tc.op == "expert_qmatmul" {
+			shape = ExpertGatherShape
+		}
+		if got := shape(tc.op, tc.in); got != tc.shape {
+			t.Errorf("%s: shape check %v, want %v", tc.name, got, tc.shape)
 		}
 		if !tc.shape {
 			continue
@@ -57,5 +61,13 @@ func TestBatchedMatvecLowering(t *testing.T) {
 	q8 := []Operand{x(32, 512), {Addr: 1 << 40, DType: graph.Q8, Shape: []int{100, 512}, W: kernels.Weight{Data: 1 << 40, DType: kernels.DTQ8, Group: 64}}}
 	if _, err := CUDA.Lower(&plan.Dispatch{Op: "qmatmul", Attrs: marked}, q8, out, 5<<40); err == nil {
 		t.Error("a q8 matmul marked batched_matvec lowered")
+	}
+	perSlot := []Operand{x(64, 2048), q4(256, 512, 2048), ids(64, 8)}
+	if !ExpertPerSlotShape("expert_qmatmul", perSlot) || ExpertPerSlotShape("expert_qmatmul", []Operand{x(65, 2048), q4(256, 512, 2048), ids(65, 8)}) {
+		t.Error("expert-per-slot covers 64..512 slots")
+	}
+	l, err := CUDA.Lower(&plan.Dispatch{Op: "expert_qmatmul", Attrs: graph.Attrs{AttrExpertPerSlot: true}}, perSlot, out, 5<<40)
+	if err != nil || l.Kernel != kernels.KernelExpertMVQ4 || l.Grid != [3]int{64, 512, 1} {
+		t.Errorf("expert_per_slot: %v, %v", l, err)
 	}
 }

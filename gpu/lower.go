@@ -348,7 +348,13 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		}
 		return newKernel(kernels.KernelExpertMVGatherQ4, matvecGrid(M, K, E), kernels.MatvecThreads, args)
 	}
-	if slots < expertTiledMinSlots && q4Matvec(w, K) {
+	if d.Attrs.Bool(AttrExpertPerSlot) {
+		if !q4Matvec(w, K) || slots > 65535 {
+			return nil, fmt.Errorf("%s: marked %s, which needs q4 weights in 32-code chunks and at most 65535 slots, not %s [%d %d %d] of group %d, %d slots",
+				d.Op, AttrExpertPerSlot, w.DType, E, M, K, w.W.Group, slots)
+		}
+	}
+	if (slots < expertTiledMinSlots || d.Attrs.Bool(AttrExpertPerSlot)) && q4Matvec(w, K) {
 		return newKernel(kernels.KernelExpertMVQ4, matvecGrid(M, K, slots), kernels.MatvecThreads, args)
 	}
 	if slots < expertTiledMinSlots || K%kernels.TileK != 0 {
@@ -370,46 +376,63 @@ const (
 	// expert tile; absent, the first.
 	AttrExpertTile = "expert_tile"
 	// AttrBatchedMatvec (bool) runs a q4 qmatmul or expert_qmatmul of a multi-token step on
-	// the batched matrix-vector kernels (matvec_q4_rows; expert_matvec_gather_q4, each
-	// expert's routed rows gathered): the batched-matvec pass, for steps of few rows.
+	// the batched matrix-vector kernels: matvec_q4_rows (the batched-matvec pass) and
+	// expert_matvec_gather_q4, each expert's routed rows gathered (expert-gather).
 	AttrBatchedMatvec = "batched_matvec"
+	// AttrExpertPerSlot (bool) runs an expert_qmatmul of a multi-token step on the
+	// decode's expert_matvec_q4, one matrix-vector tile per routed slot (expert-per-slot).
+	AttrExpertPerSlot = "expert_per_slot"
 )
 
 // BatchedMatvecMaxRows is the most activation rows of a q4 qmatmul, and
-// BatchedMatvecMaxExpertRows the most routed rows an expert receives on average (T·k/E),
-// for which the batched-matvec pass picks the batched matrix-vector kernels over the
-// SIMT tiles: the tiles pay for their staging only with many rows (expert_tiled costs an
-// expert's weights times its 16-row height however few rows arrive), the batched kernels
-// read each weight once per kernels.MatvecBatchRows rows.
+// ExpertGatherMaxRows the most routed rows an expert receives on average (T·k/E), for
+// which the batched matrix-vector kernels are offered instead of the SIMT tiles: the
+// tiles pay for their staging only with many rows (expert_tiled costs an expert's
+// weights times its 16-row height however few rows arrive), the batched kernels read
+// each weight once per kernels.MatvecBatchRows rows. ExpertPerSlotMaxSlots is the most
+// routed slots for which the per-slot kernel is offered: it reads an expert's weights
+// once per slot routed to it.
 const (
-	BatchedMatvecMaxRows       = 128
-	BatchedMatvecMaxExpertRows = 8
+	BatchedMatvecMaxRows  = 128
+	ExpertGatherMaxRows   = 8
+	ExpertPerSlotMaxSlots = 512
 )
 
-// BatchedMatvecShape says whether a qmatmul or expert_qmatmul of a multi-token step with
-// these operands runs on the batched matrix-vector kernels: q4 weights in 32-code chunks,
-// more rows than matmul_rows (more slots than the per-slot kernel) takes, and at most
-// BatchedMatvecMaxRows rows (BatchedMatvecMaxExpertRows rows per expert).
+// BatchedMatvecShape says whether a qmatmul of a multi-token step with these operands can
+// run on matvec_q4_rows: q4 weights in 32-code chunks, more rows than matmul_rows takes
+// and at most BatchedMatvecMaxRows.
 func BatchedMatvecShape(op string, in []Operand) bool {
-	if len(in) < 2 {
+	if op != "qmatmul" || len(in) < 2 || len(in[1].Shape) != 2 || in[1].Shape[1] == 0 {
 		return false
 	}
-	x, w := in[0], in[1]
-	switch op {
-	case "qmatmul":
-		if len(w.Shape) != 2 || w.Shape[1] == 0 {
-			return false
-		}
-		rows := prod(x.Shape) / w.Shape[1]
-		return q4Matvec(w, w.Shape[1]) && rows > kernels.MatmulMaxRows && rows <= BatchedMatvecMaxRows
-	case "expert_qmatmul":
-		if len(in) < 3 || len(w.Shape) != 3 || len(in[2].Shape) != 2 {
-			return false
-		}
-		slots := prod(in[2].Shape)
-		return q4Matvec(w, w.Shape[2]) && slots >= expertTiledMinSlots && slots <= BatchedMatvecMaxExpertRows*w.Shape[0]
+	w := in[1]
+	rows := prod(in[0].Shape) / w.Shape[1]
+	return q4Matvec(w, w.Shape[1]) && rows > kernels.MatmulMaxRows && rows <= BatchedMatvecMaxRows
+}
+
+// expertSlots is an expert_qmatmul's weight and routed slot count, if its operands are
+// q4 weights the matrix-vector tiles read.
+func expertSlots(op string, in []Operand) (w Operand, slots int, ok bool) {
+	if op != "expert_qmatmul" || len(in) < 3 || len(in[1].Shape) != 3 || len(in[2].Shape) != 2 {
+		return Operand{}, 0, false
 	}
-	return false
+	w = in[1]
+	return w, prod(in[2].Shape), q4Matvec(w, w.Shape[2])
+}
+
+// ExpertGatherShape says whether an expert_qmatmul (x, w [E, M, K], ids [T, k]) can run
+// on expert_matvec_gather_q4: more routed slots than the per-slot kernel takes by
+// default, and at most ExpertGatherMaxRows rows per expert on average.
+func ExpertGatherShape(op string, in []Operand) bool {
+	w, slots, ok := expertSlots(op, in)
+	return ok && slots >= expertTiledMinSlots && slots <= ExpertGatherMaxRows*w.Shape[0]
+}
+
+// ExpertPerSlotShape says whether an expert_qmatmul can run on expert_matvec_q4 beyond
+// its default range: from expertTiledMinSlots to ExpertPerSlotMaxSlots routed slots.
+func ExpertPerSlotShape(op string, in []Operand) bool {
+	_, slots, ok := expertSlots(op, in)
+	return ok && slots >= expertTiledMinSlots && slots <= ExpertPerSlotMaxSlots
 }
 
 // ExpertTiles are the heights (routed rows per tile) of the mma expert kernels.

@@ -123,7 +123,11 @@ var Passes = []Pass{
 	{Name: "expert-tiles", Fn: expertTiles,
 		Doc: "the mma expert tiles' height (16, 32 or 64 routed rows) from the rows each expert receives; off: 16"},
 	{Name: "batched-matvec", Fn: batchedMatvec, DefaultOff: true,
-		Doc: "a GPU target: q4 matmuls of prefill steps with few rows (routed experts: few per expert) run as batched matrix-vector tiles"},
+		Doc: "a GPU target: q4 matmuls of prefill steps of 9-128 rows run as batched matrix-vector tiles (matvec_q4_rows)"},
+	{Name: "expert-gather", Fn: expertGather, DefaultOff: true,
+		Doc: "a GPU target: routed-expert q4 matmuls of prefill steps with at most 8 rows per expert run gathered by expert, in batched matrix-vector tiles"},
+	{Name: "expert-per-slot", Fn: expertPerSlot, DefaultOff: true,
+		Doc: "a GPU target: routed-expert q4 matmuls of prefill steps of up to 512 slots run one matrix-vector tile per slot (the decode kernel)"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,
 		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},
 }

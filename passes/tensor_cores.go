@@ -52,29 +52,46 @@ func expertTiles(u *Unit) error {
 	return nil
 }
 
-// batchedMatvec marks, for a GPU target, the q4 matmuls of a multi-token step with few
-// rows (gpu.BatchedMatvecShape: a step of at most 128 tokens, routed experts receiving at
-// most 8 rows each on average: an agent's turn of a few hundred tokens) with
-// gpu.AttrBatchedMatvec, so select-kernels gives them the batched matrix-vector kernels,
-// which read each weight once per 8 rows. Dispatches the tensor-cores pass marked keep
-// their mma kernel. Off, they run on the SIMT tiles, which at a few rows per tile pay for
-// staging a full tile (expert_tiled: the whole expert's weights times 16).
+// Three kernel choices for the matmuls of short prefill steps (an agent's turn is cut
+// into pieces of a few to a few hundred tokens), each a pass that marks the dispatches
+// of a multi-token step whose shape it covers, so select-kernels picks its kernel:
+//   - batched-matvec: q4 qmatmuls of 9..128 rows on matvec_q4_rows (gpu.BatchedMatvecShape);
+//   - expert-gather: routed-expert q4 matmuls of at most 8 rows per expert on
+//     expert_matvec_gather_q4 (gpu.ExpertGatherShape);
+//   - expert-per-slot: routed-expert q4 matmuls of up to 512 slots on the decode's
+//     per-slot expert_matvec_q4 (gpu.ExpertPerSlotShape).
+//
+// Off, those shapes run on the SIMT tiles, which pay for staging a full tile however
+// few rows arrive. Dispatches the tensor-cores pass (or an earlier one of these) marked
+// keep their kernel.
 func batchedMatvec(u *Unit) error {
+	return markShortStep(u, "batched-matvec", gpu.AttrBatchedMatvec, gpu.BatchedMatvecShape)
+}
+
+func expertGather(u *Unit) error {
+	return markShortStep(u, "expert-gather", gpu.AttrBatchedMatvec, gpu.ExpertGatherShape)
+}
+
+func expertPerSlot(u *Unit) error {
+	return markShortStep(u, "expert-per-slot", gpu.AttrExpertPerSlot, gpu.ExpertPerSlotShape)
+}
+
+func markShortStep(u *Unit, pass, attr string, shape func(op string, in []gpu.Operand) bool) error {
 	t, err := TargetFor(u.Phase.Backend)
 	if err != nil || t.GPU == nil || u.Plan == nil || u.Plan.Tokens < 2 {
 		return err
 	}
 	for i := range u.Plan.Dispatches {
 		d := &u.Plan.Dispatches[i]
-		if d.Attrs.Bool(gpu.AttrTensorCores) {
+		if d.Attrs.Bool(gpu.AttrTensorCores) || d.Attrs.Bool(gpu.AttrBatchedMatvec) || d.Attrs.Bool(gpu.AttrExpertPerSlot) {
 			continue
 		}
 		in, _ := dispatchOperands(u.Plan, d)
-		if !gpu.BatchedMatvecShape(d.Op, in) {
+		if !shape(d.Op, in) {
 			continue
 		}
-		setAttr(d, gpu.AttrBatchedMatvec, true)
-		u.count("batched-matvec: "+d.Op, 1)
+		setAttr(d, attr, true)
+		u.count(pass+": "+d.Op, 1)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"
 (cd cuda && ../.dev/cuda.test -test.v -test.count=1 2>&1) | tee "$OUT/cuda_test.log" | grep -E "^(=== RUN|--- |ok|FAIL|PASS)|error|Error" | grep -v "=== RUN" | head -80
 # Every fusion pass off: the plans of primitive ops.
-NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
+NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-gdn-prologue/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
 sed 's/^graphs = true/graphs = false/' pipeline.toml > /tmp/nographs.toml
 sed 's/^programmatic_launch = true/programmatic_launch = false/' pipeline.toml > /tmp/fulledges.toml
 check() {
@@ -35,6 +35,9 @@ for layout in mlx-q4 hf; do
 	# then one tile per slot on expert_matvec_q4.
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=batched-matvec/on -pass=expert-gather/on
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=expert-per-slot/on
+	# The GDN decode prologue staged (conv1d_silu, slice_l2_norm, gdn_gates, gated_delta)
+	# instead of gated_delta_step + conv_state_shift.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/off
 	# Prefill attention one group per (kv head, token): attention_gqa instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off
 	# The primitive ops only.

@@ -129,6 +129,22 @@ func ids(vals []int32, shape ...int) *ops.Tensor {
 	return t
 }
 
+// gdnStep is a gated_delta_step case for one token: the in_proj_qkv output x holds q, k
+// and v of Hk, Hk and Hv heads and 3 channels past them; the conv state has the stated dtype.
+func gdnStep(name string, r *rand.Rand, Hk, Hv, Dk, Dv int, state graph.DType) opCase {
+	CD := 2*Hk*Dk + Hv*Dv + 3
+	st := randF32(r, 3, CD)
+	if state == graph.BF16 {
+		st = randBF16(r, 3, CD)
+	}
+	return opCase{name: name, op: "gated_delta_step",
+		attrs: graph.Attrs{"key_heads": int64(Hk), "q_start": int64(0), "k_start": int64(Hk * Dk), "v_start": int64(2 * Hk * Dk),
+			"q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(Dk)), "k_eps": 1e-6, "k_scale": 1.0, "form": "recurrent", "chunk": int64(64)},
+		in: []*ops.Tensor{randF32(r, 1, CD), randF32(r, 1, Hv), randF32(r, 1, Hv), st, randBF16(r, CD, 4), scaled(randF32(r, Hv), 0.5),
+			randBF16(r, Hv), scaled(randF32(r, Hv, Dk, Dv), 0.3)},
+		alias: map[int]int{1: 7}}
+}
+
 func typeOf(t *ops.Tensor) graph.Type {
 	return graph.Type{DType: t.DType, Shape: graph.S(t.Shape...), Group: t.Group}
 }
@@ -248,6 +264,14 @@ func opCases() []opCase {
 		{name: "gated_delta", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
 			in:    []*ops.Tensor{randF32(r, 3, 2, 32), randF32(r, 3, 2, 32), randF32(r, 3, 4, 64), randF32(r, 3, 4), randF32(r, 3, 4), randF32(r, 4, 32, 64)},
 			alias: map[int]int{1: 5}},
+		// The fused GDN decode step (fuse-gdn-prologue) over the GQA ratios and dims the
+		// plain kernels take, and the conv state's shift after it.
+		gdnStep("gated_delta_step Hk 2 Hv 4 Dk 32 Dv 24 bf16 conv state", r, 2, 4, 32, 24, graph.BF16),
+		gdnStep("gated_delta_step head dims 128 (the model's), 2 value heads per key head", r, 2, 4, 128, 128, graph.F32),
+		gdnStep("gated_delta_step Hk = Hv 3, Dv 7", r, 3, 3, 64, 7, graph.F32),
+		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96)}, alias: map[int]int{0: 1}},
+		{name: "conv_state_shift 2 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 2, 200), randF32(r, 3, 200)}, alias: map[int]int{0: 1}},
+		{name: "conv_state_shift 5 tokens past the state", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 5, 40), randF32(r, 3, 40)}, alias: map[int]int{0: 1}},
 		{name: "exp of a weight", op: "exp", in: []*ops.Tensor{randF32(r, 7)}},
 		{name: "softplus", op: "softplus", in: []*ops.Tensor{randF32(r, 2, 33)}},
 		{name: "silu", op: "silu", in: []*ops.Tensor{randF32(r, 2, 33)}},

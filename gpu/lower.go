@@ -129,6 +129,8 @@ var lowerings = map[string]lowering{
 	"attention_merge":   lowerAttentionMerge,
 	"conv1d":            lowerConv1D,
 	"gated_delta":       lowerGatedDelta,
+	"gated_delta_step":  lowerGatedDeltaStep,
+	"conv_state_shift":  lowerConvStateShift,
 	"neg":               lowerUnary(kernels.UnaryNeg),
 	"exp":               lowerUnary(kernels.UnaryExp),
 	"sigmoid":           lowerUnary(kernels.UnarySigmoid),

@@ -64,3 +64,45 @@ func TestCheckStructure(t *testing.T) {
 		t.Errorf("attr type: %v", err)
 	}
 }
+
+// A state update that also reads another state: its updated state is the version of its
+// result's type; the other is a read, which must come before that state's own update.
+func TestCheckStateUpdateReadingAnotherState(t *testing.T) {
+	// step reads the conv state (v4) and updates the cache (v10); the scan after it then
+	// updates the conv state.
+	const reads = `graph reads
+v0 = input <f32[T,8]> @tokens
+v1 = state <f32[N,8]> @layers.0.cache
+v2 = state <bf16[3,16]> @layers.0.conv_state
+v3 = step <(f32[3,16],f32[N,8])> v2 v1
+v4 = select <f32[N,8]> {index=1} v3
+v5 = scan <(f32[T,8],bf16[3,16])> {flag=true, form="recurrent", list=[1,-2], scale=2.0} v0 v2
+v6 = select <bf16[3,16]> {index=1} v5
+output layers.0.cache = v4
+output layers.0.conv_state = v6
+`
+	g, err := Parse(reads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(g, newTestOps()); err != nil {
+		t.Fatalf("a read of another state: %v", err)
+	}
+	_, stateArg, err := StateVersions(g, newTestOps())
+	if err != nil || stateArg[3] != 1 {
+		t.Errorf("step's state argument %d (%v), want 1 (the cache, its result's state type)", stateArg[3], err)
+	}
+	// Both args of the updated state's type: which one is updated is ambiguous.
+	g, _ = Parse(strings.Replace(reads, "v3 = step <(f32[3,16],f32[N,8])> v2 v1", "v3 = step <(f32[N,8],f32[N,8])> v1 v1", 1))
+	if _, _, err := StateVersions(g, newTestOps()); err == nil || !strings.Contains(err.Error(), "two state versions of its updated state's type") {
+		t.Errorf("ambiguous update: %v", err)
+	}
+	// The read after the conv state's update would read it stale.
+	g, _ = Parse(reads)
+	g.Values[3], g.Values[5] = g.Values[5], g.Values[3]
+	g.Values[4], g.Values[6] = g.Values[6], g.Values[4]
+	g.Renumber()
+	if err := Check(g, newTestOps()); err == nil || !strings.Contains(err.Error(), "updated it in place") {
+		t.Errorf("a read of the conv state after its update: %v", err)
+	}
+}

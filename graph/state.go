@@ -18,8 +18,11 @@ const (
 // table: kv_append returns cache', conv1d returns (y, state'), gated_delta (o, S').
 //
 // It also returns, for each value ID of a StateUpdate op, the index of its state argument
-// (-1 for other values). A StateUpdate op without exactly one state-version argument is
-// an error.
+// (-1 for other values). A StateUpdate op may also read other states (a fused step that
+// reads the conv state and updates the recurrent one): then its state argument is the one
+// version of the updated result's type (in place needs equal types), and the others are
+// plain reads. A StateUpdate op without a state-version argument, or with several of the
+// updated result's type, is an error.
 func StateVersions(g *Graph, ops OpSet) (stateOf []*Value, stateArg []int, err error) {
 	stateOf = make([]*Value, len(g.Values))
 	stateArg = make([]int, len(g.Values))
@@ -45,17 +48,34 @@ func StateVersions(g *Graph, ops OpSet) (stateOf []*Value, stateArg []int, err e
 		if !ok || !def.Has(StateUpdate) {
 			continue
 		}
-		found := -1
+		var versions []int
 		for j, a := range v.Args {
 			if inGraph(g, a) && a.ID < v.ID && stateOf[a.ID] != nil {
+				versions = append(versions, j)
+			}
+		}
+		if len(versions) == 0 {
+			return nil, nil, fmt.Errorf("%s (%s) is a state update but none of its args is a version of a state value", v.Ref(), v.Op)
+		}
+		found := versions[0]
+		if len(versions) > 1 {
+			updated := v.Type
+			if updated.IsTuple() && len(updated.Elems) > 0 {
+				updated = updated.Elems[len(updated.Elems)-1]
+			}
+			found = -1
+			for _, j := range versions {
+				if !v.Args[j].Type.Equal(updated) {
+					continue
+				}
 				if found >= 0 {
-					return nil, nil, fmt.Errorf("%s (%s) takes two state versions (args %d and %d): a state update updates one state", v.Ref(), v.Op, found, j)
+					return nil, nil, fmt.Errorf("%s (%s) takes two state versions of its updated state's type %s (args %d and %d): a state update updates one state", v.Ref(), v.Op, updated, found, j)
 				}
 				found = j
 			}
-		}
-		if found < 0 {
-			return nil, nil, fmt.Errorf("%s (%s) is a state update but none of its args is a version of a state value", v.Ref(), v.Op)
+			if found < 0 {
+				return nil, nil, fmt.Errorf("%s (%s) reads state versions (args %v) but none has its updated state's type %s", v.Ref(), v.Op, versions, updated)
+			}
 		}
 		stateArg[i] = found
 		if !v.Type.IsTuple() {

@@ -41,6 +41,10 @@ func newTestOps() testOps {
 		"scan": {Name: "scan", Args: 2, Flags: StateUpdate, Infer: func(v *Value) (Type, error) {
 			return Tuple(v.Args[0].Type, v.Args[1].Type), nil
 		}},
+		// step(conv, cache) -> (f32 like conv, cache'): updates cache, reads conv
+		"step": {Name: "step", Args: 2, Flags: StateUpdate, Infer: func(v *Value) (Type, error) {
+			return Tuple(TensorType(F32, v.Args[0].Type.Shape...), v.Args[1].Type), nil
+		}},
 		// read(x, cache) -> f32 like x
 		"read": {Name: "read", Args: 2, Infer: sameAsArg0},
 	}

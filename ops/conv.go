@@ -91,3 +91,55 @@ func refConv1D(env *Env, v *graph.Value, in, out []*Tensor) error {
 	}
 	return nil
 }
+
+// conv_state_shift is the conv state's update on its own: the state after a step is the
+// last K-1 rows of [state; x]. A fused decode step (gated_delta_step) reads the old state
+// in many GPU groups at once, so none of them may overwrite it; this op writes it after
+// them, off the step's critical path.
+func init() {
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "conv_state_shift",
+			Doc:  "state' = the last K-1 rows of concat(state[K-1,Ch], x f32[T,Ch]): conv1d's state update without its output",
+			Args: 2, Flags: graph.StateUpdate, Infer: inferConvStateShift},
+		Cost: func(v *graph.Value, b graph.Bindings) Cost { return plainCost(v, b, 0) },
+		Ref:  refConvStateShift,
+	})
+}
+
+func inferConvStateShift(v *graph.Value) (graph.Type, error) {
+	if err := wantArgs(v, 2); err != nil {
+		return graph.Type{}, err
+	}
+	x, err := wantRank(v, 0, "x", 2, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	state, err := wantRank(v, 1, "state", 2, stateDTypes...)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if err := sameDim("channels (x vs state)", x.Shape[1], state.Shape[1]); err != nil {
+		return graph.Type{}, err
+	}
+	if _, err := constDim("state rows", state.Shape[0]); err != nil {
+		return graph.Type{}, err
+	}
+	return state, nil
+}
+
+func refConvStateShift(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x, state := in[0], in[1]
+	T, Ch, hist := x.Shape[0], x.Shape[1], state.Shape[0]
+	// [state; x] as float32 rows, read in full before the (possibly aliased) write.
+	X := make([]float32, (hist+T)*Ch)
+	srows := stateRows{t: state, cols: Ch}
+	for r := 0; r < hist; r++ {
+		srows.read(r, X[r*Ch:(r+1)*Ch])
+	}
+	copy(X[hist*Ch:], x.F32())
+	next := stateRows{t: out[0], cols: Ch}
+	for r := 0; r < hist; r++ {
+		next.write(r, X[(T+r)*Ch:(T+r+1)*Ch])
+	}
+	return nil
+}

@@ -113,3 +113,207 @@ func refSliceL2Norm(env *Env, v *graph.Value, in, out []*Tensor) error {
 	}
 	return nil
 }
+
+// gated_delta_step is a whole Gated DeltaNet decode step after the input projections:
+// the short conv with its SiLU over the in_proj_qkv output x (the conv state read, not
+// written), the q and k heads cut from it and L2-normed, the v heads, the gates from a
+// and b, and the gated delta rule over the recurrent state S. The conv state's update is
+// conv_state_shift, a separate op: on a GPU every group of the step reads the old conv
+// state of its head's q and k, so no group may overwrite it in the same dispatch.
+//
+// It has no expansion (the unfused conv1d would update the conv state the shift also
+// updates); its meaning is this reference, built from the unfused ops' references, and
+// the fuse-gdn-prologue pass only makes it for decode, where the GPU has its kernel.
+func init() {
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "gated_delta_step",
+			Doc: "gated_delta(l2(q), l2(k), v, gdn_gates(a, b, A_log, dt_bias), S) over the heads of silu(conv1d(x, conv_state, conv_w)) " +
+				"{key_heads, q_start, k_start, v_start, q_eps, q_scale, k_eps, k_scale, form, chunk}; the conv state is only read",
+			Args: 8, Flags: graph.StateUpdate, Attrs: gatedDeltaStepAttrs, Infer: inferGatedDeltaStep},
+		Cost: costGatedDeltaStep,
+		Ref:  refGatedDeltaStep,
+	})
+}
+
+var gatedDeltaStepAttrs = []string{"key_heads", "q_start", "k_start", "v_start", "q_eps", "q_scale", "k_eps", "k_scale", "form", "chunk"}
+
+// Argument positions of gated_delta_step.
+const (
+	stepX = iota
+	stepA
+	stepB
+	stepConvState
+	stepConvW
+	stepALog
+	stepDtBias
+	stepS
+)
+
+func inferGatedDeltaStep(v *graph.Value) (graph.Type, error) {
+	if err := wantArgs(v, 8); err != nil {
+		return graph.Type{}, err
+	}
+	if err := requireAttrs(v, gatedDeltaStepAttrs...); err != nil {
+		return graph.Type{}, err
+	}
+	x, err := wantRank(v, stepX, "x", 2, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	a, err := wantRank(v, stepA, "a", 2, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	b, err := wantRank(v, stepB, "b", 2, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	state, err := wantRank(v, stepConvState, "conv_state", 2, stateDTypes...)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	w, err := wantRank(v, stepConvW, "conv_w", 2, floatDTypes...)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	aLog, err := wantRank(v, stepALog, "A_log", 1, floatDTypes...)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	dtBias, err := wantRank(v, stepDtBias, "dt_bias", 1, floatDTypes...)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	S, err := wantRank(v, stepS, "S", 3, graph.F32)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	T, Hv, Dv := x.Shape[0], S.Shape[0], S.Shape[2]
+	checks := []struct {
+		what string
+		a, b graph.Dim
+	}{
+		{"channels (x vs conv_w)", x.Shape[1], w.Shape[0]},
+		{"channels (x vs conv_state)", x.Shape[1], state.Shape[1]},
+		{"tokens (a vs x)", a.Shape[0], T},
+		{"tokens (b vs x)", b.Shape[0], T},
+		{"value heads (a vs S)", a.Shape[1], Hv},
+		{"value heads (b vs S)", b.Shape[1], Hv},
+		{"value heads (A_log vs S)", aLog.Shape[0], Hv},
+		{"value heads (dt_bias vs S)", dtBias.Shape[0], Hv},
+	}
+	for _, c := range checks {
+		if err := sameDim(c.what, c.a, c.b); err != nil {
+			return graph.Type{}, err
+		}
+	}
+	K, err := constDim("conv kernel", w.Shape[1])
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if K < 1 || state.Shape[0] != graph.D(K-1) {
+		return graph.Type{}, fmt.Errorf("conv_state has %s rows, want kernel-1 = %d", state.Shape[0], K-1)
+	}
+	CD, err := constDim("conv channels", x.Shape[1])
+	if err != nil {
+		return graph.Type{}, err
+	}
+	hv, err := constDim("value heads", Hv)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	dk, err := constDim("key dim", S.Shape[1])
+	if err != nil {
+		return graph.Type{}, err
+	}
+	dv, err := constDim("value dim", Dv)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	hk := v.Attrs.Int("key_heads")
+	if hk < 1 || hv%hk != 0 {
+		return graph.Type{}, fmt.Errorf("value heads %d are not a multiple of key_heads %d", hv, hk)
+	}
+	for _, part := range []struct {
+		name  string
+		start int
+		width int
+	}{{"q", v.Attrs.Int("q_start"), hk * dk}, {"k", v.Attrs.Int("k_start"), hk * dk}, {"v", v.Attrs.Int("v_start"), hv * dv}} {
+		if part.start < 0 || part.start+part.width > CD {
+			return graph.Type{}, fmt.Errorf("%s channels [%d, %d) outside the conv's %d", part.name, part.start, part.start+part.width, CD)
+		}
+	}
+	switch f := v.Attrs.String("form"); f {
+	case "recurrent", "chunked":
+	default:
+		return graph.Type{}, fmt.Errorf("gated_delta_step form %q: want recurrent or chunked", f)
+	}
+	if c := v.Attrs.Int("chunk"); c < 1 {
+		return graph.Type{}, fmt.Errorf("gated_delta_step chunk %d must be positive", c)
+	}
+	return graph.Tuple(f32(T, Hv, Dv), S), nil
+}
+
+// costGatedDeltaStep: every arg read once and the results written once (the conv output,
+// q, k, v and the gates stay in registers); the conv's and the rule's flops.
+func costGatedDeltaStep(v *graph.Value, b graph.Bindings) Cost {
+	c := plainCost(v, b, 0)
+	x, w, S := arg(v, stepX), arg(v, stepConvW), arg(v, stepS)
+	T := int64(x.Shape[0].Eval(b))
+	c.Flops = 2*elemsOf(x, b)*int64(w.Shape[1].Eval(b)) + T*elemsOf(S, b)*7
+	return c
+}
+
+// refGatedDeltaStep runs the unfused references in order on scratch: the conv (its state
+// update into a scratch copy, so the conv state stays as it was), SiLU, the q and k heads
+// with their L2 norms, the v heads, the gates and the delta rule.
+func refGatedDeltaStep(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x, state, S := in[stepX], in[stepConvState], in[stepS]
+	T, CD := x.Shape[0], x.Shape[1]
+	Hv, Dk, Dv := S.Shape[0], S.Shape[1], S.Shape[2]
+	Hk := v.Attrs.Int("key_heads")
+
+	y, done := scratchF32(T, CD)
+	defer done()
+	unchanged := NewTensor(state.DType, state.Shape...)
+	if err := refConv1D(env, v, []*Tensor{x, state, in[stepConvW]}, []*Tensor{y, unchanged}); err != nil {
+		return err
+	}
+	ys := y.F32()
+	siluGate(env, ys, ys, nil)
+
+	heads := func(start, H, D int) (*Tensor, func()) {
+		t, done := scratchF32(T, H, D)
+		for tk := 0; tk < T; tk++ {
+			copy(t.F32()[tk*H*D:(tk+1)*H*D], ys[tk*CD+start:tk*CD+start+H*D])
+		}
+		return t, done
+	}
+	normed := func(start int, eps, scale float32) (*Tensor, func()) {
+		t, done := heads(start, Hk, Dk)
+		h := t.F32()
+		for r := 0; r+Dk <= len(h); r += Dk {
+			hr := h[r : r+Dk]
+			inv := float32(1 / math.Sqrt(float64(dot(hr, hr)+eps)))
+			for i, e := range hr {
+				hr[i] = e * inv * scale
+			}
+		}
+		return t, done
+	}
+	q, doneQ := normed(v.Attrs.Int("q_start"), float32(v.Attrs.Float("q_eps")), float32(v.Attrs.Float("q_scale")))
+	defer doneQ()
+	k, doneK := normed(v.Attrs.Int("k_start"), float32(v.Attrs.Float("k_eps")), float32(v.Attrs.Float("k_scale")))
+	defer doneK()
+	val, doneV := heads(v.Attrs.Int("v_start"), Hv, Dv)
+	defer doneV()
+
+	g, doneG := scratchF32(T, Hv)
+	defer doneG()
+	beta, doneB := scratchF32(T, Hv)
+	defer doneB()
+	if err := refGDNGates(env, v, []*Tensor{in[stepA], in[stepB], in[stepALog], in[stepDtBias]}, []*Tensor{g, beta}); err != nil {
+		return err
+	}
+	return refGatedDelta(env, v, []*Tensor{q, k, val, g, beta, S}, out)
+}

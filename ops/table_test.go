@@ -20,6 +20,8 @@ var contractOps = []string{
 	"rms_norm_rope", "sigmoid_gate_matmul", "gated_rms_norm_matmul",
 	// the GPU form of attention for decode (split-attention)
 	"attention_partial", "attention_merge",
+	// the fused GDN decode step and the conv state update it leaves (fuse-gdn-prologue)
+	"gated_delta_step", "conv_state_shift",
 }
 
 func TestTableCoversContract(t *testing.T) {

@@ -159,3 +159,120 @@ func fuseNormOutProj(u *Unit) error {
 	r.finish()
 	return nil
 }
+
+// fuseGDNPrologue folds a decode step's whole Gated DeltaNet prologue into the recurrent
+// step: conv1d_silu, the q and k slice_l2_norms, the v slice and gdn_gates become
+// gated_delta_step, one dispatch after the input projections instead of three stages
+// (conv, then the slices, norms and gates, then gated_delta). The conv state's update
+// becomes conv_state_shift, which only the next step needs: it runs after the step (the
+// step's groups all read the old conv state, so none of them may write it) and off the
+// critical path. Only one-token steps: the GPU kernel is a decode kernel, and prefill
+// keeps the staged ops, whose conv and delta rule loop over the chunk's tokens.
+func fuseGDNPrologue(u *Unit) error {
+	r := newRewriter(u, "fuse-gdn-prologue")
+	for _, delta := range u.Graph.Values {
+		if !is(delta, "gated_delta") || len(delta.Args) != 6 || !r.free(delta) {
+			continue
+		}
+		m, ok := matchGDNPrologue(r, delta)
+		if !ok {
+			continue
+		}
+		step, err := r.fuse("prologue→gated_delta", "gated_delta_step", delta.Name, m.attrs,
+			[]*graph.Value{m.x, m.a, m.b, m.convState, m.convW, m.aLog, m.dtBias, delta.Args[5]}, m.absorbed...)
+		if err != nil {
+			return err
+		}
+		if err := r.replace(delta, step); err != nil {
+			return err
+		}
+		shift, err := r.fuse("conv state", "conv_state_shift", m.newState.Name, nil, []*graph.Value{m.x, m.convState})
+		if err != nil {
+			return err
+		}
+		if err := r.replace(m.newState, shift); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}
+
+// gdnPrologue is what fuseGDNPrologue found in front of one gated_delta.
+type gdnPrologue struct {
+	x, a, b, convState, convW, aLog, dtBias *graph.Value
+	newState                                *graph.Value // the conv's updated state (select 1)
+	attrs                                   graph.Attrs
+	absorbed                                []*graph.Value
+}
+
+// matchGDNPrologue matches gated_delta(slice_l2_norm(y), slice_l2_norm(y),
+// reshape(slice(y)), gdn_gates...) with y = select(conv1d_silu, 0), T = 1, every slice
+// whole heads of y's channels, and every absorbed value used only inside the pattern.
+func matchGDNPrologue(r *rewriter, delta *graph.Value) (gdnPrologue, bool) {
+	var m gdnPrologue
+	q, k, vh, g, beta := delta.Args[0], delta.Args[1], delta.Args[2], delta.Args[3], delta.Args[4]
+	if T := vh.Type.Shape[0]; !T.IsConst() || T.Eval(graph.Bindings{}) != 1 {
+		return m, false
+	}
+	if !is(q, "slice_l2_norm") || !is(k, "slice_l2_norm") || !r.only(q) || !r.only(k) || !is(vh, "reshape") || !r.only(vh) {
+		return m, false
+	}
+	vs := vh.Args[0]
+	if !is(vs, "slice") || !r.only(vs) {
+		return m, false
+	}
+	if !is(g, graph.OpSelect) || !is(beta, graph.OpSelect) || !r.only(g) || !r.only(beta) || g.Args[0] != beta.Args[0] ||
+		g.Attrs.Int("index") != 0 || beta.Attrs.Int("index") != 1 {
+		return m, false
+	}
+	gates := g.Args[0]
+	if !is(gates, "gdn_gates") || !r.free(gates) || r.uses[gates.ID] != 2 {
+		return m, false
+	}
+	y := q.Args[0]
+	if k.Args[0] != y || vs.Args[0] != y || !is(y, graph.OpSelect) || y.Attrs.Int("index") != 0 || !r.free(y) || r.uses[y.ID] != 3 {
+		return m, false
+	}
+	conv := y.Args[0]
+	if !is(conv, "conv1d_silu") || !r.free(conv) {
+		return m, false
+	}
+	for _, w := range r.users[conv.ID] {
+		switch {
+		case w == y:
+		case is(w, graph.OpSelect) && w.Attrs.Int("index") == 1 && m.newState == nil && r.free(w):
+			m.newState = w
+		default:
+			return m, false
+		}
+	}
+	if m.newState == nil {
+		return m, false
+	}
+	// Whole heads of y's last axis: q and k [T, Hk, Dk], v [T, Hv, Dv].
+	wholeHeads := func(sl *graph.Value, heads graph.Type) (int, bool) {
+		s := heads.Shape
+		if len(s) != 3 || !s[1].IsConst() || !s[2].IsConst() || sl.Attrs.Int("axis") != 1 {
+			return 0, false
+		}
+		start, end := sl.Attrs.Int("start"), sl.Attrs.Int("end")
+		return start, end-start == s[1].Eval(graph.Bindings{})*s[2].Eval(graph.Bindings{})
+	}
+	qStart, okQ := wholeHeads(q, q.Type)
+	kStart, okK := wholeHeads(k, k.Type)
+	vStart, okV := wholeHeads(vs, vh.Type)
+	if !okQ || !okK || !okV {
+		return m, false
+	}
+	m.x, m.convState, m.convW = conv.Args[0], conv.Args[1], conv.Args[2]
+	m.a, m.b, m.aLog, m.dtBias = gates.Args[0], gates.Args[1], gates.Args[2], gates.Args[3]
+	m.attrs = graph.Attrs{
+		"key_heads": int64(q.Type.Shape[1].Eval(graph.Bindings{})),
+		"q_start":   int64(qStart), "k_start": int64(kStart), "v_start": int64(vStart),
+		"q_eps": q.Attrs["eps"], "q_scale": q.Attrs["scale"], "k_eps": k.Attrs["eps"], "k_scale": k.Attrs["scale"],
+		"form": delta.Attrs["form"], "chunk": delta.Attrs["chunk"],
+	}
+	m.absorbed = []*graph.Value{conv, y, q, k, vs, vh, gates, g, beta}
+	return m, true
+}

@@ -114,3 +114,47 @@ func countDispatches(g *graph.Graph) int {
 	}
 	return n
 }
+
+// fuse-gdn-prologue fuses decode steps only: on a one-token step from a state that is not
+// zero (random conv and recurrent states, a context of 3), the graph before and after it
+// compute the same logits and the same next states, conv state included; on a prefill
+// chunk it leaves the graph as it is.
+func TestGDNPrologueKeepsTheAnswer(t *testing.T) {
+	for _, layout := range []string{"mlx-q4", "hf"} {
+		t.Run(layout, func(t *testing.T) {
+			ck := openTiny(t, layout)
+			g := buildTiny(t, ck, true)
+			rng := rand.New(rand.NewSource(23))
+			bind := graph.Bindings{T: 1, C: 3, N: 8}
+			states := zeroStates(g, bind)
+			for _, st := range states {
+				for i := range st.F32() {
+					st.F32()[i] = float32(rng.NormFloat64()) * 0.3
+				}
+			}
+			tokens := randomTokens(rng, 1, ck.Config().VocabSize)
+			decode := passes.Phase{Name: "decode", Tokens: 1}
+			before := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"fuse-gdn-prologue": true}}, "fuse-gdn-prologue")
+			after := runUntil(t, g, decode, passes.Config{}, "fuse-gdn-prologue")
+			for _, op := range []string{"gated_delta_step", "conv_state_shift"} {
+				if n := countOps(after.Graph, op); n != tinyGDN {
+					t.Errorf("%d %s after fuse-gdn-prologue, want %d", n, op, tinyGDN)
+				}
+			}
+			for _, op := range []string{"gated_delta", "conv1d_silu", "slice_l2_norm", "gdn_gates", "slice"} {
+				if n := countOps(after.Graph, op); op == "slice" && n != countOps(before.Graph, op)-tinyGDN || op != "slice" && n != 0 {
+					t.Errorf("%d %s left after fuse-gdn-prologue", n, op)
+				}
+			}
+			if a, b := countDispatches(after.Graph), countDispatches(before.Graph); a != b-4*tinyGDN {
+				t.Errorf("%d dispatching values after fuse-gdn-prologue, %d before: want 4 fewer per GDN layer", a, b)
+			}
+			compareOutputs(t, "decode", interpret(t, after.Graph, ck, tokens, states, bind), interpret(t, before.Graph, ck, tokens, states, bind), 1e-6)
+
+			prefill := runUntil(t, g, passes.Phase{Name: "prefill", Tokens: 5}, passes.Config{}, "fuse-gdn-prologue")
+			if n := countOps(prefill.Graph, "gated_delta_step"); n != 0 {
+				t.Errorf("%d gated_delta_step in a 5-token prefill", n)
+			}
+		})
+	}
+}

@@ -82,9 +82,9 @@ func TestHandCountDecode(t *testing.T) {
 	// folded into the norm that reads its sum (add_rms_norm), so it is counted there: the
 	// mixer's residual add in the MoE's post_attention_layernorm, the MoE's in the next
 	// layer's input_layernorm (or the final norm).
-	//   GDN mixer: input norm, matmuls (in_proj_qkv, z, b, a), gdn_gates, conv1d_silu,
-	//     slice_l2_norm (q), slice_l2_norm (k), slice (v), gated_delta,
-	//     gated_rms_norm_matmul (norm + out_proj)                               = 9
+	//   GDN mixer: input norm, matmuls (in_proj_qkv, z, b, a), gated_delta_step (conv,
+	//     q/k split and norms, v, gates and the delta rule), conv_state_shift,
+	//     gated_rms_norm_matmul (norm + out_proj)                               = 5
 	//   attention mixer: input norm, matmuls (q, k, v), 2 slices (query, gate),
 	//     rms_norm_rope (q), rms_norm_rope (k), 2 kv_appends, attention,
 	//     sigmoid_gate_matmul (output gate + o_proj)                            = 10
@@ -92,18 +92,18 @@ func TestHandCountDecode(t *testing.T) {
 	//     matmul_router, expert_matmul_swiglu, expert_matmul_combine, matmul_swiglu
 	//     (shared), shared_expert_gate projection, matmul_gated_add              = 7
 	//   model: embed, final add_rms_norm, lm_head                              = 3
-	const gdnMixer, attMixer, moe, model = 9, 10, 7, 3
+	const gdnMixer, attMixer, moe, model = 5, 10, 7, 3
 	wantDispatches := gdnLayers*(gdnMixer+moe) + attLayer*(attMixer+moe) + model
 	if tot.Dispatches != wantDispatches {
-		t.Errorf("decode dispatches %d, want 30*(9+7) + 10*(10+7) + 3 = %d", tot.Dispatches, wantDispatches)
+		t.Errorf("decode dispatches %d, want 30*(5+7) + 10*(10+7) + 3 = %d", tot.Dispatches, wantDispatches)
 	}
 	// Longest dependency chain (dispatches on the longest path; arena reuse lengthens no
 	// path because plan-memory reuses a block only from a later level than every
 	// dispatch that touched it):
-	//   GDN mixer: norm → matmuls → conv1d_silu → slice_l2_norm → gated_delta →
-	//     gated_rms_norm_matmul                                                 = 6
-	//     (gates: norm → matmuls → gdn_gates reaches gated_delta at depth 4 < 5; v
-	//     through its slice at 5 too; z joins at the output projection)
+	//   GDN mixer: norm → matmuls → gated_delta_step → gated_rms_norm_matmul   = 4
+	//     (conv_state_shift follows gated_delta_step, which reads the conv state it
+	//     updates, and nothing in the step reads its result; z joins at the output
+	//     projection)
 	//   attention mixer: norm → matmuls → slice → rms_norm_rope → attention →
 	//     sigmoid_gate_matmul (k side: matmuls → rms_norm_rope → kv_append reaches
 	//     attention at the same depth)                                           = 6
@@ -111,10 +111,10 @@ func TestHandCountDecode(t *testing.T) {
 	//     expert_matmul_combine → matmul_gated_add (the shared path norm →
 	//     matmul_swiglu → matmul_gated_add is shorter)                           = 5
 	//   model: embed before layer 0; final norm and lm_head after layer 39     = 3
-	const gdnChain, attChain, moeChain = 6, 6, 5
+	const gdnChain, attChain, moeChain = 4, 6, 5
 	wantChain := gdnLayers*(gdnChain+moeChain) + attLayer*(attChain+moeChain) + model
 	if tot.LongestChain != wantChain {
-		t.Errorf("decode longest chain %d, want 30*(6+5) + 10*(6+5) + 3 = %d", tot.LongestChain, wantChain)
+		t.Errorf("decode longest chain %d, want 30*(4+5) + 10*(6+5) + 3 = %d", tot.LongestChain, wantChain)
 	}
 	if got := plan.LongestChain(len(p.Dispatches), p.Edges); got != wantChain {
 		t.Errorf("longest chain from the reduced edges %d, want %d", got, wantChain)
@@ -129,20 +129,26 @@ func TestHandCountDecode(t *testing.T) {
 		t.Errorf("the derivation gives %d dispatches in %d stages: not fewer than Lily's 795 in 555", wantDispatches, wantChain)
 	}
 
-	// Each fusion switched off alone, what it gives back, derived by hand:
+	// Each fusion switched off alone, what it gives back, derived by hand. fuse-gdn-prologue
+	// folds the fused ops of fuse-gdn-gates, fuse-conv-silu and fuse-slice-l2, so with any
+	// of those off it folds nothing and gives its own share back too: 4 dispatches and 2
+	// stages per GDN layer.
 	fusions := attLayer + gdnLayers // every layer has one MoE block
+	prologue, prologueChain := 4*gdnLayers, 2*gdnLayers
 	ablations := []struct {
 		pass              string
 		dispatches, chain int
 		why               string
 	}{
-		{"fuse-gdn-gates", 5 * gdnLayers, gdnLayers,
+		{"fuse-gdn-prologue", prologue, prologueChain,
+			"conv1d_silu, 2 slice_l2_norms, the v slice and gdn_gates before gated_delta instead of gated_delta_step and conv_state_shift; conv1d_silu and the norms are two stages before the delta rule"},
+		{"fuse-gdn-gates", 5*gdnLayers + prologue, gdnLayers + prologueChain,
 			"add, softplus, mul, exp, neg and sigmoid instead of gdn_gates; add→softplus→mul reaches gated_delta at depth 6, one past the q path"},
 		{"fuse-norm-out-proj", gdnLayers, gdnLayers, "gated_rms_norm before out_proj, a stage of its own"},
 		{"fuse-qk-norm-rope", 2 * attLayer, attLayer, "rms_norm and rope for q and for k, one more stage on either path to attention"},
 		{"fuse-attn-gate", 2 * attLayer, attLayer, "sigmoid and mul before o_proj; the mul is a stage after attention"},
-		{"fuse-conv-silu", gdnLayers, gdnLayers, "a silu after the conv, on the q path"},
-		{"fuse-slice-l2", 2 * gdnLayers, gdnLayers, "slice and l2_norm for q and for k, one more stage on the q path"},
+		{"fuse-conv-silu", gdnLayers + prologue, gdnLayers + prologueChain, "a silu after the conv, on the q path"},
+		{"fuse-slice-l2", 2*gdnLayers + prologue, gdnLayers + prologueChain, "slice and l2_norm for q and for k, one more stage on the q path"},
 		{"fuse-swiglu", 2 * fusions, fusions,
 			"routed gate, up and swiglu instead of one; the shared gate and up join the shared_expert_gate projection in one matmuls, plus a swiglu: two dispatches either way; the routed swiglu is a stage"},
 		{"fuse-router", 0, fusions,

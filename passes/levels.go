@@ -9,6 +9,11 @@ import "pistil/graph"
 // state, reader-before-update: every other reader of a state version must run before the
 // op that updates it in place. isWork marks the dispatching values (not sources, not
 // views); the levels of the others are not meaningful.
+//
+// One exception to as late as possible: a state update nothing in the step reads (the
+// conv state's shift after a fused GDN step) goes one level after its last predecessor.
+// Every step leaves its final state to the next, so at the last level it would only keep
+// its inputs alive in the arena through the whole step.
 func alapLevels(u *Unit) (level []int, isWork []bool, err error) {
 	g := u.Graph
 	n := len(g.Values)
@@ -54,6 +59,23 @@ func alapLevels(u *Unit) (level []int, isWork []bool, err error) {
 	level = make([]int, n)
 	for i := range level {
 		level[i] = longest - height[i]
+	}
+	// A view's or source's level is that of its first user, never before what it aliases.
+	sink := func(i int) bool { return isWork[i] && stateArg[i] >= 0 && len(succ[i]) == 0 }
+	early := map[int]int{}
+	for p, ss := range succ {
+		for _, i := range ss {
+			if sink(i) {
+				step := 0
+				if isWork[p] {
+					step = 1
+				}
+				early[i] = max(early[i], level[p]+step)
+			}
+		}
+	}
+	for i, l := range early {
+		level[i] = l
 	}
 	return level, isWork, nil
 }

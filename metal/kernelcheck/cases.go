@@ -348,6 +348,13 @@ func Cases() []Case {
 		{name: "gated_delta", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
 			in:    []*ops.Tensor{scaled(randF32(r, 3, 2, 32), 0.2), scaled(randF32(r, 3, 2, 32), 0.2), randF32(r, 3, 4, 64), scaled(randF32(r, 3, 4), 0.1), randF32(r, 3, 4), randF32(r, 4, 32, 64)},
 			alias: map[int]int{1: 5}, launch: gatedDelta},
+		// The fused GDN decode step (fuse-gdn-prologue) and the conv state's shift after it,
+		// through gpu.Metal's lowering: GQA 2 and 1, bf16 and f32 conv state, Dv not a
+		// multiple of the 4 columns a group takes.
+		gdnStep(r, "gated_delta_step Hk 2 Hv 4 Dk 32 Dv 24 bf16 conv state", 2, 4, 32, 24, graph.BF16),
+		gdnStep(r, "gated_delta_step Hk = Hv 3 Dk 64 Dv 7", 3, 3, 64, 7, graph.F32),
+		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96)}, alias: map[int]int{0: 1}, exact: true},
+		{name: "conv_state_shift 5 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 5, 40), randF32(r, 3, 40)}, alias: map[int]int{0: 1}, exact: true},
 		{name: "router ties", op: "router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{tied(r, 5, 16)}, launch: router},
 		{name: "router 256 experts ties", op: "router", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{tied(r, 3, 256)}, launch: router},
 		{name: "moe_combine", op: "moe_combine", in: []*ops.Tensor{randF32(r, 3, 4, 40), randF32(r, 3, 4)}, launch: func(e *env) []Launch {
@@ -377,4 +384,20 @@ func Cases() []Case {
 				}
 			}},
 	}, attentionPrefillCases()...)
+}
+
+// gdnStep is a one-token gated_delta_step case: x holds q, k and v of Hk, Hk and Hv heads
+// and 3 channels past them, the conv state has the given dtype.
+func gdnStep(r *rand.Rand, name string, Hk, Hv, Dk, Dv int, state graph.DType) Case {
+	CD := 2*Hk*Dk + Hv*Dv + 3
+	st := randF32(r, 3, CD)
+	if state == graph.BF16 {
+		st = randBF16(r, 3, CD)
+	}
+	return Case{name: name, op: "gated_delta_step",
+		attrs: graph.Attrs{"key_heads": int64(Hk), "q_start": int64(0), "k_start": int64(Hk * Dk), "v_start": int64(2 * Hk * Dk),
+			"q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(Dk)), "k_eps": 1e-6, "k_scale": 1.0, "form": "recurrent", "chunk": int64(64)},
+		in: []*ops.Tensor{randF32(r, 1, CD), randF32(r, 1, Hv), randF32(r, 1, Hv), st, randBF16(r, CD, 4), scaled(randF32(r, Hv), 0.5),
+			randBF16(r, Hv), scaled(randF32(r, Hv, Dk, Dv), 0.3)},
+		alias: map[int]int{1: 7}}
 }

@@ -200,6 +200,27 @@ type GatedDeltaArgs struct {
 	T, Hk, Hv, Dk, Dv      int32
 }
 
+// GatedDeltaStepArgs: one decode token of a Gated DeltaNet layer (gated_delta_step):
+// from X (the in_proj_qkv output, f32 [Ch]), the conv state [K-1, Ch] (read only), the
+// conv weight [Ch, K] and A, B (f32 [Hv]) with ALog, DtBias [Hv], the q, k and v heads
+// at channels QStart, KStart (Hk x Dk each) and VStart (Hv x Dv), and the recurrent step
+// over S [Hv, Dk, Dv] (float32, in place) into O [Hv, Dv].
+type GatedDeltaStepArgs struct {
+	X, A, B, ConvState, S, O   uint64
+	ConvW, ALog, DtBias        Weight
+	Hk, Hv, Dk, Dv, K, Ch      int32
+	QStart, KStart, VStart     int32
+	StateDType                 int32
+	QEps, QScale, KEps, KScale float32
+}
+
+// ConvShiftArgs: the conv state [Rows, Ch] becomes the last Rows rows of [State; X], X
+// f32 [T, Ch] (conv_state_shift).
+type ConvShiftArgs struct {
+	X, State                uint64
+	T, Ch, Rows, StateDType int32
+}
+
 // UnaryArgs: Y = op(X) elementwise.
 type UnaryArgs struct {
 	X, Y          uint64
@@ -258,5 +279,5 @@ var argTypes = []any{
 	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
 	GatedRMSNormArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
 	GatedDeltaArgs{}, GDNGatesArgs{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
-	SampleArgs{},
+	SampleArgs{}, GatedDeltaStepArgs{}, ConvShiftArgs{},
 }

@@ -72,6 +72,8 @@ const (
 	KernelArgmax            = "argmax"
 	KernelSample            = "sample"
 	KernelProbeLayout       = "probe_layout"
+	KernelGatedDeltaStep    = "gated_delta_step"
+	KernelConvStateShift    = "conv_state_shift"
 
 	// CUDA only (CUDAFamilies).
 	KernelMatmulMMA   = "matmul_mma"
@@ -85,7 +87,7 @@ var Names = []string{
 	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelMatvecQ4Rows, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge, KernelAttentionPrefill,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
-	KernelArgmax, KernelSample,
+	KernelArgmax, KernelSample, KernelGatedDeltaStep, KernelConvStateShift,
 }
 
 // CUDANames lists the kernels of CUDAFamilies.

@@ -75,6 +75,81 @@ func TestInt8QMatmulWithinQuantizationBound(t *testing.T) {
 	}
 }
 
+// roundedActs is x with every group of 64 rounded the way the int8 path rounds it: to
+// the nearest of ±127 steps of max|x|/127, halves to even.
+func roundedActs(x []float32) []float32 {
+	out := make([]float32, len(x))
+	for g := 0; g+int8Group <= len(x); g += int8Group {
+		var amax float32
+		for _, v := range x[g : g+int8Group] {
+			amax = max(amax, abs32(v))
+		}
+		if amax == 0 {
+			continue
+		}
+		for i := g; i < g+int8Group; i++ {
+			out[i] = float32(math.RoundToEven(float64(x[i]*(127/amax)))) * (amax / 127)
+		}
+	}
+	return out
+}
+
+// The int8 qmatmul is exactly the product of the rounded activations with the weights,
+// to float32 summation: both terms of w = s·q + b meet the same rounded x. Taking the
+// bias term's Σx from the unrounded x instead leaves an error of Σ s·q·(x̂ - x), whose
+// codes q (0..15, never centred) make it two to three times the rounding's own
+// Σ w·(x̂ - x) on centred weights; this test catches that. Weights are centred (MLX
+// biases near -7.5 steps), activations have an outlier per group as real ones do.
+func TestInt8QMatmulIsProductOfRoundedActivations(t *testing.T) {
+	rng := rand.New(rand.NewSource(26))
+	for _, G := range []int{3, 8, 40} {
+		K := G * int8Group
+		const M, P = 29, 11
+		w := quantize(randTensor(rng, 0.1, M, K), 4, int8Group)
+		ref := rowsOf(w)
+		x := randTensor(rng, 1, P, K)
+		for i := 0; i < P*G; i++ {
+			x.F32()[i*int8Group+rng.Intn(int8Group)] *= 8
+		}
+		want := naiveMatmul(roundedActs(x.F32()), ref, K)
+		g, err := opGraph("qmatmul", nil, x, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, _ := Default.Info("qmatmul")
+		forEachInt8Kernel(t, func(name string) {
+			got := NewTensor(graph.F32, P, M)
+			if err := info.Ref(int8Env(2), g.Values[2], []*Tensor{x, w}, []*Tensor{got}); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range got.F32() {
+				p, m := i/M, i%M
+				var mag float64 // the float32 rounding of a sum of K products scales with it
+				for k := 0; k < K; k++ {
+					mag += math.Abs(float64(x.F32()[p*K+k]) * float64(ref[m*K+k]))
+				}
+				if d := math.Abs(float64(v - want[i])); d > 1e-6*mag {
+					t.Fatalf("%s G=%d [%d,%d] = %v, want %v: |diff| %.3g > %.3g", name, G, p, m, v, want[i], d, 1e-6*mag)
+				}
+			}
+		})
+	}
+}
+
+// forEachInt8Kernel runs f with each int8 kernel of this machine in use.
+func forEachInt8Kernel(t *testing.T, f func(name string)) {
+	t.Helper()
+	if int8Kernel == nil {
+		t.Skip("this machine has no int8 kernel: the float32 kernels run")
+	}
+	saved := int8Kernel
+	defer func() { int8Kernel = saved }()
+	for _, name := range int8KernelNames() {
+		int8Kernel = int8KernelSets[name]
+		f(name)
+	}
+}
+
 // expert_qmatmul with int8 activations: each routed row within the bound of its expert's
 // exact product (experts with one token take the float32 kernels, the rest int8).
 func TestInt8ExpertQMatmulWithinQuantizationBound(t *testing.T) {
@@ -187,7 +262,8 @@ func TestInt8KernelIntegerPartExact(t *testing.T) {
 	}
 }
 
-// Each element comes back from the layout within half a step of its value.
+// Each element comes back from the layout within half a step of its value, and the
+// group's sum is that of the rounded elements.
 func TestQuantizeInt8RowRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewSource(25))
 	const G = 11
@@ -201,9 +277,9 @@ func TestQuantizeInt8RowRoundTrip(t *testing.T) {
 		var want float32
 		for e := 0; e < int8Group; e++ {
 			v := x[g*int8Group+e]
-			want += v
 			k, rest := e/16, e%16
 			q := float32(int8(blk[(2*k+rest%2)*64+8*j+rest/2]))
+			want += q * sx
 			if d := math.Abs(float64(q*sx - v)); d > float64(sx)/2*1.0001 {
 				t.Fatalf("group %d element %d: %v back as %v (step %v)", g, e, v, q*sx, sx)
 			}

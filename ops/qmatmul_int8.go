@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"math"
+	"reflect"
 
 	"pistil/graph"
 )
@@ -82,6 +83,17 @@ var (
 	int8Kernel     int8Dot
 	int8KernelSets = map[string]int8Dot{"go": q4Int8Dot8Go}
 )
+
+// Int8KernelName names the int8 kernel the int8 activations run on this machine, "" where
+// there is none (the float32 kernels then run).
+func Int8KernelName() string {
+	for name, k := range int8KernelSets {
+		if int8Kernel != nil && reflect.ValueOf(k).Pointer() == reflect.ValueOf(int8Kernel).Pointer() {
+			return name
+		}
+	}
+	return ""
+}
 
 // int8Fits reports whether the int8 path takes P rows against w under env.
 func int8Fits(env *Env, w weightRows, P int) bool {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"pistil/models/safetensors"
+	"pistil/ops"
 )
 
 var goldenMLX = fixtures.Path("golden/tiny-s1/mlx-q4")
@@ -98,4 +99,28 @@ func copyCheckpoint(t *testing.T, edit func(name string, shape []int, data []byt
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestCheckInt8AtItsTolerance: with int8 activations, check holds the golden mlx-q4 fixture
+// to the int8 tolerance in every prefill mode, and (where the machine has an int8 kernel,
+// so that int8 really runs) the exact tolerance fails: the flag is not a way around the test.
+func TestCheckInt8AtItsTolerance(t *testing.T) {
+	pipe := filepath.Join(t.TempDir(), "pipeline.toml")
+	if err := os.WriteFile(pipe, []byte("[cpu]\nactivations = \"int8\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--model", goldenMLX, "--reference", goldenMLX + "/reference.safetensors", "--pipeline", pipe}
+	for _, mode := range [][]string{nil, {"--chunk", "1"}, {"--chunk", "7"}, {"--chunk", "32"}, {"--decode-from", "3"}} {
+		args := append(append(append([]string(nil), base...), mode...), "--tolerance", "int8")
+		if err := runCheck(args); err != nil {
+			t.Errorf("int8 %v: %v", mode, err)
+		}
+	}
+	if ops.Int8KernelName() == "" {
+		t.Logf("no int8 kernel on this machine: the float32 kernels ran")
+		return
+	}
+	if err := runCheck(append(base, "--chunk", "7")); err == nil || !strings.Contains(err.Error(), "FAIL") {
+		t.Errorf("int8 at the exact tolerance: check said %v, want a FAIL", err)
+	}
 }

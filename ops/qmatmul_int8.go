@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"sort"
+	"strings"
 
 	"pistil/graph"
 )
@@ -87,12 +89,32 @@ var (
 // Int8KernelName names the int8 kernel the int8 activations run on this machine, "" where
 // there is none (the float32 kernels then run).
 func Int8KernelName() string {
+	if int8Kernel == nil {
+		return ""
+	}
 	for name, k := range int8KernelSets {
-		if int8Kernel != nil && reflect.ValueOf(k).Pointer() == reflect.ValueOf(int8Kernel).Pointer() {
+		if reflect.ValueOf(k).Pointer() == reflect.ValueOf(int8Kernel).Pointer() {
 			return name
 		}
 	}
 	return ""
+}
+
+// SetInt8Kernel makes the int8 activations run the named kernel ("go", "avx2",
+// "avx512vnni": those this machine has), process-wide: how the tests and benchmarks of a
+// machine reach the kernels of machines with fewer features.
+func SetInt8Kernel(name string) error {
+	k, ok := int8KernelSets[name]
+	if !ok {
+		var names []string
+		for n := range int8KernelSets {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return fmt.Errorf("int8 kernel %q: this machine has %s", name, strings.Join(names, ", "))
+	}
+	int8Kernel = k
+	return nil
 }
 
 // int8Fits reports whether the int8 path takes P rows against w under env.

@@ -59,18 +59,20 @@ func TestInt8QMatmulWithinQuantizationBound(t *testing.T) {
 		for _, P := range []int{2, 3, 7, 8, 9, 17} {
 			x := randTensor(rng, 1, P, K)
 			want := naiveMatmul(x.F32(), ref, K)
-			for _, workers := range []int{1, 3} {
-				got := NewTensor(graph.F32, P, M)
-				g, err := opGraph("qmatmul", nil, x, w)
-				if err != nil {
-					t.Fatal(err)
+			forEachInt8Kernel(t, func(kernel string) {
+				for _, workers := range []int{1, 3} {
+					got := NewTensor(graph.F32, P, M)
+					g, err := opGraph("qmatmul", nil, x, w)
+					if err != nil {
+						t.Fatal(err)
+					}
+					info, _ := Default.Info("qmatmul")
+					if err := info.Ref(int8Env(workers), g.Values[2], []*Tensor{x, w}, []*Tensor{got}); err != nil {
+						t.Fatal(err)
+					}
+					checkInt8Result(t, fmt.Sprintf("%s G=%d P=%d workers=%d", kernel, G, P, workers), got.F32(), want, x.F32(), ref, K, M)
 				}
-				info, _ := Default.Info("qmatmul")
-				if err := info.Ref(int8Env(workers), g.Values[2], []*Tensor{x, w}, []*Tensor{got}); err != nil {
-					t.Fatal(err)
-				}
-				checkInt8Result(t, fmt.Sprintf("G=%d P=%d workers=%d", G, P, workers), got.F32(), want, x.F32(), ref, K, M)
-			}
+			})
 		}
 	}
 }
@@ -169,18 +171,20 @@ func TestInt8ExpertQMatmulWithinQuantizationBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, _ := Default.Info("expert_qmatmul")
-	got := NewTensor(graph.F32, T, k, M)
-	if err := info.Ref(int8Env(2), g.Values[3], []*Tensor{x, w, ids}, []*Tensor{got}); err != nil {
-		t.Fatal(err)
-	}
-	for tok := 0; tok < T; tok++ {
-		for j := 0; j < k; j++ {
-			e := int(ids.I32()[tok*k+j])
-			want := naiveMatmul(x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K)
-			checkInt8Result(t, fmt.Sprintf("token %d expert %d", tok, e), got.F32()[(tok*k+j)*M:(tok*k+j+1)*M], want,
-				x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K, M)
+	forEachInt8Kernel(t, func(kernel string) {
+		got := NewTensor(graph.F32, T, k, M)
+		if err := info.Ref(int8Env(2), g.Values[3], []*Tensor{x, w, ids}, []*Tensor{got}); err != nil {
+			t.Fatal(err)
 		}
-	}
+		for tok := 0; tok < T; tok++ {
+			for j := 0; j < k; j++ {
+				e := int(ids.I32()[tok*k+j])
+				want := naiveMatmul(x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K)
+				checkInt8Result(t, fmt.Sprintf("%s token %d expert %d", kernel, tok, e), got.F32()[(tok*k+j)*M:(tok*k+j+1)*M], want,
+					x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K, M)
+			}
+		}
+	})
 }
 
 // Every int8 kernel gives the portable kernel's result on the same layout (1..5 blocks,

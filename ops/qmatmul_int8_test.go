@@ -304,8 +304,9 @@ func int8KernelNames() []string {
 }
 
 // BenchmarkInt8Kernel is one core's block kernels alone, L2-resident: 256 q4 rows of
-// K = 2048 (the 35B-A3B's hidden size) against eight activation rows, the float32 eight-row
-// kernel (dequantizing in registers) beside the int8 ones. GFLOP/s is 2 flops per
+// K = 2048 (the 35B-A3B's hidden size) against eight activation rows, the float32 kernels
+// (the AVX-512 eight-row one, dequantizing in registers; the AVX2 four-row one, twice)
+// beside the int8 ones. GFLOP/s is 2 flops per
 // multiply-add.
 //
 //	go test ./ops/ -run X -bench Int8Kernel
@@ -331,6 +332,28 @@ func BenchmarkInt8Kernel(b *testing.B) {
 				for r := 0; r < M; r++ {
 					data, scales, biases := w.locate(r)
 					f32.q4Dot8(data, scales, biases, int8Group, acts.x, K, &out)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+	// A machine without AVX-512 has the four-row float32 kernels: the one int8 AVX2 replaces
+	// there, here twice per eight rows.
+	for _, ks := range quantKernelSets {
+		if ks.q4Dot8 != nil || ks.unit == goQuantKernels.unit {
+			continue
+		}
+		saved := fastKernels
+		fastKernels = ks
+		acts := prepareActs(nil, w, x, 8)
+		fastKernels = saved
+		b.Run("f32/"+ks.name, func(b *testing.B) {
+			var out [4]float32
+			for b.Loop() {
+				for r := 0; r < M; r++ {
+					data, scales, biases := w.locate(r)
+					ks.dot4[0](data, scales, biases, int8Group, acts.x, K, acts.xsum[:4*G], &out)
+					ks.dot4[0](data, scales, biases, int8Group, acts.x[4*K:], K, acts.xsum[4*G:], &out)
 				}
 			}
 			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")

@@ -3,7 +3,6 @@ package ops
 import (
 	"fmt"
 	"math"
-	"reflect"
 	"sort"
 	"strings"
 
@@ -79,26 +78,18 @@ var int8Order = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 // weight row.
 type int8Dot func(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int, out *[8]float32)
 
-// int8Kernel is the fastest int8 kernel this machine has, nil where it has none (the
-// float32 kernels then stay in use); int8KernelSets lists all of them for the tests.
+// int8Kernel is the int8 kernel in use, int8KernelName its name: the fastest this machine
+// has (set by the amd64 init), nil and "" where it has none (the float32 kernels then stay
+// in use). int8KernelSets lists every kernel the machine can run, the portable one too.
 var (
 	int8Kernel     int8Dot
+	int8KernelName string
 	int8KernelSets = map[string]int8Dot{"go": q4Int8Dot8Go}
 )
 
 // Int8KernelName names the int8 kernel the int8 activations run on this machine, "" where
 // there is none (the float32 kernels then run).
-func Int8KernelName() string {
-	if int8Kernel == nil {
-		return ""
-	}
-	for name, k := range int8KernelSets {
-		if reflect.ValueOf(k).Pointer() == reflect.ValueOf(int8Kernel).Pointer() {
-			return name
-		}
-	}
-	return ""
-}
+func Int8KernelName() string { return int8KernelName }
 
 // SetInt8Kernel makes the int8 activations run the named kernel ("go", "avx2",
 // "avx512vnni": those this machine has), process-wide: how the tests and benchmarks of a
@@ -113,8 +104,15 @@ func SetInt8Kernel(name string) error {
 		sort.Strings(names)
 		return fmt.Errorf("int8 kernel %q: this machine has %s", name, strings.Join(names, ", "))
 	}
-	int8Kernel = k
+	int8Kernel, int8KernelName = k, name
 	return nil
+}
+
+// addInt8Kernel lists a kernel of this machine and makes it the one in use (the amd64
+// init adds them slowest first).
+func addInt8Kernel(name string, k int8Dot) {
+	int8KernelSets[name] = k
+	int8Kernel, int8KernelName = k, name
 }
 
 // int8Fits reports whether the int8 path takes P rows against w under env.

@@ -24,12 +24,10 @@ func q4Int8Dot8AVX2(codes []byte, scales, biases []uint16, blocks int, acts []by
 func init() {
 	// VPMADDUBSW, VPMADDWD and VPERMD on 256-bit registers, and the float32 FMAs.
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		int8Kernel = q4Int8Dot8AVX2
-		int8KernelSets["avx2"] = q4Int8Dot8AVX2
+		addInt8Kernel("avx2", q4Int8Dot8AVX2)
 	}
 	// VPDPBUSD on 512-bit registers, VPERMW (BW) and the mask registers.
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI {
-		int8Kernel = q4Int8Dot8AVX512
-		int8KernelSets["avx512vnni"] = q4Int8Dot8AVX512
+		addInt8Kernel("avx512vnni", q4Int8Dot8AVX512)
 	}
 }

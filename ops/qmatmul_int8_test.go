@@ -141,13 +141,15 @@ func TestInt8QMatmulIsProductOfRoundedActivations(t *testing.T) {
 // forEachInt8Kernel runs f with each int8 kernel of this machine in use.
 func forEachInt8Kernel(t *testing.T, f func(name string)) {
 	t.Helper()
-	if int8Kernel == nil {
+	saved := int8KernelName
+	if saved == "" {
 		t.Skip("this machine has no int8 kernel: the float32 kernels run")
 	}
-	saved := int8Kernel
-	defer func() { int8Kernel = saved }()
+	defer SetInt8Kernel(saved)
 	for _, name := range int8KernelNames() {
-		int8Kernel = int8KernelSets[name]
+		if err := SetInt8Kernel(name); err != nil {
+			t.Fatal(err)
+		}
 		f(name)
 	}
 }

@@ -6,6 +6,7 @@ package cpu
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/pprof"
 
@@ -20,9 +21,20 @@ func init() {
 		if err := ops.CheckActivations(o.Activations); err != nil {
 			return nil, err
 		}
+		// For testing and measuring a slower machine's int8 path on this one (the AVX2
+		// kernel on an AVX-512 VNNI machine); unset, the fastest kernel runs.
+		if name := os.Getenv(Int8KernelEnv); name != "" {
+			if err := ops.SetInt8Kernel(name); err != nil {
+				return nil, fmt.Errorf("%s: %w", Int8KernelEnv, err)
+			}
+		}
 		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations}, nil
 	})
 }
+
+// Int8KernelEnv names the environment variable that picks the int8 activations' kernel
+// by name (ops.SetInt8Kernel).
+const Int8KernelEnv = "PISTIL_CPU_INT8_KERNEL"
 
 // Backend is the CPU backend. Workers is the goroutine count the references split heavy
 // loops across (0: every core).

@@ -3,6 +3,8 @@ package ops
 import (
 	"fmt"
 	"math"
+	"sort"
+	"strings"
 
 	"pistil/graph"
 )
@@ -10,13 +12,16 @@ import (
 // int8-activation q4 matmul for prefill: the activation rows are quantized per group of
 // 64 (the weights' group) to int8 with a float32 scale, and each weight row's codes meet
 // them in integer dot products (VPDPBUSD: unsigned 4-bit codes x signed 8-bit
-// activations). With w = s·q + b per group and x ≈ sx·xq,
+// activations). With w = s·q + b per group and x ≈ x̂ = sx·xq,
 //
-//	Σ w·x ≈ Σ_g s_g·sx_g·(Σ q·xq) + b_g·(Σ x)
+//	Σ w·x ≈ Σ w·x̂ = Σ_g s_g·sx_g·(Σ q·xq) + b_g·sx_g·(Σ xq)
 //
-// where Σ q·xq is exact in int32 and Σ x is the float sum of the unquantized group (the
-// bias term loses nothing to quantization). Only the rounding of x to int8 (at most
-// sx/2 = max|x|/254 per element) separates it from the float32 path.
+// where both integer sums are exact in int32: the result is the float32 product of the
+// rounded activations, and the rounding of x to int8 (at most sx/2 = max|x|/254 per
+// element) is all that separates it from the float32 path. The bias term must meet x̂,
+// not the float Σ x: with Σ x the error is Σ s·q·(x̂ - x) instead of Σ w·(x̂ - x), and
+// the codes q are 0..15 where a centred weight s·q + b is not, which made every
+// matmul's rounding error 2-3x larger on the golden model (cpu/README.md).
 //
 // The kernel needs every 32-bit lane of an integer accumulator to hold products of one
 // group, so that a whole block of groups is converted and scaled with one vector op per
@@ -31,7 +36,7 @@ import (
 //	[0, 512)    vector v = 2k+h (k = 0..3, h = 0 low / 1 high nibble), byte 8j+i holds
 //	            xq of group order[j], element 16k + 2i + h
 //	[512, 576)  16 float32: lane L holds sx of group order[L/2]
-//	[576, 640)  16 float32: lane L holds Σx of group order[L/2], halved (two lanes each)
+//	[576, 640)  16 float32: lane L holds sx·Σxq of group order[L/2], halved (two lanes each)
 //
 // Rows are int8RowBytes(G) apart; the row count is padded to a multiple of eight with zero
 // rows, and a last partial block with zero groups, which contribute exactly nothing.
@@ -73,12 +78,42 @@ var int8Order = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 // weight row.
 type int8Dot func(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int, out *[8]float32)
 
-// int8Kernel is the fastest int8 kernel this machine has, nil where it has none (the
-// float32 kernels then stay in use); int8KernelSets lists all of them for the tests.
+// int8Kernel is the int8 kernel in use, int8KernelName its name: the fastest this machine
+// has (set by the amd64 init), nil and "" where it has none (the float32 kernels then stay
+// in use). int8KernelSets lists every kernel the machine can run, the portable one too.
 var (
 	int8Kernel     int8Dot
+	int8KernelName string
 	int8KernelSets = map[string]int8Dot{"go": q4Int8Dot8Go}
 )
+
+// Int8KernelName names the int8 kernel the int8 activations run on this machine, "" where
+// there is none (the float32 kernels then run).
+func Int8KernelName() string { return int8KernelName }
+
+// SetInt8Kernel makes the int8 activations run the named kernel ("go", "avx2",
+// "avx512vnni": those this machine has), process-wide: how the tests and benchmarks of a
+// machine reach the kernels of machines with fewer features.
+func SetInt8Kernel(name string) error {
+	k, ok := int8KernelSets[name]
+	if !ok {
+		var names []string
+		for n := range int8KernelSets {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return fmt.Errorf("int8 kernel %q: this machine has %s", name, strings.Join(names, ", "))
+	}
+	int8Kernel, int8KernelName = k, name
+	return nil
+}
+
+// addInt8Kernel lists a kernel of this machine and makes it the one in use (the amd64
+// init adds them slowest first).
+func addInt8Kernel(name string, k int8Dot) {
+	int8KernelSets[name] = k
+	int8Kernel, int8KernelName = k, name
+}
 
 // int8Fits reports whether the int8 path takes P rows against w under env.
 func int8Fits(env *Env, w weightRows, P int) bool {
@@ -97,30 +132,32 @@ func quantizeInt8Row(x []float32, G int, dst []byte) {
 	clear(dst)
 	for g := 0; g < G; g++ {
 		xs := x[g*int8Group : (g+1)*int8Group : (g+1)*int8Group]
-		var amax, sum float32
+		var amax float32
 		for _, v := range xs {
 			amax = max(amax, abs32(v))
-			sum += v
+		}
+		if amax == 0 {
+			continue // a zero group: zero codes, scale and sum
 		}
 		blk, j := g/int8Groups, int8Lane(g%int8Groups)
 		base := dst[blk*int8Block : (blk+1)*int8Block : (blk+1)*int8Block]
-		scales := f32s(base[512:576])
-		sums := f32s(base[576:640])
-		scales[2*j], scales[2*j+1] = amax/127, amax/127
-		sums[2*j], sums[2*j+1] = sum/2, sum/2
-		if amax == 0 {
-			continue
-		}
 		inv := 127 / amax
+		var qsum int32
 		for k := 0; k < 4; k++ {
 			lo := base[2*k*64+8*j : 2*k*64+8*j+8 : 2*k*64+8*j+8]
 			hi := base[(2*k+1)*64+8*j : (2*k+1)*64+8*j+8 : (2*k+1)*64+8*j+8]
 			src := xs[16*k : 16*k+16 : 16*k+16]
 			for i := range lo {
-				lo[i] = byte(roundInt8(src[2*i] * inv))
-				hi[i] = byte(roundInt8(src[2*i+1] * inv))
+				a, b := roundInt8(src[2*i]*inv), roundInt8(src[2*i+1]*inv)
+				lo[i], hi[i] = byte(a), byte(b)
+				qsum += int32(a) + int32(b)
 			}
 		}
+		// The bias term meets the rounded activations, sx·Σxq (see the top of the file).
+		sx := amax / 127
+		scales, sums := f32s(base[512:576]), f32s(base[576:640])
+		scales[2*j], scales[2*j+1] = sx, sx
+		sums[2*j], sums[2*j+1] = float32(qsum)*sx/2, float32(qsum)*sx/2
 	}
 }
 

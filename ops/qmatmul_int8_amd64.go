@@ -11,10 +11,23 @@ func q4Int8Dot8AVX512(codes []byte, scales, biases []uint16, blocks int, acts []
 	q4Int8Dot8VNNI(&codes[0], &scales[0], &biases[0], blocks, &acts[0], rowStride, out)
 }
 
+//go:noescape
+func q4Int8Dot8AVX2Asm(codes *byte, scales, biases *uint16, blocks int, acts *byte, rowStride int, out *[8]float32)
+
+// q4Int8Dot8AVX2 is the AVX2 kernel (qmatmul_int8_avx2_amd64.s) behind the length checks:
+// the int8 path of machines without AVX-512 VNNI.
+func q4Int8Dot8AVX2(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int, out *[8]float32) {
+	checkInt8Call(codes, scales, biases, blocks, acts, rowStride)
+	q4Int8Dot8AVX2Asm(&codes[0], &scales[0], &biases[0], blocks, &acts[0], rowStride, out)
+}
+
 func init() {
+	// VPMADDUBSW, VPMADDWD and VPERMD on 256-bit registers, and the float32 FMAs.
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		addInt8Kernel("avx2", q4Int8Dot8AVX2)
+	}
 	// VPDPBUSD on 512-bit registers, VPERMW (BW) and the mask registers.
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI {
-		int8Kernel = q4Int8Dot8AVX512
-		int8KernelSets["avx512vnni"] = q4Int8Dot8AVX512
+		addInt8Kernel("avx512vnni", q4Int8Dot8AVX512)
 	}
 }

@@ -59,19 +59,98 @@ func TestInt8QMatmulWithinQuantizationBound(t *testing.T) {
 		for _, P := range []int{2, 3, 7, 8, 9, 17} {
 			x := randTensor(rng, 1, P, K)
 			want := naiveMatmul(x.F32(), ref, K)
-			for _, workers := range []int{1, 3} {
-				got := NewTensor(graph.F32, P, M)
-				g, err := opGraph("qmatmul", nil, x, w)
-				if err != nil {
-					t.Fatal(err)
+			forEachInt8Kernel(t, func(kernel string) {
+				for _, workers := range []int{1, 3} {
+					got := NewTensor(graph.F32, P, M)
+					g, err := opGraph("qmatmul", nil, x, w)
+					if err != nil {
+						t.Fatal(err)
+					}
+					info, _ := Default.Info("qmatmul")
+					if err := info.Ref(int8Env(workers), g.Values[2], []*Tensor{x, w}, []*Tensor{got}); err != nil {
+						t.Fatal(err)
+					}
+					checkInt8Result(t, fmt.Sprintf("%s G=%d P=%d workers=%d", kernel, G, P, workers), got.F32(), want, x.F32(), ref, K, M)
 				}
-				info, _ := Default.Info("qmatmul")
-				if err := info.Ref(int8Env(workers), g.Values[2], []*Tensor{x, w}, []*Tensor{got}); err != nil {
-					t.Fatal(err)
-				}
-				checkInt8Result(t, fmt.Sprintf("G=%d P=%d workers=%d", G, P, workers), got.F32(), want, x.F32(), ref, K, M)
-			}
+			})
 		}
+	}
+}
+
+// roundedActs is x with every group of 64 rounded the way the int8 path rounds it: to
+// the nearest of ±127 steps of max|x|/127, halves to even.
+func roundedActs(x []float32) []float32 {
+	out := make([]float32, len(x))
+	for g := 0; g+int8Group <= len(x); g += int8Group {
+		var amax float32
+		for _, v := range x[g : g+int8Group] {
+			amax = max(amax, abs32(v))
+		}
+		if amax == 0 {
+			continue
+		}
+		for i := g; i < g+int8Group; i++ {
+			out[i] = float32(math.RoundToEven(float64(x[i]*(127/amax)))) * (amax / 127)
+		}
+	}
+	return out
+}
+
+// The int8 qmatmul is exactly the product of the rounded activations with the weights,
+// to float32 summation: both terms of w = s·q + b meet the same rounded x. Taking the
+// bias term's Σx from the unrounded x instead leaves an error of Σ s·q·(x̂ - x), whose
+// codes q (0..15, never centred) make it two to three times the rounding's own
+// Σ w·(x̂ - x) on centred weights; this test catches that. Weights are centred (MLX
+// biases near -7.5 steps), activations have an outlier per group as real ones do.
+func TestInt8QMatmulIsProductOfRoundedActivations(t *testing.T) {
+	rng := rand.New(rand.NewSource(26))
+	for _, G := range []int{3, 8, 40} {
+		K := G * int8Group
+		const M, P = 29, 11
+		w := quantize(randTensor(rng, 0.1, M, K), 4, int8Group)
+		ref := rowsOf(w)
+		x := randTensor(rng, 1, P, K)
+		for i := 0; i < P*G; i++ {
+			x.F32()[i*int8Group+rng.Intn(int8Group)] *= 8
+		}
+		want := naiveMatmul(roundedActs(x.F32()), ref, K)
+		g, err := opGraph("qmatmul", nil, x, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, _ := Default.Info("qmatmul")
+		forEachInt8Kernel(t, func(name string) {
+			got := NewTensor(graph.F32, P, M)
+			if err := info.Ref(int8Env(2), g.Values[2], []*Tensor{x, w}, []*Tensor{got}); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range got.F32() {
+				p, m := i/M, i%M
+				var mag float64 // the float32 rounding of a sum of K products scales with it
+				for k := 0; k < K; k++ {
+					mag += math.Abs(float64(x.F32()[p*K+k]) * float64(ref[m*K+k]))
+				}
+				if d := math.Abs(float64(v - want[i])); d > 1e-6*mag {
+					t.Fatalf("%s G=%d [%d,%d] = %v, want %v: |diff| %.3g > %.3g", name, G, p, m, v, want[i], d, 1e-6*mag)
+				}
+			}
+		})
+	}
+}
+
+// forEachInt8Kernel runs f with each int8 kernel of this machine in use.
+func forEachInt8Kernel(t *testing.T, f func(name string)) {
+	t.Helper()
+	saved := int8KernelName
+	if saved == "" {
+		t.Skip("this machine has no int8 kernel: the float32 kernels run")
+	}
+	defer SetInt8Kernel(saved)
+	for _, name := range int8KernelNames() {
+		if err := SetInt8Kernel(name); err != nil {
+			t.Fatal(err)
+		}
+		f(name)
 	}
 }
 
@@ -94,18 +173,20 @@ func TestInt8ExpertQMatmulWithinQuantizationBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, _ := Default.Info("expert_qmatmul")
-	got := NewTensor(graph.F32, T, k, M)
-	if err := info.Ref(int8Env(2), g.Values[3], []*Tensor{x, w, ids}, []*Tensor{got}); err != nil {
-		t.Fatal(err)
-	}
-	for tok := 0; tok < T; tok++ {
-		for j := 0; j < k; j++ {
-			e := int(ids.I32()[tok*k+j])
-			want := naiveMatmul(x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K)
-			checkInt8Result(t, fmt.Sprintf("token %d expert %d", tok, e), got.F32()[(tok*k+j)*M:(tok*k+j+1)*M], want,
-				x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K, M)
+	forEachInt8Kernel(t, func(kernel string) {
+		got := NewTensor(graph.F32, T, k, M)
+		if err := info.Ref(int8Env(2), g.Values[3], []*Tensor{x, w, ids}, []*Tensor{got}); err != nil {
+			t.Fatal(err)
 		}
-	}
+		for tok := 0; tok < T; tok++ {
+			for j := 0; j < k; j++ {
+				e := int(ids.I32()[tok*k+j])
+				want := naiveMatmul(x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K)
+				checkInt8Result(t, fmt.Sprintf("%s token %d expert %d", kernel, tok, e), got.F32()[(tok*k+j)*M:(tok*k+j+1)*M], want,
+					x.F32()[tok*K:(tok+1)*K], ref[e*M*K:(e+1)*M*K], K, M)
+			}
+		}
+	})
 }
 
 // Every int8 kernel gives the portable kernel's result on the same layout (1..5 blocks,
@@ -187,7 +268,8 @@ func TestInt8KernelIntegerPartExact(t *testing.T) {
 	}
 }
 
-// Each element comes back from the layout within half a step of its value.
+// Each element comes back from the layout within half a step of its value, and the
+// group's sum is that of the rounded elements.
 func TestQuantizeInt8RowRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewSource(25))
 	const G = 11
@@ -201,9 +283,9 @@ func TestQuantizeInt8RowRoundTrip(t *testing.T) {
 		var want float32
 		for e := 0; e < int8Group; e++ {
 			v := x[g*int8Group+e]
-			want += v
 			k, rest := e/16, e%16
 			q := float32(int8(blk[(2*k+rest%2)*64+8*j+rest/2]))
+			want += q * sx
 			if d := math.Abs(float64(q*sx - v)); d > float64(sx)/2*1.0001 {
 				t.Fatalf("group %d element %d: %v back as %v (step %v)", g, e, v, q*sx, sx)
 			}
@@ -224,8 +306,9 @@ func int8KernelNames() []string {
 }
 
 // BenchmarkInt8Kernel is one core's block kernels alone, L2-resident: 256 q4 rows of
-// K = 2048 (the 35B-A3B's hidden size) against eight activation rows, the float32 eight-row
-// kernel (dequantizing in registers) beside the int8 ones. GFLOP/s is 2 flops per
+// K = 2048 (the 35B-A3B's hidden size) against eight activation rows, the float32 kernels
+// (the AVX-512 eight-row one, dequantizing in registers; the AVX2 four-row one, twice)
+// beside the int8 ones. GFLOP/s is 2 flops per
 // multiply-add.
 //
 //	go test ./ops/ -run X -bench Int8Kernel
@@ -251,6 +334,28 @@ func BenchmarkInt8Kernel(b *testing.B) {
 				for r := 0; r < M; r++ {
 					data, scales, biases := w.locate(r)
 					f32.q4Dot8(data, scales, biases, int8Group, acts.x, K, &out)
+				}
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+	// A machine without AVX-512 has the four-row float32 kernels: the one int8 AVX2 replaces
+	// there, here twice per eight rows.
+	for _, ks := range quantKernelSets {
+		if ks.q4Dot8 != nil || ks.unit == goQuantKernels.unit {
+			continue
+		}
+		saved := fastKernels
+		fastKernels = ks
+		acts := prepareActs(nil, w, x, 8)
+		fastKernels = saved
+		b.Run("f32/"+ks.name, func(b *testing.B) {
+			var out [4]float32
+			for b.Loop() {
+				for r := 0; r < M; r++ {
+					data, scales, biases := w.locate(r)
+					ks.dot4[0](data, scales, biases, int8Group, acts.x, K, acts.xsum[:4*G], &out)
+					ks.dot4[0](data, scales, biases, int8Group, acts.x[4*K:], K, acts.xsum[4*G:], &out)
 				}
 			}
 			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"strings"
 
 	"pistil/verify"
 )
@@ -18,16 +20,33 @@ func runCheck(args []string) error {
 	mf.register(fs)
 	refPath := fs.String("reference", "", "reference.safetensors (tokens, logits, gen_tokens, gen_logits)")
 	decodeFrom := fs.Int("decode-from", 0, "prefill this many tokens, then feed the rest through the decode plan")
-	maxAbs := fs.Float64("max-abs", 2e-3, "fail when the largest absolute logit error exceeds this")
-	minTop1 := fs.Float64("min-top1", 1.0, "fail when the top-1 agreement fraction is below this")
-	maxPPL := fs.Float64("max-ppl-ratio", 1.01, "fail when engine/reference perplexity exceeds this (or its inverse)")
-	greedy := fs.Bool("greedy", true, "fail when the greedy continuation differs")
+	tolName := fs.String("tolerance", verify.Tolerances[0].Name, "the named bound to hold the logits to: "+toleranceNames()+" (the flags below override its parts)")
+	maxAbs := fs.Float64("max-abs", 0, "fail when the largest absolute logit error exceeds this (0: none)")
+	minTop1 := fs.Float64("min-top1", 0, "fail when the top-1 agreement fraction is below this")
+	maxPPL := fs.Float64("max-ppl-ratio", 0, "fail when engine/reference perplexity exceeds this (or its inverse)")
+	greedy := fs.Bool("greedy", false, "fail when the greedy continuation differs")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *refPath == "" {
 		return errors.New("--reference FILE is required")
 	}
+	tol, err := verify.LookupTolerance(*tolName)
+	if err != nil {
+		return err
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "max-abs":
+			tol.MaxAbsErr = *maxAbs
+		case "min-top1":
+			tol.MinTop1 = *minTop1
+		case "max-ppl-ratio":
+			tol.MaxPPLRatio = *maxPPL
+		case "greedy":
+			tol.Greedy = *greedy
+		}
+	})
 	ref, err := verify.LoadReference(*refPath)
 	if err != nil {
 		return err
@@ -42,22 +61,18 @@ func runCheck(args []string) error {
 		return err
 	}
 	fmt.Print(rep)
-	var fails []string
-	if rep.MaxAbsErr > *maxAbs {
-		fails = append(fails, fmt.Sprintf("max abs error %.3g > %.3g", rep.MaxAbsErr, *maxAbs))
-	}
-	if rep.Top1Agree < *minTop1 {
-		fails = append(fails, fmt.Sprintf("top-1 agreement %.4f < %.4f", rep.Top1Agree, *minTop1))
-	}
-	if r := rep.PPLRatio(); r > *maxPPL || 1/r > *maxPPL {
-		fails = append(fails, fmt.Sprintf("perplexity ratio %.5f outside [1/%g, %g]", r, *maxPPL, *maxPPL))
-	}
-	if *greedy && !rep.GreedyMatch {
-		fails = append(fails, "greedy continuation differs")
-	}
-	if len(fails) > 0 {
+	fmt.Printf("tolerance        %s\n", tol)
+	if fails := tol.Failures(rep); len(fails) > 0 {
 		return fmt.Errorf("FAIL: %v", fails)
 	}
 	fmt.Println("PASS")
 	return nil
+}
+
+func toleranceNames() string {
+	var names []string
+	for _, t := range verify.Tolerances {
+		names = append(names, t.Name)
+	}
+	return strings.Join(names, ", ")
 }

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"pistil/cpu"
 	"pistil/models/safetensors"
+	"pistil/ops"
 )
 
 var goldenMLX = fixtures.Path("golden/tiny-s1/mlx-q4")
@@ -98,4 +100,46 @@ func copyCheckpoint(t *testing.T, edit func(name string, shape []int, data []byt
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestCheckInt8AtItsTolerance: with int8 activations, check holds the golden mlx-q4 fixture
+// to the int8 tolerance in every prefill mode, with each int8 kernel this machine has
+// (the AVX2 one forced through cpu.Int8KernelEnv on an AVX-512 VNNI machine), and (where
+// an int8 kernel runs at all) the exact tolerance fails: the flag is not a way around
+// the test.
+func TestCheckInt8AtItsTolerance(t *testing.T) {
+	pipe := filepath.Join(t.TempDir(), "pipeline.toml")
+	if err := os.WriteFile(pipe, []byte("[cpu]\nactivations = \"int8\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--model", goldenMLX, "--reference", goldenMLX + "/reference.safetensors", "--pipeline", pipe}
+	best := ops.Int8KernelName()
+	if best == "" {
+		t.Logf("no int8 kernel on this machine: the float32 kernels ran")
+	}
+	t.Cleanup(func() {
+		if best != "" {
+			ops.SetInt8Kernel(best)
+		}
+	})
+	for _, kernel := range []string{"avx2", "avx512vnni"} {
+		if ops.SetInt8Kernel(kernel) != nil {
+			t.Logf("%s: not on this machine", kernel)
+			continue
+		}
+		t.Setenv(cpu.Int8KernelEnv, kernel)
+		for _, mode := range [][]string{nil, {"--chunk", "1"}, {"--chunk", "7"}, {"--chunk", "32"}, {"--decode-from", "3"}} {
+			args := append(append(append([]string(nil), base...), mode...), "--tolerance", "int8")
+			if err := runCheck(args); err != nil {
+				t.Errorf("int8 (%s) %v: %v", kernel, mode, err)
+			}
+		}
+		if err := runCheck(append(base, "--chunk", "7")); err == nil || !strings.Contains(err.Error(), "FAIL") {
+			t.Errorf("int8 (%s) at the exact tolerance: check said %v, want a FAIL", kernel, err)
+		}
+	}
+	t.Setenv(cpu.Int8KernelEnv, "avx9")
+	if err := runCheck(base); err == nil || !strings.Contains(err.Error(), `"avx9"`) {
+		t.Errorf("an unknown int8 kernel: check said %v, want an error naming it", err)
+	}
 }

@@ -32,7 +32,7 @@ var docs = map[string]commandDoc{
 			"pistil bench --model /tmp/tiny --sweep --max-length 1024 --json /tmp/sweep.json --plot /tmp/sweep.png",
 			"pistil bench compare /tmp/a.json /tmp/sweep.json",
 			"pistil bench plot -o /tmp/both.png /tmp/a.json /tmp/sweep.json"}},
-	"check": {"pistil check --model DIR --reference FILE [--chunk N] [--decode-from P]",
+	"check": {"pistil check --model DIR --reference FILE [--chunk N] [--decode-from P] [--tolerance exact|int8]",
 		[]string{"pistil check --model testdata/golden/tiny-s1/mlx-q4 --reference testdata/golden/tiny-s1/mlx-q4/reference.safetensors"}},
 	"synth": {"pistil synth --preset tiny|wide|full --layout mlx-q4|hf --seed N --out DIR",
 		[]string{"pistil synth --preset tiny --layout mlx-q4 --seed 1 --out /tmp/tiny"}},

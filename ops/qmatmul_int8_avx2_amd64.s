@@ -1,0 +1,195 @@
+// AVX2 kernel of the int8-activation q4 matmul, for machines without AVX-512 VNNI: the
+// same activation layout and the same exact integer sums as q4Int8Dot8VNNI
+// (qmatmul_int8_amd64.s), with VPMADDUBSW (u8 codes x s8 activations, pairs summed to
+// int16) and VPMADDWD against ones (int16 pairs to int32) in place of VPDPBUSD. No sum
+// can saturate: a code is at most 15 and an activation at most 127 in magnitude, so the
+// eight vectors' products of one 16-bit lane sum to at most 8·2·15·127 = 30,480 < 2^15,
+// added in int16 before the one widening VPMADDWD.
+//
+// A 256-bit register holds half of a block's qword lanes: the low half of each
+// 64-byte activation vector holds groups 0 4 1 5 (lanes j = 0..3), the high half groups
+// 2 6 3 7. Each half transposes its four groups' code qwords (VPUNPCK[LH]QDQ, then
+// VPERM2I128) so that qword lane j of vector T_k holds qword k of its group, splits the
+// nibbles into Y0-Y7 and meets the eight activation rows with them. Sixteen YMM
+// registers cannot also hold eight row accumulators, so those live on the stack (the
+// frame's 256 bytes, row p at 32p(SP)), read and written once per row and half block.
+// Y10 holds int16 ones, Y11/Y13 the half's weight scales and biases spread over its
+// lanes, Y14 the nibble mask; X15 and R14 are left alone (ABIInternal's zero and g).
+
+#include "textflag.h"
+
+// The VPERMD indices that spread eight float32 group values (natural order) over the
+// lanes of each half: lane L of the low half holds group order[L/2] (0 0 4 4 1 1 5 5),
+// of the high half order[4+L/2] (2 2 6 6 3 3 7 7).
+DATA spreadLo<>+0(SB)/4, $0
+DATA spreadLo<>+4(SB)/4, $0
+DATA spreadLo<>+8(SB)/4, $4
+DATA spreadLo<>+12(SB)/4, $4
+DATA spreadLo<>+16(SB)/4, $1
+DATA spreadLo<>+20(SB)/4, $1
+DATA spreadLo<>+24(SB)/4, $5
+DATA spreadLo<>+28(SB)/4, $5
+GLOBL spreadLo<>(SB), RODATA|NOPTR, $32
+
+DATA spreadHi<>+0(SB)/4, $2
+DATA spreadHi<>+4(SB)/4, $2
+DATA spreadHi<>+8(SB)/4, $6
+DATA spreadHi<>+12(SB)/4, $6
+DATA spreadHi<>+16(SB)/4, $3
+DATA spreadHi<>+20(SB)/4, $3
+DATA spreadHi<>+24(SB)/4, $7
+DATA spreadHi<>+28(SB)/4, $7
+GLOBL spreadHi<>(SB), RODATA|NOPTR, $32
+
+// HALF transposes groups ga gb gc gd (their code rows' 32-byte addresses) into the
+// nibble vectors Y0-Y7 (Y2k: low nibbles of T_k, Y2k+1: high) and spreads the block's
+// scales and biases over the half's lanes with the VPERMD index idx.
+#define HALF(ga, gb, gc, gd, idx) \
+	VMOVDQU     ga, Y4; \
+	VMOVDQU     gb, Y5; \
+	VMOVDQU     gc, Y6; \
+	VMOVDQU     gd, Y7; \
+	VPUNPCKLQDQ Y5, Y4, Y0; \
+	VPUNPCKHQDQ Y5, Y4, Y1; \
+	VPUNPCKLQDQ Y7, Y6, Y2; \
+	VPUNPCKHQDQ Y7, Y6, Y3; \
+	VPERM2I128  $0x20, Y2, Y0, Y4; \
+	VPERM2I128  $0x20, Y3, Y1, Y5; \
+	VPERM2I128  $0x31, Y2, Y0, Y6; \
+	VPERM2I128  $0x31, Y3, Y1, Y7; \
+	VPSRLW      $4, Y4, Y1; \
+	VPAND       Y14, Y4, Y0; \
+	VPAND       Y14, Y1, Y1; \
+	VPSRLW      $4, Y5, Y3; \
+	VPAND       Y14, Y5, Y2; \
+	VPAND       Y14, Y3, Y3; \
+	VPSRLW      $4, Y6, Y5; \
+	VPAND       Y14, Y6, Y4; \
+	VPAND       Y14, Y5, Y5; \
+	VPSRLW      $4, Y7, Y8; \
+	VPAND       Y14, Y7, Y6; \
+	VPAND       Y14, Y8, Y7; \
+	VMOVDQU     idx, Y12; \
+	VPMOVZXWD   (R8), Y9; \
+	VPSLLD      $16, Y9, Y9; \
+	VPERMD      Y9, Y12, Y11; \
+	VPMOVZXWD   (R9), Y9; \
+	VPSLLD      $16, Y9, Y9; \
+	VPERMD      Y9, Y12, Y13
+
+// ROW meets Y0-Y7 with one activation row's half block (a0..a7: its eight code vectors'
+// halves, sx and xs its activation scales and halved group sums) and adds to the row's
+// accumulator acc on the stack.
+#define ROW(a0, a1, a2, a3, a4, a5, a6, a7, sx, xs, acc) \
+	VPMADDUBSW  a0, Y0, Y8; \
+	VPMADDUBSW  a1, Y1, Y9; \
+	VPADDW      Y9, Y8, Y8; \
+	VPMADDUBSW  a2, Y2, Y9; \
+	VPADDW      Y9, Y8, Y8; \
+	VPMADDUBSW  a3, Y3, Y9; \
+	VPADDW      Y9, Y8, Y8; \
+	VPMADDUBSW  a4, Y4, Y9; \
+	VPADDW      Y9, Y8, Y8; \
+	VPMADDUBSW  a5, Y5, Y9; \
+	VPADDW      Y9, Y8, Y8; \
+	VPMADDUBSW  a6, Y6, Y9; \
+	VPADDW      Y9, Y8, Y8; \
+	VPMADDUBSW  a7, Y7, Y9; \
+	VPADDW      Y9, Y8, Y8; \
+	VPMADDWD    Y10, Y8, Y8; \
+	VCVTDQ2PS   Y8, Y8; \
+	VMULPS      sx, Y8, Y8; \
+	VMOVUPS     acc, Y12; \
+	VFMADD231PS Y11, Y8, Y12; \
+	VFMADD231PS xs, Y13, Y12; \
+	VMOVUPS     Y12, acc
+
+// func q4Int8Dot8AVX2Asm(codes *byte, scales, biases *uint16, blocks int, acts *byte, rowStride int, out *[8]float32)
+TEXT ·q4Int8Dot8AVX2Asm(SB), NOSPLIT, $256-56
+	MOVQ codes+0(FP), SI
+	MOVQ scales+8(FP), R8
+	MOVQ biases+16(FP), R9
+	MOVQ blocks+24(FP), CX
+	MOVQ acts+32(FP), DI
+	MOVQ rowStride+40(FP), BX
+	MOVQ out+48(FP), DX
+	LEAQ (DI)(BX*4), R11
+	LEAQ (DI)(BX*2), R12
+	ADDQ BX, R12
+	LEAQ (R11)(BX*2), R13
+	ADDQ BX, R13
+
+	MOVL         $0x0f0f0f0f, AX
+	MOVQ         AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $0x00010001, AX
+	MOVQ         AX, X10
+	VPBROADCASTD X10, Y10
+	VPXOR        Y0, Y0, Y0
+	VMOVUPS      Y0, 0(SP)
+	VMOVUPS      Y0, 32(SP)
+	VMOVUPS      Y0, 64(SP)
+	VMOVUPS      Y0, 96(SP)
+	VMOVUPS      Y0, 128(SP)
+	VMOVUPS      Y0, 160(SP)
+	VMOVUPS      Y0, 192(SP)
+	VMOVUPS      Y0, 224(SP)
+
+q4i8avx2block:
+	// Groups 0 4 1 5: the low halves of the activation vectors.
+	HALF((SI), 128(SI), 32(SI), 160(SI), spreadLo<>(SB))
+	ROW(0(DI), 64(DI), 128(DI), 192(DI), 256(DI), 320(DI), 384(DI), 448(DI), 512(DI), 576(DI), 0(SP))
+	ROW(0(DI)(BX*1), 64(DI)(BX*1), 128(DI)(BX*1), 192(DI)(BX*1), 256(DI)(BX*1), 320(DI)(BX*1), 384(DI)(BX*1), 448(DI)(BX*1), 512(DI)(BX*1), 576(DI)(BX*1), 32(SP))
+	ROW(0(DI)(BX*2), 64(DI)(BX*2), 128(DI)(BX*2), 192(DI)(BX*2), 256(DI)(BX*2), 320(DI)(BX*2), 384(DI)(BX*2), 448(DI)(BX*2), 512(DI)(BX*2), 576(DI)(BX*2), 64(SP))
+	ROW(0(R12), 64(R12), 128(R12), 192(R12), 256(R12), 320(R12), 384(R12), 448(R12), 512(R12), 576(R12), 96(SP))
+	ROW(0(R11), 64(R11), 128(R11), 192(R11), 256(R11), 320(R11), 384(R11), 448(R11), 512(R11), 576(R11), 128(SP))
+	ROW(0(R11)(BX*1), 64(R11)(BX*1), 128(R11)(BX*1), 192(R11)(BX*1), 256(R11)(BX*1), 320(R11)(BX*1), 384(R11)(BX*1), 448(R11)(BX*1), 512(R11)(BX*1), 576(R11)(BX*1), 160(SP))
+	ROW(0(R11)(BX*2), 64(R11)(BX*2), 128(R11)(BX*2), 192(R11)(BX*2), 256(R11)(BX*2), 320(R11)(BX*2), 384(R11)(BX*2), 448(R11)(BX*2), 512(R11)(BX*2), 576(R11)(BX*2), 192(SP))
+	ROW(0(R13), 64(R13), 128(R13), 192(R13), 256(R13), 320(R13), 384(R13), 448(R13), 512(R13), 576(R13), 224(SP))
+
+	// Groups 2 6 3 7: the high halves.
+	HALF(64(SI), 192(SI), 96(SI), 224(SI), spreadHi<>(SB))
+	ROW(32(DI), 96(DI), 160(DI), 224(DI), 288(DI), 352(DI), 416(DI), 480(DI), 544(DI), 608(DI), 0(SP))
+	ROW(32(DI)(BX*1), 96(DI)(BX*1), 160(DI)(BX*1), 224(DI)(BX*1), 288(DI)(BX*1), 352(DI)(BX*1), 416(DI)(BX*1), 480(DI)(BX*1), 544(DI)(BX*1), 608(DI)(BX*1), 32(SP))
+	ROW(32(DI)(BX*2), 96(DI)(BX*2), 160(DI)(BX*2), 224(DI)(BX*2), 288(DI)(BX*2), 352(DI)(BX*2), 416(DI)(BX*2), 480(DI)(BX*2), 544(DI)(BX*2), 608(DI)(BX*2), 64(SP))
+	ROW(32(R12), 96(R12), 160(R12), 224(R12), 288(R12), 352(R12), 416(R12), 480(R12), 544(R12), 608(R12), 96(SP))
+	ROW(32(R11), 96(R11), 160(R11), 224(R11), 288(R11), 352(R11), 416(R11), 480(R11), 544(R11), 608(R11), 128(SP))
+	ROW(32(R11)(BX*1), 96(R11)(BX*1), 160(R11)(BX*1), 224(R11)(BX*1), 288(R11)(BX*1), 352(R11)(BX*1), 416(R11)(BX*1), 480(R11)(BX*1), 544(R11)(BX*1), 608(R11)(BX*1), 160(SP))
+	ROW(32(R11)(BX*2), 96(R11)(BX*2), 160(R11)(BX*2), 224(R11)(BX*2), 288(R11)(BX*2), 352(R11)(BX*2), 416(R11)(BX*2), 480(R11)(BX*2), 544(R11)(BX*2), 608(R11)(BX*2), 192(SP))
+	ROW(32(R13), 96(R13), 160(R13), 224(R13), 288(R13), 352(R13), 416(R13), 480(R13), 544(R13), 608(R13), 224(SP))
+
+	ADDQ $256, SI
+	ADDQ $16, R8
+	ADDQ $16, R9
+	ADDQ $640, DI
+	ADDQ $640, R11
+	ADDQ $640, R12
+	ADDQ $640, R13
+	DECQ CX
+	JNZ  q4i8avx2block
+
+	// Lane sums of the eight accumulators, added to out[0..7].
+	VMOVUPS      0(SP), Y0
+	VMOVUPS      32(SP), Y1
+	VMOVUPS      64(SP), Y2
+	VMOVUPS      96(SP), Y3
+	VMOVUPS      128(SP), Y4
+	VMOVUPS      160(SP), Y5
+	VMOVUPS      192(SP), Y6
+	VMOVUPS      224(SP), Y7
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y5, Y4, Y4
+	VHADDPS      Y7, Y6, Y6
+	VHADDPS      Y2, Y0, Y0
+	VHADDPS      Y6, Y4, Y4
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS       X5, X4, X4
+	VADDPS       (DX), X0, X0
+	VADDPS       16(DX), X4, X4
+	VMOVUPS      X0, (DX)
+	VMOVUPS      X4, 16(DX)
+	VZEROUPPER
+	RET

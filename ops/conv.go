@@ -57,22 +57,35 @@ func inferConv1D(v *graph.Value) (graph.Type, error) {
 }
 
 func refConv1D(env *Env, v *graph.Value, in, out []*Tensor) error {
-	x, state, wt := in[0], in[1], in[2]
+	X, err := convolve(env, in[0], in[1], in[2], out[0])
+	if err != nil {
+		return err
+	}
+	T, Ch, hist := in[0].Shape[0], in[0].Shape[1], in[1].Shape[0]
+	next := stateRows{t: out[1], cols: Ch}
+	for r := 0; r < hist; r++ {
+		next.write(r, X[(T+r)*Ch:(T+r+1)*Ch])
+	}
+	return nil
+}
+
+// convolve writes the causal conv of x over [state; x] with wt into y and returns that
+// concatenation as float32 rows, read in full first: the state may alias its update.
+func convolve(env *Env, x, state, wt, out *Tensor) ([]float32, error) {
 	T, Ch := x.Shape[0], x.Shape[1]
 	w, err := floats(wt)
 	if err != nil {
-		return fmt.Errorf("conv1d weight: %w", err)
+		return nil, fmt.Errorf("conv1d weight: %w", err)
 	}
 	K := wt.Shape[1]
 	hist := K - 1
-	// The concatenation X = [state; x] as float32 rows; the state may alias its update.
 	X := make([]float32, (hist+T)*Ch)
 	srows := stateRows{t: state, cols: Ch}
 	for r := 0; r < hist; r++ {
 		srows.read(r, X[r*Ch:(r+1)*Ch])
 	}
 	copy(X[hist*Ch:], x.F32())
-	y := out[0].F32()
+	y := out.F32()
 	parallelRange(env, Ch, func(lo, hi int) {
 		for t := 0; t < T; t++ {
 			yr := y[t*Ch : (t+1)*Ch]
@@ -85,11 +98,7 @@ func refConv1D(env *Env, v *graph.Value, in, out []*Tensor) error {
 			}
 		}
 	})
-	next := stateRows{t: out[1], cols: Ch}
-	for r := 0; r < hist; r++ {
-		next.write(r, X[(T+r)*Ch:(T+r+1)*Ch])
-	}
-	return nil
+	return X, nil
 }
 
 // conv_state_shift is the conv state's update on its own: the state after a step is the

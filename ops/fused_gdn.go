@@ -264,9 +264,9 @@ func costGatedDeltaStep(v *graph.Value, b graph.Bindings) Cost {
 	return c
 }
 
-// refGatedDeltaStep runs the unfused references in order on scratch: the conv (its state
-// update into a scratch copy, so the conv state stays as it was), SiLU, the q and k heads
-// with their L2 norms, the v heads, the gates and the delta rule.
+// refGatedDeltaStep runs the unfused references in order on scratch: the conv (without
+// its state update), SiLU, the q and k heads with their L2 norms, the v heads, the gates
+// and the delta rule.
 func refGatedDeltaStep(env *Env, v *graph.Value, in, out []*Tensor) error {
 	x, state, S := in[stepX], in[stepConvState], in[stepS]
 	T, CD := x.Shape[0], x.Shape[1]
@@ -275,8 +275,7 @@ func refGatedDeltaStep(env *Env, v *graph.Value, in, out []*Tensor) error {
 
 	y, done := scratchF32(T, CD)
 	defer done()
-	unchanged := NewTensor(state.DType, state.Shape...)
-	if err := refConv1D(env, v, []*Tensor{x, state, in[stepConvW]}, []*Tensor{y, unchanged}); err != nil {
+	if _, err := convolve(env, x, state, in[stepConvW], y); err != nil {
 		return err
 	}
 	ys := y.F32()

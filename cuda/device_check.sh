@@ -40,6 +40,8 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/off
 	# Prefill attention one group per (kv head, token): attention_gqa instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off
+	# The GDN gated norm as a stage of its own before out_proj (gated_rms_norm_matvec_q4 off).
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-norm-out-proj/off
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
 	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE

@@ -364,6 +364,15 @@ func Cases() []Case {
 		{name: "sample greedy", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{})},
 		{name: "sample top-k 1", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{Temperature: 1, TopK: 1, SeedLo: 5})},
 		{name: "sample top-p nucleus of one", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{Temperature: 0.5, TopP: 1e-6, SeedLo: 9})},
+		// gated_rms_norm_matvec_q4 (gpu.Metal): heads of 2 chunks in row groups of 8 lanes;
+		// heads of 4 chunks, the second pass over K half empty; the GDN's 32 heads of 128 in
+		// row groups of 128 lanes.
+		{name: "gated_rms_norm_matvec_q4", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]"},
+			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
+		{name: "gated_rms_norm_matvec_q4 partial pass", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,384]"},
+			in: []*ops.Tensor{randF32(r, 1, 3, 128), randF32(r, 1, 3, 128), randF32(r, 128), randQuant(r, graph.Q4, 72, 384)}},
+		{name: "gated_rms_norm_matvec_q4 gdn heads", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]"},
+			in: []*ops.Tensor{randF32(r, 1, 32, 128), randF32(r, 1, 32, 128), randBF16(r, 128), randQuant(r, graph.Q4, 20, 4096)}},
 		// Fused ops that run as two launches, the second reading the first's scratch.
 		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]"},
 			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, hidden, 256)},

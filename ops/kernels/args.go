@@ -133,6 +133,15 @@ type GatedRMSNormArgs struct {
 	Eps     float32
 }
 
+// GatedNormMatvecArgs: Y [M] = W · (Norm · rmsnorm(X) · silu(Z)) for one decode row X
+// [K] (and its gate Z [K]), the norm per head of D values, Norm [D] dense, W [M, K] q4.
+type GatedNormMatvecArgs struct {
+	W, Norm Weight
+	X, Z, Y uint64
+	M, K, D int32
+	Eps     float32
+}
+
 // StepArgs is the layout of the step-scalar buffer that Program.Run writes before every
 // step: C (context before the step), T, N (cache capacity), then the T token ids.
 type StepArgs struct {
@@ -277,7 +286,7 @@ type SampleArgs struct {
 // argTypes lists every args struct in declaration order (nested ones first).
 var argTypes = []any{
 	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
-	GatedRMSNormArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
+	GatedRMSNormArgs{}, GatedNormMatvecArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
 	GatedDeltaArgs{}, GDNGatesArgs{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
 	SampleArgs{}, GatedDeltaStepArgs{}, ConvShiftArgs{},
 }

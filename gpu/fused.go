@@ -35,6 +35,8 @@ var fusedKernels = map[string]fusedKernel{
 	"expert_matmul_combine": {supportsExpertCombine, lowerExpertCombine},
 	"sigmoid_gate_matmul":   {supportsSigmoidGateMatmul, lowerSigmoidGateMatmul},
 	"gated_rms_norm_matmul": {supportsGatedNormMatvec, lowerGatedNormMatvec},
+	"slice_rms_norm_rope":   {supportsSliceRMSNormRoPE, lowerSliceRMSNormRoPE},
+	"rms_norm_rope_append":  {supportsRMSNormRoPEAppend, lowerRMSNormRoPEAppend},
 }
 
 func always(graph.Attrs, []Operand, []Operand) bool { return true }

@@ -78,6 +78,12 @@ func TestEmulatorCatchesMutants(t *testing.T) {
 			old:   "for (i32 c0 = 0; c0 < cpr; c0 += L) {\n\t\ti32 c = c0 + t;\n\t\tbool live = c < cpr;",
 			new:   "for (i32 c = t; c < cpr; c += L) {\n\t\tbool live = true;",
 			cases: []string{"gated_rms_norm_matvec_q4 partial pass"}, want: "while other lanes wait"},
+		{name: "rope into a cache writes row t instead of C+t",
+			old: "i64 y = (a.Append != 0 ? (i64)C * a.Heads + row : row) * a.D;", new: "i64 y = row * a.D;",
+			cases: []string{"rms_norm_rope_append f32", "rms_norm_rope_append bf16"}},
+		{name: "rope reads a sliced row as if dense",
+			old: "PTR(const f32, a.X) + row * a.XRow;", new: "PTR(const f32, a.X) + row * a.D;",
+			cases: []string{"slice_rms_norm_rope"}},
 	}
 	byName := map[string]kernelcheck.Case{}
 	for _, c := range kernelcheck.Cases() {

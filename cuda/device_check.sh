@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"
 (cd cuda && ../.dev/cuda.test -test.v -test.count=1 2>&1) | tee "$OUT/cuda_test.log" | grep -E "^(=== RUN|--- |ok|FAIL|PASS)|error|Error" | grep -v "=== RUN" | head -80
 # Every fusion pass off: the plans of primitive ops.
-NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-gdn-prologue/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
+NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-gdn-prologue/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-slice-rope/off -pass=fuse-rope-append/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
 sed 's/^graphs = true/graphs = false/' pipeline.toml > /tmp/nographs.toml
 sed 's/^programmatic_launch = true/programmatic_launch = false/' pipeline.toml > /tmp/fulledges.toml
 check() {
@@ -40,6 +40,13 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/off
 	# Prefill attention one group per (kv head, token): attention_gqa instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off
+	# The GDN gated norm as a stage of its own before out_proj (gated_rms_norm_matvec_q4 off).
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-norm-out-proj/off
+	# The query slice and the key append as dispatches of their own (rope kernel reading in
+	# place / writing the cache off), each alone, in decode and in prefill chunks.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-slice-rope/off
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-rope-append/off
+	check --model "$dir" --reference "$ref" --chunk 7 -pass=fuse-slice-rope/off -pass=fuse-rope-append/off
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
 	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE

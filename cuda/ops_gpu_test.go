@@ -293,6 +293,14 @@ func opCases() []opCase {
 		{name: "slice_l2_norm copied", op: "slice_l2_norm", attrs: graph.Attrs{"axis": 1, "start": 1, "end": 3, "shape": "[3,2,32]", "eps": 1e-6, "scale": 0.5},
 			in: []*ops.Tensor{randF32(r, 3, 4, 32)}},
 		{name: "rms_norm_rope", op: "rms_norm_rope", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7}, in: []*ops.Tensor{randF32(r, 3, 4, 64), randBF16(r, 64)}, C: 4},
+		// The query heads read in place from the second half of each [query | gate] row; the
+		// keys normed, rotated and written into cache rows C..C+T-1 (f32 and bf16 caches).
+		{name: "slice_rms_norm_rope", op: "slice_rms_norm_rope", attrs: graph.Attrs{"axis": 2, "start": 64, "end": 128, "eps": 1e-6, "dims": 16, "theta": 1e7},
+			in: []*ops.Tensor{randF32(r, 3, 4, 128), randBF16(r, 64)}, C: 4},
+		{name: "rms_norm_rope_append f32", op: "rms_norm_rope_append", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
+			in: []*ops.Tensor{kcache(graph.F32), randF32(r, 3, 2, 64), randBF16(r, 64)}, alias: map[int]int{0: 0}, C: 5},
+		{name: "rms_norm_rope_append bf16 decode", op: "rms_norm_rope_append", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
+			in: []*ops.Tensor{kcache(graph.BF16), randF32(r, 1, 2, 64), randBF16(r, 64)}, alias: map[int]int{0: 0}, C: 9},
 		{name: "matmuls", op: "matmuls", in: []*ops.Tensor{randF32(r, 2, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q8, 8, 128)}},
 		{name: "matmul_swiglu", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 40, 128)}},
 		{name: "expert_matmul_swiglu", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 20, 128), randQuant(r, graph.Q4, 8, 40, 128), randQuant(r, graph.Q4, 8, 40, 128), routed(20, 4, 8)}},
@@ -310,6 +318,15 @@ func opCases() []opCase {
 		{name: "sigmoid_gate_matmul rows", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 3, 128), randF32(r, 3, 128), randQuant(r, graph.Q4, 40, 128)}},
 		{name: "gated_rms_norm_matmul", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[2,256]"},
 			in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
+		// gated_rms_norm_matvec_q4: heads of 2 chunks in row groups of 8 lanes (rows past M
+		// in the one group); heads of 4 chunks where the second pass over K is half empty;
+		// the GDN's shape, 32 heads of 128 in row groups of 128 lanes over 4 SIMD groups.
+		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]"},
+			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
+		{name: "gated_rms_norm_matmul decode partial pass", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,384]"},
+			in: []*ops.Tensor{randF32(r, 1, 3, 128), randF32(r, 1, 3, 128), randF32(r, 128), randQuant(r, graph.Q4, 72, 384)}},
+		{name: "gated_rms_norm_matmul decode gdn heads", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]"},
+			in: []*ops.Tensor{randF32(r, 1, 32, 128), randF32(r, 1, 32, 128), randBF16(r, 128), randQuant(r, graph.Q4, 20, 4096)}},
 	}
 	return cases
 }

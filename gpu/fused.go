@@ -11,11 +11,12 @@ import (
 
 // Fused ops of the fusion passes (ops/fused*.go) that have a kernel of their own. Some
 // always do (add_rms_norm, gdn_gates, conv1d_silu, rms_norm_rope); the fused matmuls
-// have one only for a single activation row against q4 weights (decode), and
+// have one only for a single activation row against q4 weights (decode; gated_rms_norm_matmul
+// also needs whole heads the kernel can reduce, gpu/fused_normattn.go), and
 // slice_l2_norm only when the slice is whole heads. Where supports says no, the
 // compiler's expand-for-backend pass rewrites the op into the ops it fuses, each a
-// planned dispatch of its own; matmul_router and gated_rms_norm_matmul are always
-// expanded, since no kernel covers them.
+// planned dispatch of its own; matmul_router is always expanded, since no kernel covers
+// it.
 type fusedKernel struct {
 	supports func(attrs graph.Attrs, in, out []Operand) bool
 	lower    lowering
@@ -33,6 +34,9 @@ var fusedKernels = map[string]fusedKernel{
 	"matmul_gated_add":      {supportsMatmulGatedAdd, lowerMatmulGatedAdd},
 	"expert_matmul_combine": {supportsExpertCombine, lowerExpertCombine},
 	"sigmoid_gate_matmul":   {supportsSigmoidGateMatmul, lowerSigmoidGateMatmul},
+	"gated_rms_norm_matmul": {supportsGatedNormMatvec, lowerGatedNormMatvec},
+	"slice_rms_norm_rope":   {supportsSliceRMSNormRoPE, lowerSliceRMSNormRoPE},
+	"rms_norm_rope_append":  {supportsRMSNormRoPEAppend, lowerRMSNormRoPEAppend},
 }
 
 func always(graph.Attrs, []Operand, []Operand) bool { return true }

@@ -549,7 +549,7 @@ func lowerRoPE(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	}
 	return newKernel(kernels.KernelRoPE, [3]int{T * heads, 1, 1}, rowBlock(max(dims/2, D-dims)), kernels.RoPEArgs{
 		X: x.Addr, Y: out[0].Addr, Steps: c.steps, T: int32(T), Heads: int32(heads), D: int32(D), Dims: int32(dims),
-		Theta: float32(d.Attrs.Float("theta"))})
+		Theta: float32(d.Attrs.Float("theta")), XRow: int32(D)})
 }
 
 func lowerKVAppend(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {

@@ -14,10 +14,17 @@ import (
 // intermediates kept out of memory. The fusion passes (package passes) produce them; the
 // references here are the CPU kernels, built from the unfused kernels' helpers.
 
+// fusedOps are the ops registerFused added.
+var fusedOps = map[string]bool{}
+
+// IsFused says whether op is a fused op, whose cost is its expansion's.
+func IsFused(op string) bool { return fusedOps[op] }
+
 // registerFused adds a fused op whose Infer and Cost come from its expansion.
 // check, when not nil, runs before the expansion: for rules the parts cannot see (how
 // many args a variadic op takes, shapes a part would broadcast).
 func registerFused(info *Info, check ...func(v *graph.Value) error) {
+	fusedOps[info.Name] = true
 	info.Infer = func(v *graph.Value) (graph.Type, error) {
 		for _, c := range check {
 			if err := c(v); err != nil {
@@ -93,7 +100,8 @@ func inferFused(info *Info, v *graph.Value) (graph.Type, error) {
 // between the parts stay in registers or threadgroup memory and are not counted.
 func fusedCost(info *Info, v *graph.Value, b graph.Bindings) Cost {
 	g := graph.New("cost")
-	if _, err := expandWith(info, graph.NewBuilder(g, Default), v); err != nil {
+	elems, err := expandWith(info, graph.NewBuilder(g, Default), v)
+	if err != nil {
 		// lower turns a panicking cost into an error naming the value.
 		panic(fmt.Sprintf("%s: %v", v.Op, err))
 	}
@@ -133,7 +141,16 @@ func fusedCost(info *Info, v *graph.Value, b graph.Bindings) Cost {
 			read[r] = true
 		}
 	}
-	c.BytesWritten = v.Type.Bytes(b)
+	// What the fused op writes is what its results' parts write: their whole types, but
+	// for a part that writes only some of its result (kv_append's new cache rows).
+	for _, e := range elems {
+		part, _ := Default.Info(e.Op)
+		if internal[e] && part.Cost != nil && !part.Has(graph.View) {
+			c.BytesWritten += part.Cost(e, b).BytesWritten
+		} else {
+			c.BytesWritten += e.Type.Bytes(b)
+		}
+	}
 	return c
 }
 

@@ -26,6 +26,32 @@ func init() {
 		},
 	})
 	registerFused(&Info{
+		OpDef: graph.OpDef{Name: "slice_rms_norm_rope",
+			Doc:   "rms_norm_rope(slice(x), w) {axis, start, end, eps, dims, theta}: the query heads' norm and RoPE read from their slice of q_proj's output",
+			Args:  2,
+			Flags: graph.StepScalars,
+			Attrs: []string{"axis", "start", "end", "eps", "dims", "theta"}},
+		Ref: refSliceRMSNormRoPE,
+		Expand: func(b *graph.Builder, v *graph.Value) *graph.Value {
+			a := v.Attrs
+			s := b.Op("slice", graph.Attrs{"axis": a["axis"], "start": a["start"], "end": a["end"]}, v.Args[0])
+			return b.Named("rms_norm_rope", v.Name, graph.Attrs{"eps": a["eps"], "dims": a["dims"], "theta": a["theta"]}, s, v.Args[1])
+		},
+	})
+	registerFused(&Info{
+		OpDef: graph.OpDef{Name: "rms_norm_rope_append",
+			Doc:   "kv_append(cache, rms_norm_rope(x, w)) {eps, dims, theta}: the key heads' norm and RoPE written straight into the cache rows",
+			Args:  3,
+			Flags: graph.StateUpdate | graph.StepScalars,
+			Attrs: []string{"eps", "dims", "theta"}},
+		Ref: refRMSNormRoPEAppend,
+		Expand: func(b *graph.Builder, v *graph.Value) *graph.Value {
+			cache, x, w := v.Args[0], v.Args[1], v.Args[2]
+			k := b.Op("rms_norm_rope", graph.Attrs{"eps": v.Attrs["eps"], "dims": v.Attrs["dims"], "theta": v.Attrs["theta"]}, x, w)
+			return b.Named("kv_append", v.Name, nil, cache, k)
+		},
+	})
+	registerFused(&Info{
 		OpDef: graph.OpDef{Name: "sigmoid_gate_matmul",
 			Doc:  "(a * sigmoid(g)) · Wᵀ: a projection of a sigmoid-gated input (attention's output gate before o_proj)",
 			Args: 3},
@@ -60,6 +86,24 @@ func refRMSNormRoPE(env *Env, v *graph.Value, in, out []*Tensor) error {
 	}
 	// RoPE rotates in place: it reads each pair before writing it.
 	return refRoPE(env, v, out, out)
+}
+
+func refSliceRMSNormRoPE(env *Env, v *graph.Value, in, out []*Tensor) error {
+	// slice copies into out's storage, then the heads are normed and rotated in place.
+	if err := refSlice(env, v, in[:1], out); err != nil {
+		return err
+	}
+	return refRMSNormRoPE(env, v, []*Tensor{out[0], in[1]}, out)
+}
+
+func refRMSNormRoPEAppend(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x := in[1]
+	rotated, release := scratchF32(x.Shape...)
+	defer release()
+	if err := refRMSNormRoPE(env, v, in[1:], []*Tensor{rotated}); err != nil {
+		return err
+	}
+	return refKVAppend(env, v, []*Tensor{in[0], rotated}, out)
 }
 
 func refSigmoidGateMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand"
 	"strings"
@@ -42,6 +43,13 @@ func sameResults(t *testing.T, op string, fused, expanded []*Tensor) {
 		t.Fatalf("%s: %d results, expansion %d", op, len(fused), len(expanded))
 	}
 	for i := range fused {
+		if fused[i].DType == graph.BF16 {
+			// A bf16 state (a cache the fused op writes): the same f32 arithmetic rounded once.
+			if !bytes.Equal(fused[i].Data, expanded[i].Data) {
+				t.Fatalf("%s result %d: bf16 bytes differ from the expansion's", op, i)
+			}
+			continue
+		}
 		if fused[i].DType == graph.I32 {
 			for j, id := range fused[i].I32() {
 				if id != expanded[i].I32()[j] {
@@ -219,6 +227,15 @@ func TestFusedAttentionAndOutProjMatchExpansion(t *testing.T) {
 		attrs := graph.Attrs{"eps": 1e-6, "dims": int64(8), "theta": 10000.0}
 		f, e := runFusedAndExpanded(t, "rms_norm_rope", attrs, bind, x, toBF16(randTensor(rng, 1, 16)))
 		sameResults(t, "rms_norm_rope", f, e)
+		// The query heads read from the second half of [query | gate] rows; the keys
+		// written into cache rows C..C+T-1 of an f32 and a bf16 cache.
+		slice := graph.Attrs{"axis": int64(2), "start": int64(16), "end": int64(32), "eps": 1e-6, "dims": int64(8), "theta": 10000.0}
+		f, e = runFusedAndExpanded(t, "slice_rms_norm_rope", slice, bind, randTensor(rng, 1, T, 2, 32), toBF16(randTensor(rng, 1, 16)))
+		sameResults(t, "slice_rms_norm_rope", f, e)
+		for _, cache := range []*Tensor{randTensor(rng, 1, 8, 2, 16), toBF16(randTensor(rng, 1, 8, 2, 16))} {
+			f, e = runFusedAndExpanded(t, "rms_norm_rope_append", attrs, bind, cache, x, toBF16(randTensor(rng, 1, 16)))
+			sameResults(t, "rms_norm_rope_append "+cache.DType.String(), f, e)
+		}
 
 		a, g := randTensor(rng, 1, T, 64), randTensor(rng, 2, T, 64)
 		xo, z := randTensor(rng, 1, T, 4, 16), randTensor(rng, 1, T, 4, 16)

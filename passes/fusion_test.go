@@ -29,6 +29,8 @@ var fusionCases = []fusionCase{
 	{"fuse-slice-l2", map[string]int{"slice_l2_norm": 2 * tinyGDN}, []string{"l2_norm"}},
 	{"fuse-norm-out-proj", map[string]int{"gated_rms_norm_matmul": tinyGDN}, []string{"gated_rms_norm"}},
 	{"fuse-qk-norm-rope", map[string]int{"rms_norm_rope": 2 * tinyAttention}, []string{"rope"}},
+	{"fuse-slice-rope", map[string]int{"slice_rms_norm_rope": tinyAttention}, nil},
+	{"fuse-rope-append", map[string]int{"rms_norm_rope_append": tinyAttention}, nil},
 	{"fuse-attn-gate", map[string]int{"sigmoid_gate_matmul": tinyAttention}, nil},
 	{"fuse-swiglu", map[string]int{"matmul_swiglu": tinyLayers, "expert_matmul_swiglu": tinyLayers}, []string{"swiglu"}},
 	{"fuse-router", map[string]int{"matmul_router": tinyLayers}, []string{"router"}},

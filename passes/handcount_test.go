@@ -85,17 +85,18 @@ func TestHandCountDecode(t *testing.T) {
 	//   GDN mixer: input norm, matmuls (in_proj_qkv, z, b, a), gated_delta_step (conv,
 	//     q/k split and norms, v, gates and the delta rule), conv_state_shift,
 	//     gated_rms_norm_matmul (norm + out_proj)                               = 5
-	//   attention mixer: input norm, matmuls (q, k, v), 2 slices (query, gate),
-	//     rms_norm_rope (q), rms_norm_rope (k), 2 kv_appends, attention,
-	//     sigmoid_gate_matmul (output gate + o_proj)                            = 10
+	//   attention mixer: input norm, matmuls (q, k, v), slice (gate),
+	//     slice_rms_norm_rope (q, read in place), rms_norm_rope_append (k, into the
+	//     cache), kv_append (v), attention, sigmoid_gate_matmul (output gate +
+	//     o_proj)                                                                = 8
 	//   MoE: add_rms_norm (attention residual + post_attention_layernorm),
 	//     matmul_router, expert_matmul_swiglu, expert_matmul_combine, matmul_swiglu
 	//     (shared), shared_expert_gate projection, matmul_gated_add              = 7
 	//   model: embed, final add_rms_norm, lm_head                              = 3
-	const gdnMixer, attMixer, moe, model = 5, 10, 7, 3
+	const gdnMixer, attMixer, moe, model = 5, 8, 7, 3
 	wantDispatches := gdnLayers*(gdnMixer+moe) + attLayer*(attMixer+moe) + model
 	if tot.Dispatches != wantDispatches {
-		t.Errorf("decode dispatches %d, want 30*(5+7) + 10*(10+7) + 3 = %d", tot.Dispatches, wantDispatches)
+		t.Errorf("decode dispatches %d, want 30*(5+7) + 10*(8+7) + 3 = %d", tot.Dispatches, wantDispatches)
 	}
 	// Longest dependency chain (dispatches on the longest path; arena reuse lengthens no
 	// path because plan-memory reuses a block only from a later level than every
@@ -104,17 +105,17 @@ func TestHandCountDecode(t *testing.T) {
 	//     (conv_state_shift follows gated_delta_step, which reads the conv state it
 	//     updates, and nothing in the step reads its result; z joins at the output
 	//     projection)
-	//   attention mixer: norm → matmuls → slice → rms_norm_rope → attention →
-	//     sigmoid_gate_matmul (k side: matmuls → rms_norm_rope → kv_append reaches
-	//     attention at the same depth)                                           = 6
+	//   attention mixer: norm → matmuls → slice_rms_norm_rope → attention →
+	//     sigmoid_gate_matmul (k side: matmuls → rms_norm_rope_append, v side:
+	//     matmuls → kv_append, both reach attention at the same depth)           = 5
 	//   MoE: add_rms_norm → matmul_router → expert_matmul_swiglu →
 	//     expert_matmul_combine → matmul_gated_add (the shared path norm →
 	//     matmul_swiglu → matmul_gated_add is shorter)                           = 5
 	//   model: embed before layer 0; final norm and lm_head after layer 39     = 3
-	const gdnChain, attChain, moeChain = 4, 6, 5
+	const gdnChain, attChain, moeChain = 4, 5, 5
 	wantChain := gdnLayers*(gdnChain+moeChain) + attLayer*(attChain+moeChain) + model
 	if tot.LongestChain != wantChain {
-		t.Errorf("decode longest chain %d, want 30*(4+5) + 10*(6+5) + 3 = %d", tot.LongestChain, wantChain)
+		t.Errorf("decode longest chain %d, want 30*(4+5) + 10*(5+5) + 3 = %d", tot.LongestChain, wantChain)
 	}
 	if got := plan.LongestChain(len(p.Dispatches), p.Edges); got != wantChain {
 		t.Errorf("longest chain from the reduced edges %d, want %d", got, wantChain)
@@ -145,7 +146,10 @@ func TestHandCountDecode(t *testing.T) {
 		{"fuse-gdn-gates", 5*gdnLayers + prologue, gdnLayers + prologueChain,
 			"add, softplus, mul, exp, neg and sigmoid instead of gdn_gates; add→softplus→mul reaches gated_delta at depth 6, one past the q path"},
 		{"fuse-norm-out-proj", gdnLayers, gdnLayers, "gated_rms_norm before out_proj, a stage of its own"},
-		{"fuse-qk-norm-rope", 2 * attLayer, attLayer, "rms_norm and rope for q and for k, one more stage on either path to attention"},
+		{"fuse-qk-norm-rope", 4 * attLayer, 2 * attLayer,
+			"rms_norm and rope for q and for k, with the query slice and the key append as dispatches again (neither fold has an rms_norm_rope to take): two more stages on either path to attention"},
+		{"fuse-slice-rope", attLayer, attLayer, "the query slice before its rms_norm_rope, one more stage on the q path"},
+		{"fuse-rope-append", attLayer, attLayer, "the key append after its rms_norm_rope, one more stage on the k path"},
 		{"fuse-attn-gate", 2 * attLayer, attLayer, "sigmoid and mul before o_proj; the mul is a stage after attention"},
 		{"fuse-conv-silu", gdnLayers + prologue, gdnLayers + prologueChain, "a silu after the conv, on the q path"},
 		{"fuse-slice-l2", 2*gdnLayers + prologue, gdnLayers + prologueChain, "slice and l2_norm for q and for k, one more stage on the q path"},

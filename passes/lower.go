@@ -107,8 +107,29 @@ func costSafely(info *ops.Info, v *graph.Value, bind graph.Bindings) (c ops.Cost
 // weightBytes is the part of a dispatch's bytes read that comes from weights. The op
 // table's cost knows how much of a weight an op touches (an embedding row, the top-k
 // experts) and counts every other argument in full, so the weight part is what remains
-// after the non-weight arguments, bounded by the weights' full size.
+// after the non-weight arguments, bounded by the weights' full size. A fused op need not
+// read its arguments in full (a slice read in place, the cache an append only writes),
+// so its weight part is the sum of its parts' (the ops its Expand makes, as fusedCost
+// counts them: a qmatmul part stands as it is, not as a dequant of the whole weight).
 func weightBytes(v *graph.Value, c ops.Cost, bind graph.Bindings) int64 {
+	if !ops.IsFused(v.Op) {
+		return argWeightBytes(v, c, bind)
+	}
+	g := graph.New("weights")
+	if _, err := ops.ExpandElems(graph.NewBuilder(g, ops.Default), v); err != nil {
+		return argWeightBytes(v, c, bind)
+	}
+	var n int64
+	for _, p := range g.Values {
+		if part, ok := ops.Default.Info(p.Op); ok && part.Cost != nil && !part.Has(graph.View) {
+			n += weightBytes(p, part.Cost(p, bind), bind)
+		}
+	}
+	return n
+}
+
+// argWeightBytes is weightBytes for one op whose non-weight arguments are read in full.
+func argWeightBytes(v *graph.Value, c ops.Cost, bind graph.Bindings) int64 {
 	var weights, others int64
 	for _, a := range v.Args {
 		if a.Op == graph.OpWeight {

@@ -151,7 +151,7 @@ func Cases() []Case {
 		return func(e *env) []Launch {
 			x := e.in[0]
 			T, heads, D := x.shape[0], x.shape[1], x.shape[2]
-			a := kernels.RoPEArgs{X: x.addr, Y: e.out[0].addr, Steps: e.steps, T: int32(T), Heads: int32(heads), D: int32(D), Dims: 16, Theta: 1e7}
+			a := kernels.RoPEArgs{X: x.addr, Y: e.out[0].addr, Steps: e.steps, T: int32(T), Heads: int32(heads), D: int32(D), Dims: 16, Theta: 1e7, XRow: int32(D)}
 			if norm {
 				a.W, a.Eps, a.Norm = e.in[1].w, 1e-6, 1
 			}
@@ -322,6 +322,14 @@ func Cases() []Case {
 		{name: "rope", op: "rope", attrs: graph.Attrs{"dims": 16, "theta": 1e7}, in: []*ops.Tensor{randF32(r, 3, 8, headD)}, C: 11, launch: rope(false)},
 		{name: "rms_norm_rope", op: "rms_norm_rope", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
 			in: []*ops.Tensor{randF32(r, 3, 8, headD), randBF16(r, headD)}, C: 300, launch: rope(true)},
+		// gpu.Metal: rope reading the query heads in place from [query | gate] rows, and
+		// writing the keys into cache rows C..C+T-1.
+		{name: "slice_rms_norm_rope", op: "slice_rms_norm_rope", attrs: graph.Attrs{"axis": 2, "start": headD, "end": 2 * headD, "eps": 1e-6, "dims": 16, "theta": 1e7},
+			in: []*ops.Tensor{randF32(r, 3, 8, 2*headD), randBF16(r, headD)}, C: 300},
+		{name: "rms_norm_rope_append f32", op: "rms_norm_rope_append", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
+			in: []*ops.Tensor{cache(graph.F32, 16, 2, headD), randF32(r, 3, 2, headD), randBF16(r, headD)}, alias: map[int]int{0: 0}, C: 5},
+		{name: "rms_norm_rope_append bf16", op: "rms_norm_rope_append", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
+			in: []*ops.Tensor{cache(graph.BF16, 16, 2, headD), randF32(r, 1, 2, headD), randBF16(r, headD)}, alias: map[int]int{0: 0}, C: 9},
 		{name: "kv_append f32", op: "kv_append", in: []*ops.Tensor{cache(graph.F32, 16, 1, headD), randF32(r, 3, 1, headD)}, alias: map[int]int{0: 0}, C: 5, exact: true, launch: kvAppend},
 		{name: "kv_append bf16 store", op: "kv_append", in: []*ops.Tensor{cache(graph.BF16, 16, 1, headD), randF32(r, 2, 1, headD)}, alias: map[int]int{0: 0}, C: 9, exact: true, launch: kvAppend},
 		{name: "attention 16 heads per kv head", op: "attention", attrs: graph.Attrs{"scale": 0.1}, in: []*ops.Tensor{randF32(r, 2, 16, 32), randF32(r, 16, 1, 32), randF32(r, 16, 1, 32)}, C: 3,
@@ -364,6 +372,15 @@ func Cases() []Case {
 		{name: "sample greedy", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{})},
 		{name: "sample top-k 1", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{Temperature: 1, TopK: 1, SeedLo: 5})},
 		{name: "sample top-p nucleus of one", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{Temperature: 0.5, TopP: 1e-6, SeedLo: 9})},
+		// gated_rms_norm_matvec_q4 (gpu.Metal): heads of 2 chunks in row groups of 8 lanes;
+		// heads of 4 chunks, the second pass over K half empty; the GDN's 32 heads of 128 in
+		// row groups of 128 lanes.
+		{name: "gated_rms_norm_matvec_q4", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]"},
+			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
+		{name: "gated_rms_norm_matvec_q4 partial pass", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,384]"},
+			in: []*ops.Tensor{randF32(r, 1, 3, 128), randF32(r, 1, 3, 128), randF32(r, 128), randQuant(r, graph.Q4, 72, 384)}},
+		{name: "gated_rms_norm_matvec_q4 gdn heads", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]"},
+			in: []*ops.Tensor{randF32(r, 1, 32, 128), randF32(r, 1, 32, 128), randBF16(r, 128), randQuant(r, graph.Q4, 20, 4096)}},
 		// Fused ops that run as two launches, the second reading the first's scratch.
 		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]"},
 			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, hidden, 256)},

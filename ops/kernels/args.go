@@ -133,6 +133,15 @@ type GatedRMSNormArgs struct {
 	Eps     float32
 }
 
+// GatedNormMatvecArgs: Y [M] = W · (Norm · rmsnorm(X) · silu(Z)) for one decode row X
+// [K] (and its gate Z [K]), the norm per head of D values, Norm [D] dense, W [M, K] q4.
+type GatedNormMatvecArgs struct {
+	W, Norm Weight
+	X, Z, Y uint64
+	M, K, D int32
+	Eps     float32
+}
+
 // StepArgs is the layout of the step-scalar buffer that Program.Run writes before every
 // step: C (context before the step), T, N (cache capacity), then the T token ids.
 type StepArgs struct {
@@ -141,13 +150,18 @@ type StepArgs struct {
 
 // RoPEArgs: rotate-half RoPE of X [T, Heads, D] on the first Dims dims, positions
 // C+t with C read from Steps. With Norm non-zero each head row is first RMS-normed with
-// W and Eps (rms_norm_rope).
+// W and Eps (rms_norm_rope). Head row r of X starts XRow elements after row r-1 (D for a
+// dense X; the width of the sliced axis when X is a slice read in place,
+// slice_rms_norm_rope). Y is f32 [T, Heads, D], or with Append non-zero a cache [N,
+// Heads, D] of YDType (f32 or bf16) whose rows C+t are written (rms_norm_rope_append).
 type RoPEArgs struct {
 	X, Y, Steps       uint64
 	W                 Weight
 	T, Heads, D, Dims int32
 	Theta, Eps        float32
 	Norm              int32
+	XRow              int32
+	Append, YDType    int32
 }
 
 // KVAppendArgs: Cache rows C..C+T-1 (Row elements each) ← X.
@@ -277,7 +291,7 @@ type SampleArgs struct {
 // argTypes lists every args struct in declaration order (nested ones first).
 var argTypes = []any{
 	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
-	GatedRMSNormArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
+	GatedRMSNormArgs{}, GatedNormMatvecArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
 	GatedDeltaArgs{}, GDNGatesArgs{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
 	SampleArgs{}, GatedDeltaStepArgs{}, ConvShiftArgs{},
 }

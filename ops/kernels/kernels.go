@@ -49,6 +49,7 @@ const (
 	KernelExpertMVSwiGLUQ4  = "expert_matvec_swiglu_q4"
 	KernelExpertMVCombineQ4 = "expert_matvec_combine_q4"
 	KernelMatvecFusedQ4     = "matvec_fused_q4"
+	KernelGatedNormMVQ4     = "gated_rms_norm_matvec_q4"
 	KernelMatmulTiled       = "matmul_tiled"
 	KernelExpertRows        = "expert_rows"
 	KernelExpertTiled       = "expert_tiled"
@@ -84,7 +85,7 @@ const (
 
 // Names lists every kernel of the .k files.
 var Names = []string{
-	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelMatvecQ4Rows, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
+	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelMatvecQ4Rows, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelGatedNormMVQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge, KernelAttentionPrefill,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax, KernelSample, KernelGatedDeltaStep, KernelConvStateShift,
@@ -232,10 +233,14 @@ func Source(backend string) (string, error) {
 // MatvecRowsPerGroup is how many output rows one group of the q4 matrix-vector kernels
 // computes for inner dimension K (mv_lanes in matmul.k: row groups of the largest power
 // of two <= min(K/32, MatvecThreads) threads, MatvecRows rows each).
-func MatvecRowsPerGroup(K int) int {
+func MatvecRowsPerGroup(K int) int { return MatvecThreads / MatvecLanes(K) * MatvecRows }
+
+// MatvecLanes is how many threads of a q4 matrix-vector group share one row group's
+// chunks of K (mv_lanes in matmul.k).
+func MatvecLanes(K int) int {
 	lanes := MatvecThreads
 	for lanes > 1 && lanes > K/32 {
 		lanes >>= 1
 	}
-	return MatvecThreads / lanes * MatvecRows
+	return lanes
 }

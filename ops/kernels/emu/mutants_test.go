@@ -68,6 +68,22 @@ func TestEmulatorCatchesMutants(t *testing.T) {
 		{name: "attention_gqa key tile of the wrong width (FA_PARTS lanes not combined)",
 			old: "for (i32 m2 = FA_KEYS; m2 < SIMD_WIDTH; m2 <<= 1)", new: "for (i32 m2 = 2 * FA_KEYS; m2 < SIMD_WIDTH; m2 <<= 1)",
 			cases: []string{"attention_gqa prefill"}},
+		{name: "gated_rms_norm_matvec_q4 sums a head over half its lanes",
+			old: "for (i32 m = 1; m < head_chunks; m <<= 1) ss += SIMD_XOR(ss, m);", new: "for (i32 m = 1; m < head_chunks / 2; m <<= 1) ss += SIMD_XOR(ss, m);",
+			cases: []string{"gated_rms_norm_matvec_q4", "gated_rms_norm_matvec_q4 gdn heads"}},
+		{name: "gated_rms_norm_matvec_q4 reads the norm weight from the head's start for every chunk",
+			old: "load_dense(a.Norm.Data, a.Norm.DType, d0 + e)", new: "load_dense(a.Norm.Data, a.Norm.DType, e)",
+			cases: []string{"gated_rms_norm_matvec_q4", "gated_rms_norm_matvec_q4 gdn heads"}},
+		{name: "gated_rms_norm_matvec_q4 lanes past the row leave the loop before its shuffles",
+			old:   "for (i32 c0 = 0; c0 < cpr; c0 += L) {\n\t\ti32 c = c0 + t;\n\t\tbool live = c < cpr;",
+			new:   "for (i32 c = t; c < cpr; c += L) {\n\t\tbool live = true;",
+			cases: []string{"gated_rms_norm_matvec_q4 partial pass"}, want: "while other lanes wait"},
+		{name: "rope into a cache writes row t instead of C+t",
+			old: "i64 y = (a.Append != 0 ? (i64)C * a.Heads + row : row) * a.D;", new: "i64 y = row * a.D;",
+			cases: []string{"rms_norm_rope_append f32", "rms_norm_rope_append bf16"}},
+		{name: "rope reads a sliced row as if dense",
+			old: "PTR(const f32, a.X) + row * a.XRow;", new: "PTR(const f32, a.X) + row * a.D;",
+			cases: []string{"slice_rms_norm_rope"}},
 	}
 	byName := map[string]kernelcheck.Case{}
 	for _, c := range kernelcheck.Cases() {

@@ -127,3 +127,44 @@ func fuseSharedGate(u *Unit) error {
 	r.finish()
 	return nil
 }
+
+// fuseSharedExpert makes the shared expert one more slot of the routed experts' fused
+// ops. It matches what fuse-swiglu, fuse-moe-combine and fuse-shared-gate leave:
+//
+//	matmul_gated_add(matmul_swiglu(h, Sg, Su), Sd, gate,
+//	                 expert_matmul_combine(expert_matmul_swiglu(h, Wg, Wu, ids), Wd, ids, weights))
+//
+// and rewrites it as expert_matmul_swiglu_shared(h, Wg, Wu, ids, Sg, Su) →
+// expert_matmul_combine_shared(routed, Wd, ids, weights, shared, Sd, gate): the shared
+// projections run beside the routed ones instead of in dispatches of their own, and
+// matmul_gated_add's stage after the combine is gone. The gate (the shared_expert_gate
+// projection) stays what it was, a dispatch off the chain.
+func fuseSharedExpert(u *Unit) error {
+	r := newRewriter(u, "fuse-shared-expert")
+	for _, v := range u.Graph.Values {
+		if !is(v, "matmul_gated_add") || !r.free(v) {
+			continue
+		}
+		sharedAct, sharedDown, gate, combine := v.Args[0], v.Args[1], v.Args[2], v.Args[3]
+		if !is(sharedAct, "matmul_swiglu") || !is(combine, "expert_matmul_combine") || !r.only(sharedAct) || !r.only(combine) {
+			continue
+		}
+		routedAct, ids := combine.Args[0], combine.Args[2]
+		if !is(routedAct, "expert_matmul_swiglu") || !r.only(routedAct) || routedAct.Args[3] != ids || routedAct.Args[0] != sharedAct.Args[0] {
+			continue
+		}
+		acts, err := r.fuse("shared swiglu→expert slot", "expert_matmul_swiglu_shared", routedAct.Name, nil,
+			[]*graph.Value{routedAct.Args[0], routedAct.Args[1], routedAct.Args[2], ids, sharedAct.Args[1], sharedAct.Args[2]},
+			routedAct, sharedAct)
+		if err != nil {
+			return err
+		}
+		routed, shared := r.elem(acts, 0, routedAct.Name), r.elem(acts, 1, sharedAct.Name)
+		if err := r.fuseInto(v, "shared down→expert slot", "expert_matmul_combine_shared", v.Name, nil,
+			[]*graph.Value{routed, combine.Args[1], ids, combine.Args[3], shared, sharedDown, gate}, combine); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}

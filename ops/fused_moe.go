@@ -149,3 +149,38 @@ func refExpertMatmulCombineShared(env *Env, v *graph.Value, in, out []*Tensor) e
 	}
 	return nil
 }
+
+// The routing itself in the routed experts' gate/up dispatch (fuse-expert-routing): the
+// router's softmax, top-k and renormalise, and the shared expert's gate projection, join
+// expert_matmul_swiglu_shared, so the MoE block is the router's projection, this op and
+// the combine.
+func init() {
+	registerFused(&Info{
+		OpDef: graph.OpDef{Name: "expert_route_swiglu_shared",
+			Doc:  "router(logits) {k}, expert_matmul_swiglu_shared(x, Wg, Wu, ids, Sg, Su) and x·Wsgᵀ in one dispatch -> (weights f32[T,k], ids i32[T,k], routed f32[T,k,M], shared f32[T,SM], shared gate f32[T,1])",
+			Args: 7, Attrs: []string{"k"}},
+		Ref: refExpertRouteSwiGLUShared,
+		ExpandTuple: func(b *graph.Builder, v *graph.Value) []*graph.Value {
+			x, logits, wg, wu, sg, su, wsg := v.Args[0], v.Args[1], v.Args[2], v.Args[3], v.Args[4], v.Args[5], v.Args[6]
+			route := selectAll(b, b.Named("router", v.Name+".route", graph.Attrs{"k": int64(v.Attrs.Int("k"))}, logits), 2)
+			acts := selectAll(b, b.Named("expert_matmul_swiglu_shared", v.Name, nil, x, wg, wu, route[1], sg, su), 2)
+			gate := b.Named(matmulOpFor(wsg.Type), v.Name+".shared_gate", nil, x, wsg)
+			return []*graph.Value{route[0], route[1], acts[0], acts[1], gate}
+		},
+	})
+}
+
+func refExpertRouteSwiGLUShared(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x, logits, wg, wu, sg, su, wsg := in[0], in[1], in[2], in[3], in[4], in[5], in[6]
+	weights, ids := out[0], out[1]
+	if err := refRouter(env, v, []*Tensor{logits}, []*Tensor{weights, ids}); err != nil {
+		return err
+	}
+	if err := refExpertMatmulSwiGLUShared(env, v, []*Tensor{x, wg, wu, ids, sg, su}, out[2:4]); err != nil {
+		return err
+	}
+	if err := refMatmul(env, v, []*Tensor{x, wsg}, out[4:]); err != nil {
+		return fmt.Errorf("shared expert gate: %w", err)
+	}
+	return nil
+}

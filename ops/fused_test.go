@@ -119,6 +119,10 @@ func TestFusedMoEMatchExpansion(t *testing.T) {
 			sameResults(t, "expert_matmul_swiglu_shared "+name, f, e)
 			f, e = runFusedAndExpanded(t, "expert_matmul_combine_shared", nil, graph.Bindings{}, act, wd, ids, weights, sharedAct, sd, sharedGate)
 			sameResults(t, "expert_matmul_combine_shared "+name, f, e)
+			logits := randTensor(rng, 2, T, E)
+			gateW := weightKinds(rng, 1, H)[kind]
+			f, e = runFusedAndExpanded(t, "expert_route_swiglu_shared", graph.Attrs{"k": int64(k)}, graph.Bindings{}, x, logits, wg, wu, sg, su, gateW)
+			sameResults(t, "expert_route_swiglu_shared "+name, f, e)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package passes
 
 import (
+	"fmt"
+
 	"pistil/graph"
 )
 
@@ -167,4 +169,84 @@ func fuseSharedExpert(u *Unit) error {
 	}
 	r.finish()
 	return nil
+}
+
+// fuseExpertRouting moves the routing into the routed experts' gate/up dispatch: from
+//
+//	matmul_router(h, Wr) → (weights, ids); expert_matmul_swiglu_shared(h, …, ids, …);
+//	gate = matmul(h, Wsg) read by expert_matmul_combine_shared
+//
+// to the router's projection alone, logits = matmul(h, Wr), and
+// expert_route_swiglu_shared(h, logits, …, Wsg) {k} → (weights, ids, routed, shared,
+// gate): each of its groups routes its token from the logits (softmax, top-k,
+// renormalise) before its expert's rows, and the shared expert's groups compute the
+// gate. On a GPU, where matmul_router is the projection and the router in two stages,
+// this takes a stage and a dispatch (the router) and the gate's dispatch out of every
+// MoE block; the CPU runs the same work in one dispatch fewer.
+func fuseExpertRouting(u *Unit) error {
+	r := newRewriter(u, "fuse-expert-routing")
+	for _, v := range u.Graph.Values {
+		if !is(v, "expert_matmul_swiglu_shared") || !r.free(v) {
+			continue
+		}
+		x, ids := v.Args[0], v.Args[3]
+		if !is(ids, graph.OpSelect) || !is(ids.Args[0], "matmul_router") || !r.free(ids.Args[0]) {
+			continue
+		}
+		route := ids.Args[0]
+		if route.Args[0] != x {
+			continue
+		}
+		var combine *graph.Value
+		for _, s := range r.users[v.ID] {
+			for _, c := range r.users[s.ID] {
+				if is(c, "expert_matmul_combine_shared") {
+					combine = c
+				}
+			}
+		}
+		if combine == nil {
+			continue
+		}
+		gate := combine.Args[6]
+		if !is(gate, plainMatmuls...) || gate.Args[0] != x || !r.free(gate) {
+			continue
+		}
+		logits, err := r.fuse("router projection", matmulOpForWeight(route.Args[1]), sibling(route.Name, "router_logits"), nil,
+			[]*graph.Value{x, route.Args[1]})
+		if err != nil {
+			return err
+		}
+		fused, err := r.fuse("route→experts", "expert_route_swiglu_shared", v.Name, graph.Attrs{"k": route.Attrs["k"]},
+			[]*graph.Value{x, logits, v.Args[1], v.Args[2], v.Args[4], v.Args[5], gate.Args[1]}, route, v)
+		if err != nil {
+			return err
+		}
+		// The tuples' selects take the fused op's elements: (weights, ids) of the router,
+		// (routed, shared) of the experts, then the gate.
+		for base, tuple := range map[int]*graph.Value{0: route, 2: v} {
+			for _, s := range r.users[tuple.ID] {
+				if !is(s, graph.OpSelect) {
+					return fmt.Errorf("fuse-expert-routing: %s uses the tuple %s other than through select", s.Ref(), tuple.Ref())
+				}
+				i := base + s.Attrs.Int("index")
+				if err := r.replace(s, r.elem(fused, i, s.Name)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := r.replace(gate, r.elem(fused, 4, gate.Name)); err != nil {
+			return err
+		}
+	}
+	r.finish()
+	return nil
+}
+
+// matmulOpForWeight is the unfused projection op for a weight: qmatmul for q4/q8.
+func matmulOpForWeight(w *graph.Value) string {
+	if w.Type.DType.Quantized() {
+		return "qmatmul"
+	}
+	return "matmul"
 }

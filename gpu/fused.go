@@ -40,6 +40,7 @@ var fusedKernels = map[string]fusedKernel{
 	// fused_moefuse.go
 	"expert_matmul_swiglu_shared":  {supportsExpertSwiGLUShared, lowerExpertSwiGLUShared},
 	"expert_matmul_combine_shared": {supportsExpertCombineShared, lowerExpertCombineShared},
+	"expert_route_swiglu_shared":   {supportsExpertRouteSwiGLUShared, lowerExpertRouteSwiGLUShared},
 }
 
 func always(graph.Attrs, []Operand, []Operand) bool { return true }

@@ -266,6 +266,9 @@ func Cases() []Case {
 		{name: "expert_matvec_combine_shared_q4", op: "expert_matmul_combine_shared",
 			in: []*ops.Tensor{randF32(r, 1, 8, 512), randQuant(r, graph.Q4, 16, hidden, 512), routed(r, 1, 8, 16), randF32(r, 1, 8),
 				randF32(r, 1, 512), randQuant(r, graph.Q4, hidden, 512), randF32(r, 1, 1)}},
+		{name: "expert_matvec_swiglu_routed_q4", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 8},
+			in: []*ops.Tensor{randF32(r, 1, hidden), randF32(r, 1, 256), randQuant(r, graph.Q4, 256, 8, hidden), randQuant(r, graph.Q4, 256, 8, hidden),
+				randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q8, 1, hidden)}},
 		{name: "matvec_fused_q4 matmuls (q/k/v)", op: "matmuls",
 			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 24, hidden), randQuant(r, graph.Q4, 72, hidden)},
 			launch: func(e *env) []Launch {

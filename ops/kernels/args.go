@@ -85,6 +85,10 @@ type ExpertArgs struct {
 	SX, SY     uint64
 	SGate      uint64
 	SM, SK     int32
+	// expert_matvec_swiglu_routed_q4 routes from Logits [T, E] itself, writes Weights and
+	// Ids, and SGate = x·SGWᵀ (the shared expert's gate, q8 [1, K]).
+	Logits uint64
+	SGW    Weight
 }
 
 // Matvec modes (MV_* in the header).

@@ -88,6 +88,8 @@ const (
 const (
 	KernelExpertMVSwiGLUSharedQ4  = "expert_matvec_swiglu_shared_q4"
 	KernelExpertMVCombineSharedQ4 = "expert_matvec_combine_shared_q4"
+	// The routing in the experts' kernel (fuse-expert-routing).
+	KernelExpertMVSwiGLURoutedQ4 = "expert_matvec_swiglu_routed_q4"
 	// MatvecCombineSharedThreads (MVCS_THREADS) is the largest group of
 	// expert_matvec_combine_shared_q4.
 	MatvecCombineSharedThreads = 256
@@ -99,7 +101,7 @@ var Names = []string{
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge, KernelAttentionPrefill,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax, KernelSample, KernelGatedDeltaStep, KernelConvStateShift,
-	KernelExpertMVSwiGLUSharedQ4, KernelExpertMVCombineSharedQ4,
+	KernelExpertMVSwiGLUSharedQ4, KernelExpertMVCombineSharedQ4, KernelExpertMVSwiGLURoutedQ4,
 }
 
 // CUDANames lists the kernels of CUDAFamilies.

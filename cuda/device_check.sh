@@ -50,6 +50,9 @@ for layout in mlx-q4 hf; do
 	# The shared expert in dispatches of its own (matmul_swiglu, matmul_gated_add), not as
 	# one more slot of the routed experts' kernels.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-shared-expert/off
+	# The router's softmax/top-k its own dispatch after its projection (router), not in the
+	# routed experts' kernel.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-expert-routing/off
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
 	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE

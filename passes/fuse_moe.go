@@ -7,10 +7,14 @@ import (
 )
 
 // Mixture-of-experts fusions. Each is its own pass with its own switch; with
-// fuse-add-norm (which takes the norm and the residual add) they take the MoE block from
-// 17 dispatches to 7: add_rms_norm, matmul_router, expert_matmul_swiglu,
+// fuse-add-norm (which takes the norm and the residual add) the first four take the MoE
+// block from 17 dispatches to 7: add_rms_norm, matmul_router, expert_matmul_swiglu,
 // expert_matmul_combine, matmul_swiglu (shared), the shared_expert_gate projection, and
 // matmul_gated_add (shared down, its sigmoid gate and the add of the routed output).
+// fuse-shared-expert makes the shared expert a slot of the routed ops (5), and
+// fuse-expert-routing moves the routing and the gate projection into the experts' gate/up
+// op (4: add_rms_norm, the router's projection, expert_route_swiglu_shared,
+// expert_matmul_combine_shared).
 
 var plainMatmuls = []string{"matmul", "qmatmul"}
 var expertMatmuls = []string{"expert_matmul", "expert_qmatmul"}

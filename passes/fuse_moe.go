@@ -228,7 +228,11 @@ func fuseExpertRouting(u *Unit) error {
 		}
 		// The tuples' selects take the fused op's elements: (weights, ids) of the router,
 		// (routed, shared) of the experts, then the gate.
-		for base, tuple := range map[int]*graph.Value{0: route, 2: v} {
+		for _, tp := range []struct {
+			base  int
+			tuple *graph.Value
+		}{{0, route}, {2, v}} {
+			base, tuple := tp.base, tp.tuple
 			for _, s := range r.users[tuple.ID] {
 				if !is(s, graph.OpSelect) {
 					return fmt.Errorf("fuse-expert-routing: %s uses the tuple %s other than through select", s.Ref(), tuple.Ref())

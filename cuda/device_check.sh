@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"
 (cd cuda && ../.dev/cuda.test -test.v -test.count=1 2>&1) | tee "$OUT/cuda_test.log" | grep -E "^(=== RUN|--- |ok|FAIL|PASS)|error|Error" | grep -v "=== RUN" | head -80
 # Every fusion pass off: the plans of primitive ops.
-NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-gdn-prologue/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-slice-rope/off -pass=fuse-rope-append/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
+NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-gdn-prologue/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-slice-rope/off -pass=fuse-rope-append/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-shared-expert/off -pass=fuse-expert-routing/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
 sed 's/^graphs = true/graphs = false/' pipeline.toml > /tmp/nographs.toml
 sed 's/^programmatic_launch = true/programmatic_launch = false/' pipeline.toml > /tmp/fulledges.toml
 check() {
@@ -47,6 +47,12 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-slice-rope/off
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-rope-append/off
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=fuse-slice-rope/off -pass=fuse-rope-append/off
+	# The shared expert in dispatches of its own (matmul_swiglu, matmul_gated_add), not as
+	# one more slot of the routed experts' kernels.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-shared-expert/off
+	# The router's softmax/top-k its own dispatch after its projection (router), not in the
+	# routed experts' kernel.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-expert-routing/off
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
 	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE

@@ -34,7 +34,7 @@ PISTIL_GRID_PIPELINE=/tmp/nographs.toml grid grid_nographs.log 'TestGrid/(issue1
 status=$?
 PISTIL_GRID_PASSES=all/off grid grid_O0.log 'TestGrid/(issue10|h64|h128)'
 for pass in fuse-gdn-gates fuse-conv-silu fuse-slice-l2 fuse-norm-out-proj fuse-qk-norm-rope fuse-attn-gate \
-	fuse-swiglu fuse-router fuse-moe-combine fuse-shared-gate fuse-projections fuse-add-norm split-attention reorder; do
+	fuse-swiglu fuse-router fuse-moe-combine fuse-shared-gate fuse-shared-expert fuse-expert-routing fuse-projections fuse-add-norm split-attention reorder; do
 	PISTIL_GRID_PASSES=$pass/off grid "grid_$pass-off.log" 'TestGrid/issue10/mlx-q4'
 done
 exit $status

@@ -315,6 +315,24 @@ func opCases() []opCase {
 		// Every thread of a group takes several (expert, chunk) pairs; rows past M in the last group.
 		{name: "expert_matmul_combine decode wide", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 1, 8, 2048), randQuant(r, graph.Q4, 16, 36, 2048), routed(1, 8, 16), randF32(r, 1, 8)}},
 		{name: "expert_matmul_combine tiled", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 20, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8), randF32(r, 20, 4)}},
+		// The shared expert as one more slot (fuse-shared-expert): narrower and wider than
+		// the routed experts; more (expert, chunk) pairs than 128 threads (8·16 + 16 at
+		// K = SK = 512). Several tokens expand into two fused ops that expand again, which
+		// this harness does not do: the prefill plans of TestGrid and pistil check run them.
+		{name: "expert_matmul_swiglu_shared decode narrow", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randF32(r, 1, 128),
+			randQuant(r, graph.Q4, 8, 40, 128), randQuant(r, graph.Q4, 8, 40, 128), routed(1, 4, 8), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q4, 24, 128)}},
+		{name: "expert_matmul_swiglu_shared decode wide", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randF32(r, 1, 2048),
+			randQuant(r, graph.Q4, 16, 36, 2048), randQuant(r, graph.Q4, 16, 36, 2048), routed(1, 8, 16), randQuant(r, graph.Q4, 72, 2048), randQuant(r, graph.Q4, 72, 2048)}},
+		{name: "expert_matmul_combine_shared decode", op: "expert_matmul_combine_shared", in: []*ops.Tensor{randF32(r, 1, 4, 64),
+			randQuant(r, graph.Q4, 8, 40, 64), routed(1, 4, 8), randF32(r, 1, 4), randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randF32(r, 1, 1)}},
+		{name: "expert_matmul_combine_shared decode wide", op: "expert_matmul_combine_shared", in: []*ops.Tensor{randF32(r, 1, 8, 512),
+			randQuant(r, graph.Q4, 16, 36, 512), routed(1, 8, 16), randF32(r, 1, 8), randF32(r, 1, 512), randQuant(r, graph.Q4, 36, 512), randF32(r, 1, 1)}},
+		// The routing in the experts' kernel (fuse-expert-routing): 256 experts top 8 as
+		// the model routes, and the model's K with a narrower shared expert.
+		{name: "expert_route_swiglu_shared decode 256 experts", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{randF32(r, 1, 128),
+			randF32(r, 1, 256), randQuant(r, graph.Q4, 256, 8, 128), randQuant(r, graph.Q4, 256, 8, 128), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q8, 1, 128)}},
+		{name: "expert_route_swiglu_shared decode wide", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randF32(r, 1, 2048),
+			randF32(r, 1, 16), randQuant(r, graph.Q4, 16, 36, 2048), randQuant(r, graph.Q4, 16, 36, 2048), randQuant(r, graph.Q4, 20, 2048), randQuant(r, graph.Q4, 20, 2048), randQuant(r, graph.Q8, 1, 2048)}},
 		{name: "sigmoid_gate_matmul rows", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 3, 128), randF32(r, 3, 128), randQuant(r, graph.Q4, 40, 128)}},
 		{name: "gated_rms_norm_matmul", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[2,256]"},
 			in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},

@@ -37,6 +37,10 @@ var fusedKernels = map[string]fusedKernel{
 	"gated_rms_norm_matmul": {supportsGatedNormMatvec, lowerGatedNormMatvec},
 	"slice_rms_norm_rope":   {supportsSliceRMSNormRoPE, lowerSliceRMSNormRoPE},
 	"rms_norm_rope_append":  {supportsRMSNormRoPEAppend, lowerRMSNormRoPEAppend},
+	// fused_moefuse.go
+	"expert_matmul_swiglu_shared":  {supportsExpertSwiGLUShared, lowerExpertSwiGLUShared},
+	"expert_matmul_combine_shared": {supportsExpertCombineShared, lowerExpertCombineShared},
+	"expert_route_swiglu_shared":   {supportsExpertRouteSwiGLUShared, lowerExpertRouteSwiGLUShared},
 }
 
 func always(graph.Attrs, []Operand, []Operand) bool { return true }

@@ -92,3 +92,95 @@ func refExpertMatmulCombine(env *Env, v *graph.Value, in, out []*Tensor) error {
 	}
 	return refMoECombine(env, v, []*Tensor{y, weights}, out)
 }
+
+// The shared expert as one more slot of the routed experts' fused ops (fuse-shared-expert):
+// its gate and up projections ride in expert_matmul_swiglu_shared beside the routed ones
+// (same input row), and its down projection, scaled by sigmoid(shared_expert_gate), in
+// expert_matmul_combine_shared beside the routed down projections, so the MoE block's
+// shared path adds no stage of its own. The shared expert keeps its own weights and
+// width; only the input and the output are common.
+func init() {
+	registerFused(&Info{
+		OpDef: graph.OpDef{Name: "expert_matmul_swiglu_shared",
+			Doc:  "expert_matmul_swiglu(x, Wg, Wu, ids) and matmul_swiglu(x, Sg, Su) in one dispatch: the routed experts' and the shared expert's gate/up projections and activation -> (routed f32[T,k,M], shared f32[T,SM])",
+			Args: 6},
+		Ref: refExpertMatmulSwiGLUShared,
+		ExpandTuple: func(b *graph.Builder, v *graph.Value) []*graph.Value {
+			x, wg, wu, ids, sg, su := v.Args[0], v.Args[1], v.Args[2], v.Args[3], v.Args[4], v.Args[5]
+			return []*graph.Value{
+				b.Named("expert_matmul_swiglu", v.Name, nil, x, wg, wu, ids),
+				b.Named("matmul_swiglu", v.Name+".shared", nil, x, sg, su),
+			}
+		},
+	})
+	registerFused(&Info{
+		OpDef: graph.OpDef{Name: "expert_matmul_combine_shared",
+			Doc:  "expert_matmul_combine(x, W, ids, weights) + (xs·Sᵀ)·sigmoid(gate): the routed down projections, weighted and summed, and the shared expert's, scaled by its per-row gate f32[T,1] -> f32[T,M]",
+			Args: 7},
+		Ref: refExpertMatmulCombineShared,
+		Expand: func(b *graph.Builder, v *graph.Value) *graph.Value {
+			x, w, ids, weights, xs, ws, gate := v.Args[0], v.Args[1], v.Args[2], v.Args[3], v.Args[4], v.Args[5], v.Args[6]
+			routed := b.Named("expert_matmul_combine", v.Name+".routed", nil, x, w, ids, weights)
+			return b.Named("matmul_gated_add", v.Name, nil, xs, ws, gate, routed)
+		},
+	})
+}
+
+// The references run the unfused ones in turn, so the fusion changes no bit on the CPU.
+
+func refExpertMatmulSwiGLUShared(env *Env, v *graph.Value, in, out []*Tensor) error {
+	if err := refExpertMatmulSwiGLU(env, v, in[:4], out[:1]); err != nil {
+		return fmt.Errorf("routed experts: %w", err)
+	}
+	if err := refMatmulSwiGLU(env, v, []*Tensor{in[0], in[4], in[5]}, out[1:]); err != nil {
+		return fmt.Errorf("shared expert: %w", err)
+	}
+	return nil
+}
+
+func refExpertMatmulCombineShared(env *Env, v *graph.Value, in, out []*Tensor) error {
+	routed, release := scratchF32(out[0].Shape...)
+	defer release()
+	if err := refExpertMatmulCombine(env, v, in[:4], []*Tensor{routed}); err != nil {
+		return fmt.Errorf("routed experts: %w", err)
+	}
+	if err := refMatmulGatedAdd(env, v, []*Tensor{in[4], in[5], in[6], routed}, out); err != nil {
+		return fmt.Errorf("shared expert: %w", err)
+	}
+	return nil
+}
+
+// The routing itself in the routed experts' gate/up dispatch (fuse-expert-routing): the
+// router's softmax, top-k and renormalise, and the shared expert's gate projection, join
+// expert_matmul_swiglu_shared, so the MoE block is the router's projection, this op and
+// the combine.
+func init() {
+	registerFused(&Info{
+		OpDef: graph.OpDef{Name: "expert_route_swiglu_shared",
+			Doc:  "router(logits) {k}, expert_matmul_swiglu_shared(x, Wg, Wu, ids, Sg, Su) and x·Wsgᵀ in one dispatch -> (weights f32[T,k], ids i32[T,k], routed f32[T,k,M], shared f32[T,SM], shared gate f32[T,1])",
+			Args: 7, Attrs: []string{"k"}},
+		Ref: refExpertRouteSwiGLUShared,
+		ExpandTuple: func(b *graph.Builder, v *graph.Value) []*graph.Value {
+			x, logits, wg, wu, sg, su, wsg := v.Args[0], v.Args[1], v.Args[2], v.Args[3], v.Args[4], v.Args[5], v.Args[6]
+			route := selectAll(b, b.Named("router", v.Name+".route", graph.Attrs{"k": int64(v.Attrs.Int("k"))}, logits), 2)
+			acts := selectAll(b, b.Named("expert_matmul_swiglu_shared", v.Name, nil, x, wg, wu, route[1], sg, su), 2)
+			gate := b.Named(matmulOpFor(wsg.Type), v.Name+".shared_gate", nil, x, wsg)
+			return []*graph.Value{route[0], route[1], acts[0], acts[1], gate}
+		},
+	})
+}
+
+func refExpertRouteSwiGLUShared(env *Env, v *graph.Value, in, out []*Tensor) error {
+	x, logits, wg, wu, sg, su, wsg := in[0], in[1], in[2], in[3], in[4], in[5], in[6]
+	weights, ids := out[0], out[1]
+	if err := refRouter(env, v, []*Tensor{logits}, []*Tensor{weights, ids}); err != nil {
+		return err
+	}
+	if err := refExpertMatmulSwiGLUShared(env, v, []*Tensor{x, wg, wu, ids, sg, su}, out[2:4]); err != nil {
+		return err
+	}
+	if err := refMatmul(env, v, []*Tensor{x, wsg}, out[4:]); err != nil {
+		return fmt.Errorf("shared expert gate: %w", err)
+	}
+	return nil
+}

@@ -90,7 +90,7 @@ func TestFusedMatmulsMatchExpansion(t *testing.T) {
 
 func TestFusedMoEMatchExpansion(t *testing.T) {
 	rng := rand.New(rand.NewSource(22))
-	const E, k, H, I = 6, 2, 64, 32
+	const E, k, H, I, SI = 6, 2, 64, 32, 64
 	for _, T := range []int{1, 4} {
 		x := randTensor(rng, 1, T, H)
 		ids := NewTensor(graph.I32, T, k)
@@ -99,6 +99,7 @@ func TestFusedMoEMatchExpansion(t *testing.T) {
 		}
 		weights := randTensor(rng, 1, T, k)
 		act := randTensor(rng, 1, T, k, I)
+		sharedAct, sharedGate := randTensor(rng, 1, T, SI), randTensor(rng, 1, T, 1)
 		for kind, wg := range weightKinds(rng, E, I, H) {
 			wu := weightKinds(rng, E, I, H)[kind]
 			wd := weightKinds(rng, E, H, I)[kind]
@@ -110,6 +111,18 @@ func TestFusedMoEMatchExpansion(t *testing.T) {
 			sameResults(t, "expert_matmul_combine "+name, f, e)
 			f, e = runFusedAndExpanded(t, "matmul_router", graph.Attrs{"k": int64(k)}, graph.Bindings{}, x, router)
 			sameResults(t, "matmul_router "+name, f, e)
+			// The shared expert is narrower than the routed ones (SI != I), as in the
+			// tiny golden checkpoints.
+			sg, su := weightKinds(rng, SI, H)[kind], weightKinds(rng, SI, H)[kind]
+			sd := weightKinds(rng, H, SI)[kind]
+			f, e = runFusedAndExpanded(t, "expert_matmul_swiglu_shared", nil, graph.Bindings{}, x, wg, wu, ids, sg, su)
+			sameResults(t, "expert_matmul_swiglu_shared "+name, f, e)
+			f, e = runFusedAndExpanded(t, "expert_matmul_combine_shared", nil, graph.Bindings{}, act, wd, ids, weights, sharedAct, sd, sharedGate)
+			sameResults(t, "expert_matmul_combine_shared "+name, f, e)
+			logits := randTensor(rng, 2, T, E)
+			gateW := weightKinds(rng, 1, H)[kind]
+			f, e = runFusedAndExpanded(t, "expert_route_swiglu_shared", graph.Attrs{"k": int64(k)}, graph.Bindings{}, x, logits, wg, wu, sg, su, gateW)
+			sameResults(t, "expert_route_swiglu_shared "+name, f, e)
 		}
 	}
 }

@@ -18,6 +18,7 @@ var contractOps = []string{
 	"matmuls", "matmul_swiglu", "matmul_gated_add", "matmul_router", "expert_matmul_swiglu",
 	"expert_matmul_combine", "add_rms_norm", "gdn_gates", "conv1d_silu", "slice_l2_norm",
 	"rms_norm_rope", "slice_rms_norm_rope", "rms_norm_rope_append", "sigmoid_gate_matmul", "gated_rms_norm_matmul",
+	"expert_matmul_swiglu_shared", "expert_matmul_combine_shared", "expert_route_swiglu_shared",
 	// the GPU form of attention for decode (split-attention)
 	"attention_partial", "attention_merge",
 	// the fused GDN decode step and the conv state update it leaves (fuse-gdn-prologue)

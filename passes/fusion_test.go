@@ -36,6 +36,9 @@ var fusionCases = []fusionCase{
 	{"fuse-router", map[string]int{"matmul_router": tinyLayers}, []string{"router"}},
 	{"fuse-moe-combine", map[string]int{"expert_matmul_combine": tinyLayers}, []string{"moe_combine", "expert_matmul", "expert_qmatmul"}},
 	{"fuse-shared-gate", map[string]int{"matmul_gated_add": tinyLayers}, nil},
+	{"fuse-shared-expert", map[string]int{"expert_matmul_swiglu_shared": tinyLayers, "expert_matmul_combine_shared": tinyLayers},
+		[]string{"matmul_gated_add", "matmul_swiglu", "expert_matmul_swiglu", "expert_matmul_combine"}},
+	{"fuse-expert-routing", map[string]int{"expert_route_swiglu_shared": tinyLayers}, []string{"matmul_router", "expert_matmul_swiglu_shared"}},
 	// GDN: in_proj_qkv, z, b, a; attention: q, k, v.
 	{"fuse-projections", map[string]int{"matmuls": tinyGDN + tinyAttention}, nil},
 	// Every norm but layer 0's input norm reads a residual add, and the final norm.
@@ -91,7 +94,7 @@ func TestFusionsWithoutFuseDequant(t *testing.T) {
 		phase := passes.Phase{Name: "prefill", Tokens: T}
 		fused := runUntil(t, g, phase, noDequant, "reorder")
 		plain := runUntil(t, g, phase, passes.O0(), "reorder")
-		if countOps(fused.Graph, "dequant") == 0 || countOps(fused.Graph, "expert_matmul_swiglu") == 0 {
+		if countOps(fused.Graph, "dequant") == 0 || countOps(fused.Graph, "expert_route_swiglu_shared") == 0 {
 			t.Fatal("want dequants feeding fused ops")
 		}
 		bind := graph.Bindings{T: T, C: pos, N: 8}

@@ -89,14 +89,15 @@ func TestHandCountDecode(t *testing.T) {
 	//     slice_rms_norm_rope (q, read in place), rms_norm_rope_append (k, into the
 	//     cache), kv_append (v), attention, sigmoid_gate_matmul (output gate +
 	//     o_proj)                                                                = 8
-	//   MoE: add_rms_norm (attention residual + post_attention_layernorm),
-	//     matmul_router, expert_matmul_swiglu, expert_matmul_combine, matmul_swiglu
-	//     (shared), shared_expert_gate projection, matmul_gated_add              = 7
+	//   MoE: add_rms_norm (attention residual + post_attention_layernorm), the
+	//     router's projection, expert_route_swiglu_shared (routing, routed and shared
+	//     gate/up, the shared_expert_gate projection), expert_matmul_combine_shared
+	//     (routed and gated shared down projections)                             = 4
 	//   model: embed, final add_rms_norm, lm_head                              = 3
-	const gdnMixer, attMixer, moe, model = 5, 8, 7, 3
+	const gdnMixer, attMixer, moe, model = 5, 8, 4, 3
 	wantDispatches := gdnLayers*(gdnMixer+moe) + attLayer*(attMixer+moe) + model
 	if tot.Dispatches != wantDispatches {
-		t.Errorf("decode dispatches %d, want 30*(5+7) + 10*(8+7) + 3 = %d", tot.Dispatches, wantDispatches)
+		t.Errorf("decode dispatches %d, want 30*(5+4) + 10*(8+4) + 3 = %d", tot.Dispatches, wantDispatches)
 	}
 	// Longest dependency chain (dispatches on the longest path; arena reuse lengthens no
 	// path because plan-memory reuses a block only from a later level than every
@@ -108,14 +109,13 @@ func TestHandCountDecode(t *testing.T) {
 	//   attention mixer: norm → matmuls → slice_rms_norm_rope → attention →
 	//     sigmoid_gate_matmul (k side: matmuls → rms_norm_rope_append, v side:
 	//     matmuls → kv_append, both reach attention at the same depth)           = 5
-	//   MoE: add_rms_norm → matmul_router → expert_matmul_swiglu →
-	//     expert_matmul_combine → matmul_gated_add (the shared path norm →
-	//     matmul_swiglu → matmul_gated_add is shorter)                           = 5
+	//   MoE: add_rms_norm → router projection → expert_route_swiglu_shared →
+	//     expert_matmul_combine_shared                                          = 4
 	//   model: embed before layer 0; final norm and lm_head after layer 39     = 3
-	const gdnChain, attChain, moeChain = 4, 5, 5
+	const gdnChain, attChain, moeChain = 4, 5, 4
 	wantChain := gdnLayers*(gdnChain+moeChain) + attLayer*(attChain+moeChain) + model
 	if tot.LongestChain != wantChain {
-		t.Errorf("decode longest chain %d, want 30*(4+5) + 10*(5+5) + 3 = %d", tot.LongestChain, wantChain)
+		t.Errorf("decode longest chain %d, want 30*(4+4) + 10*(5+4) + 3 = %d", tot.LongestChain, wantChain)
 	}
 	if got := plan.LongestChain(len(p.Dispatches), p.Edges); got != wantChain {
 		t.Errorf("longest chain from the reduced edges %d, want %d", got, wantChain)
@@ -153,13 +153,18 @@ func TestHandCountDecode(t *testing.T) {
 		{"fuse-attn-gate", 2 * attLayer, attLayer, "sigmoid and mul before o_proj; the mul is a stage after attention"},
 		{"fuse-conv-silu", gdnLayers + prologue, gdnLayers + prologueChain, "a silu after the conv, on the q path"},
 		{"fuse-slice-l2", 2*gdnLayers + prologue, gdnLayers + prologueChain, "slice and l2_norm for q and for k, one more stage on the q path"},
-		{"fuse-swiglu", 2 * fusions, fusions,
-			"routed gate, up and swiglu instead of one; the shared gate and up join the shared_expert_gate projection in one matmuls, plus a swiglu: two dispatches either way; the routed swiglu is a stage"},
-		{"fuse-router", 0, fusions,
-			"the router's projection joins the shared_expert_gate projection in one matmuls, so the count stays, but the router waits a stage for it"},
-		{"fuse-moe-combine", fusions, fusions, "moe_combine after the experts' down projection, on the chain"},
-		{"fuse-shared-gate", 3 * fusions, 0,
-			"the shared down projection, sigmoid, mul and add instead of one; the add takes the fused op's stage"},
+		{"fuse-swiglu", 5 * fusions, 2 * fusions,
+			"routed gate, up and swiglu instead of one; the shared gate and up join the shared_expert_gate projection in one matmuls, plus a swiglu: two dispatches either way; the routed swiglu is a stage; and fuse-shared-expert finds no matmul_swiglu (its 2 dispatches and 1 stage), so fuse-expert-routing nothing (its dispatch)"},
+		{"fuse-router", fusions, fusions,
+			"the router's projection joins the shared_expert_gate projection in one matmuls, so the count stays, but the router waits a stage for it; and fuse-expert-routing finds no matmul_router (its dispatch)"},
+		{"fuse-moe-combine", 4 * fusions, 2 * fusions,
+			"moe_combine after the experts' down projection, on the chain; and fuse-shared-expert finds no expert_matmul_combine (its 2 dispatches and 1 stage), so fuse-expert-routing nothing (its dispatch)"},
+		{"fuse-shared-gate", 6 * fusions, fusions,
+			"the shared down projection, sigmoid, mul and add instead of one, the add in matmul_gated_add's stage; and fuse-shared-expert finds no matmul_gated_add (its 2 dispatches and 1 stage), so fuse-expert-routing nothing (its dispatch)"},
+		{"fuse-shared-expert", 3 * fusions, fusions,
+			"matmul_swiglu and matmul_gated_add of the shared expert as dispatches of their own, matmul_gated_add a stage after the combine; and fuse-expert-routing finds no expert_matmul_swiglu_shared (its dispatch)"},
+		{"fuse-expert-routing", fusions, 0,
+			"matmul_router and the shared_expert_gate projection instead of the router's projection: one dispatch more, in the same stages on the CPU (on a GPU matmul_router is two stages)"},
 		{"fuse-projections", 3*gdnLayers + 2*attLayer, 0, "4 in_proj and 3 q/k/v projections instead of one each, all in one stage"},
 		{"fuse-add-norm", layers + (layers - 1) + 1, 2 * layers,
 			"every norm after a residual add (all but layer 0's input norm, plus the final norm) waits a stage for a separate add"},

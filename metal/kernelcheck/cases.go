@@ -257,6 +257,18 @@ func Cases() []Case {
 				a.Weights = e.in[3].addr
 				return []Launch{{kernels.KernelExpertMVCombineQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecCombineRows), int(a.T), 1}, kernels.MatvecThreads, a}}
 			}},
+		// The shared expert as one more slot (fuse-shared-expert), through gpu.Metal's
+		// lowering: narrower than the routed experts, and (combine) more (expert, chunk)
+		// pairs than 128 threads.
+		{name: "expert_matvec_swiglu_shared_q4", op: "expert_matmul_swiglu_shared",
+			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 16, 64, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 1, 4, 16),
+				randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 40, hidden)}},
+		{name: "expert_matvec_combine_shared_q4", op: "expert_matmul_combine_shared",
+			in: []*ops.Tensor{randF32(r, 1, 8, 512), randQuant(r, graph.Q4, 16, hidden, 512), routed(r, 1, 8, 16), randF32(r, 1, 8),
+				randF32(r, 1, 512), randQuant(r, graph.Q4, hidden, 512), randF32(r, 1, 1)}},
+		{name: "expert_matvec_swiglu_routed_q4", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 8},
+			in: []*ops.Tensor{randF32(r, 1, hidden), randF32(r, 1, 256), randQuant(r, graph.Q4, 256, 8, hidden), randQuant(r, graph.Q4, 256, 8, hidden),
+				randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q8, 1, hidden)}},
 		{name: "matvec_fused_q4 matmuls (q/k/v)", op: "matmuls",
 			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 24, hidden), randQuant(r, graph.Q4, 72, hidden)},
 			launch: func(e *env) []Launch {

@@ -70,6 +70,10 @@ type MatmulArgs struct {
 // XPerSlot is 1 when X is [T, TopK, K] (one row per slot), 0 when [T, K].
 // W2 is the up projection of expert_matvec_swiglu_q4; Weights [T, TopK] the routing
 // weights of expert_matvec_combine_q4 (Y is then [T, M]).
+//
+// The shared expert's slot (expert_matvec_swiglu_shared_q4, expert_matvec_combine_shared_q4):
+// SW and SW2 its gate and up weights [SM, K] with SY [T, SM] their activation, or SW its
+// down weight [M, SK] against SX [T, SK], scaled by sigmoid(SGate[t]).
 type ExpertArgs struct {
 	W, W2      Weight
 	X, Ids, Y  uint64
@@ -77,6 +81,14 @@ type ExpertArgs struct {
 	T, TopK, E int32
 	M, K       int32
 	XPerSlot   int32
+	SW, SW2    Weight
+	SX, SY     uint64
+	SGate      uint64
+	SM, SK     int32
+	// expert_matvec_swiglu_routed_q4 routes from Logits [T, E] itself, writes Weights and
+	// Ids, and SGate = x·SGWᵀ (the shared expert's gate, q8 [1, K]).
+	Logits uint64
+	SGW    Weight
 }
 
 // Matvec modes (MV_* in the header).

@@ -83,12 +83,25 @@ const (
 	KernelExpertMMA64 = "expert_mma64"
 )
 
+// The shared expert as one more slot of the routed experts' decode kernels
+// (fuse-shared-expert).
+const (
+	KernelExpertMVSwiGLUSharedQ4  = "expert_matvec_swiglu_shared_q4"
+	KernelExpertMVCombineSharedQ4 = "expert_matvec_combine_shared_q4"
+	// The routing in the experts' kernel (fuse-expert-routing).
+	KernelExpertMVSwiGLURoutedQ4 = "expert_matvec_swiglu_routed_q4"
+	// MatvecCombineSharedThreads (MVCS_THREADS) is the largest group of
+	// expert_matvec_combine_shared_q4.
+	MatvecCombineSharedThreads = 256
+)
+
 // Names lists every kernel of the .k files.
 var Names = []string{
 	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelMatvecQ4Rows, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelGatedNormMVQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge, KernelAttentionPrefill,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax, KernelSample, KernelGatedDeltaStep, KernelConvStateShift,
+	KernelExpertMVSwiGLUSharedQ4, KernelExpertMVCombineSharedQ4, KernelExpertMVSwiGLURoutedQ4,
 }
 
 // CUDANames lists the kernels of CUDAFamilies.

@@ -84,6 +84,18 @@ func TestEmulatorCatchesMutants(t *testing.T) {
 		{name: "rope reads a sliced row as if dense",
 			old: "PTR(const f32, a.X) + row * a.XRow;", new: "PTR(const f32, a.X) + row * a.D;",
 			cases: []string{"slice_rms_norm_rope"}},
+		{name: "shared expert slot multiplies its up rows by the gate weight",
+			old: "\t\twu = a.SW2;", new: "\t\twu = a.SW;",
+			cases: []string{"expert_matvec_swiglu_shared_q4"}},
+		{name: "shared expert's down projection not scaled by its sigmoid gate",
+			old: "a.SX + 4 * (u64)((i64)t * a.SK + c * 32), gate, acc);", new: "a.SX + 4 * (u64)((i64)t * a.SK + c * 32), 1.0f, acc);",
+			cases: []string{"expert_matvec_combine_shared_q4"}},
+		{name: "every routed slot takes the token's first pick",
+			old: "if (LANE == j) expert = id;", new: "if (LANE == 0) expert = id;",
+			cases: []string{"expert_matvec_swiglu_routed_q4"}},
+		{name: "the shared gate's q8 row read in half",
+			old: "for (i32 c = THREAD_ID; c < K / 16; c += GROUP_SIZE) {", new: "for (i32 c = THREAD_ID; c < K / 32; c += GROUP_SIZE) {",
+			cases: []string{"expert_matvec_swiglu_routed_q4"}},
 	}
 	byName := map[string]kernelcheck.Case{}
 	for _, c := range kernelcheck.Cases() {

@@ -35,12 +35,14 @@ for layout in mlx-q4 hf; do
 	# then one tile per slot on expert_matvec_q4.
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=batched-matvec/on -pass=expert-gather/on
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=expert-per-slot/on
-	# The GDN decode prologue staged (conv1d_silu, slice_l2_norm, gdn_gates, gated_delta)
-	# instead of gated_delta_step + conv_state_shift.
-	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/off
+	# The GDN decode prologue inside the step (gated_delta_step + conv_state_shift; off by
+	# default: slower on the H200) instead of staged.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/on
 	# Prefill attention one group per (kv head, token): attention_gqa instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off
-	# The GDN gated norm as a stage of its own before out_proj (gated_rms_norm_matvec_q4 off).
+	# The GDN gated norm in out_proj's kernel (gated_rms_norm_matvec_q4; off by default:
+	# slower on the H200), and the norm fusion off altogether.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=gated-norm-matvec/on
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-norm-out-proj/off
 	# The query slice and the key append as dispatches of their own (rope kernel reading in
 	# place / writing the cache off), each alone, in decode and in prefill chunks.
@@ -50,9 +52,9 @@ for layout in mlx-q4 hf; do
 	# The shared expert in dispatches of its own (matmul_swiglu, matmul_gated_add), not as
 	# one more slot of the routed experts' kernels.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-shared-expert/off
-	# The router's softmax/top-k its own dispatch after its projection (router), not in the
-	# routed experts' kernel.
-	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-expert-routing/off
+	# The router's softmax/top-k inside the routed experts' kernel (off by default: slower
+	# on the H200) instead of its own dispatch after its projection.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-expert-routing/on
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
 	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE

@@ -336,14 +336,14 @@ func opCases() []opCase {
 		{name: "sigmoid_gate_matmul rows", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 3, 128), randF32(r, 3, 128), randQuant(r, graph.Q4, 40, 128)}},
 		{name: "gated_rms_norm_matmul", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[2,256]"},
 			in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
-		// gated_rms_norm_matvec_q4: heads of 2 chunks in row groups of 8 lanes (rows past M
+		// gated_rms_norm_matvec_q4 (marked as the gated-norm-matvec pass marks it): heads of 2 chunks in row groups of 8 lanes (rows past M
 		// in the one group); heads of 4 chunks where the second pass over K is half empty;
 		// the GDN's shape, 32 heads of 128 in row groups of 128 lanes over 4 SIMD groups.
-		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]"},
+		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]", gpu.AttrGatedNormMatvec: int64(1)},
 			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
-		{name: "gated_rms_norm_matmul decode partial pass", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,384]"},
+		{name: "gated_rms_norm_matmul decode partial pass", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,384]", gpu.AttrGatedNormMatvec: int64(1)},
 			in: []*ops.Tensor{randF32(r, 1, 3, 128), randF32(r, 1, 3, 128), randF32(r, 128), randQuant(r, graph.Q4, 72, 384)}},
-		{name: "gated_rms_norm_matmul decode gdn heads", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]"},
+		{name: "gated_rms_norm_matmul decode gdn heads", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]", gpu.AttrGatedNormMatvec: int64(1)},
 			in: []*ops.Tensor{randF32(r, 1, 32, 128), randF32(r, 1, 32, 128), randBF16(r, 128), randQuant(r, graph.Q4, 20, 4096)}},
 	}
 	return cases

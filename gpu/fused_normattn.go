@@ -35,9 +35,13 @@ func gatedNormMatvecHead(in []Operand) (D int, ok bool) {
 	return D, ok
 }
 
-func supportsGatedNormMatvec(_ graph.Attrs, in, _ []Operand) bool {
+// AttrGatedNormMatvec (int 1) asks for gated_rms_norm_matvec_q4 where it applies (the
+// compiler's gated-norm-matvec pass); unmarked, gated_rms_norm_matmul expands.
+const AttrGatedNormMatvec = "gated_norm_matvec"
+
+func supportsGatedNormMatvec(attrs graph.Attrs, in, _ []Operand) bool {
 	_, ok := gatedNormMatvecHead(in)
-	return ok
+	return ok && attrs.Int(AttrGatedNormMatvec) != 0
 }
 
 // lowerGatedNormMatvec: the gated norm and the output projection of a decode row in one

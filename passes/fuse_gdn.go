@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"pistil/gpu"
 	"pistil/graph"
 )
 
@@ -157,6 +158,32 @@ func fuseNormOutProj(u *Unit) error {
 		}
 	}
 	r.finish()
+	return nil
+}
+
+// gatedNormMatvec marks, for a GPU target, each gated_rms_norm_matmul with
+// gpu.AttrGatedNormMatvec, so expand-for-backend keeps it whole where the decode kernel
+// gated_rms_norm_matvec_q4 applies. Off, the GPU expands it into gated_rms_norm and the
+// projection, two stages: on the H200 that measured faster (full model, decode 276.3
+// against 265.2 tok/s at context 0, same call; cuda/README.md), the fused kernel's
+// per-head reductions costing more than the stage they save.
+func gatedNormMatvec(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil {
+		return err
+	}
+	for _, v := range u.Graph.Values {
+		if v.Op != "gated_rms_norm_matmul" {
+			continue
+		}
+		a := v.Attrs.Clone()
+		if a == nil {
+			a = graph.Attrs{}
+		}
+		a[gpu.AttrGatedNormMatvec] = int64(1)
+		v.Attrs = a
+		u.count("gated-norm-matvec: "+v.Op, 1)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"pistil/gpu"
 	"pistil/graph"
 	"pistil/ops"
 	"pistil/ops/kernels"
@@ -387,14 +388,14 @@ func Cases() []Case {
 		// gated_rms_norm_matvec_q4 (gpu.Metal): heads of 2 chunks in row groups of 8 lanes;
 		// heads of 4 chunks, the second pass over K half empty; the GDN's 32 heads of 128 in
 		// row groups of 128 lanes.
-		{name: "gated_rms_norm_matvec_q4", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]"},
+		{name: "gated_rms_norm_matvec_q4", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]", gpu.AttrGatedNormMatvec: int64(1)},
 			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
-		{name: "gated_rms_norm_matvec_q4 partial pass", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,384]"},
+		{name: "gated_rms_norm_matvec_q4 partial pass", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,384]", gpu.AttrGatedNormMatvec: int64(1)},
 			in: []*ops.Tensor{randF32(r, 1, 3, 128), randF32(r, 1, 3, 128), randF32(r, 128), randQuant(r, graph.Q4, 72, 384)}},
-		{name: "gated_rms_norm_matvec_q4 gdn heads", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]"},
+		{name: "gated_rms_norm_matvec_q4 gdn heads", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]", gpu.AttrGatedNormMatvec: int64(1)},
 			in: []*ops.Tensor{randF32(r, 1, 32, 128), randF32(r, 1, 32, 128), randBF16(r, 128), randQuant(r, graph.Q4, 20, 4096)}},
 		// Fused ops that run as two launches, the second reading the first's scratch.
-		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]"},
+		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]", gpu.AttrGatedNormMatvec: int64(1)},
 			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, hidden, 256)},
 			launch: func(e *env) []Launch {
 				normed := e.work(4 * 256)

@@ -3,7 +3,9 @@ package exec
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
+	"slices"
 	"sync"
 
 	"pistil/graph"
@@ -53,6 +55,11 @@ type Options struct {
 	// read the token before it: no step runs ahead, so none is backed up or discarded
 	// (pipeline.toml [cuda] run_ahead = false; an ablation of the run-ahead).
 	HandoffInOrder bool
+	// AllPieces compiles and loads, at Open, the plan of every prefill piece size (each
+	// power of two below the chunk) besides the decode plan and the chunk, so that no
+	// request pays for compiling one: a server's first turns after a long cached prefix
+	// are a few of these pieces each (pistil serve sets it).
+	AllPieces bool
 	// CostContext is the context length the plans' reported costs assume (0:
 	// passes.DefaultCostContext); `pistil compile` prints the same plans at its default.
 	CostContext int
@@ -195,6 +202,16 @@ func (m *Model) StateBytes(capacity int) int64 {
 	return n
 }
 
+// pieceSizes are the step sizes prefills run as (pieceSize's results): the chunk and
+// every power of two below it, largest first.
+func (m *Model) pieceSizes() []int {
+	sizes := []int{m.chunk}
+	for n := m.pieceSize(m.chunk - 1); n >= 1 && m.chunk > 1; n /= 2 {
+		sizes = append(sizes, n)
+	}
+	return sizes
+}
+
 // pieceSize is the size of the next piece of a prompt with n tokens left: a full chunk,
 // else the largest power of two not above n.
 func (m *Model) pieceSize(n int) int {
@@ -213,6 +230,15 @@ func (m *Model) Plan(tokens int) (*plan.Plan, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.plans[tokens], nil
+}
+
+// LoadedPlans are the step sizes (tokens) whose plans are compiled and loaded, ascending.
+func (m *Model) LoadedPlans() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sizes := slices.Collect(maps.Keys(m.programs))
+	slices.Sort(sizes)
+	return sizes
 }
 
 // Program is the loaded plan for steps of tokens (compiled and loaded on first use), for

@@ -3,6 +3,7 @@ package exec
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"pistil/graph"
 	"pistil/models/checkpoint"
@@ -41,14 +42,19 @@ func Open(dir string, o Options) (*Model, error) {
 	}
 	// The decode plan and the full prefill chunk are the ones every session uses: compile
 	// them now so the first request does not pay for it (and a plan that cannot be
-	// compiled or loaded fails Open, not a request). Remainder pieces compile on first use.
-	for i, tokens := range []int{1, pr.chunk} {
+	// compiled or loaded fails Open, not a request). Remainder pieces compile on first use,
+	// or now with AllPieces.
+	plans := []int{1, pr.chunk}
+	if o.AllPieces {
+		plans = append([]int{1}, slices.DeleteFunc(m.pieceSizes(), func(n int) bool { return n == 1 })...)
+	}
+	for i, tokens := range plans {
 		if _, err := m.program(tokens); err != nil {
 			m.Close()
 			return nil, err
 		}
 		if o.Progress != nil {
-			o.Progress(LoadPlans, int64(i+1), 2)
+			o.Progress(LoadPlans, int64(i+1), int64(len(plans)))
 		}
 	}
 	return m, nil

@@ -171,3 +171,29 @@ func lens(s []*exec.Snapshot) []int {
 	}
 	return out
 }
+
+// AllPieces loads every prefill piece size at Open, so a prompt of any length runs
+// without compiling a plan; without it only the decode plan and the chunk are loaded.
+func TestOpenAllPiecesLoadsEveryPieceSize(t *testing.T) {
+	m, _ := openTiny(t, "mlx-q4", exec.Options{Chunk: 96})
+	if got, want := m.LoadedPlans(), []int{1, 96}; !slices.Equal(got, want) {
+		t.Fatalf("plans loaded at Open without AllPieces: %v, want %v", got, want)
+	}
+	m, _ = openTiny(t, "mlx-q4", exec.Options{Chunk: 96, AllPieces: true})
+	want := []int{1, 2, 4, 8, 16, 32, 64, 96}
+	if got := m.LoadedPlans(); !slices.Equal(got, want) {
+		t.Fatalf("plans loaded at Open with AllPieces: %v, want %v", got, want)
+	}
+	s, err := m.NewSession(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// 96 + 64 + 16 + 8 + 4 + 2 + 1: every size, and none compiled on the way.
+	if err := s.Prefill(context.Background(), make([]int32, 191), exec.PrefillOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.LoadedPlans(); !slices.Equal(got, want) {
+		t.Fatalf("plans loaded after a 191-token prefill: %v, want %v", got, want)
+	}
+}

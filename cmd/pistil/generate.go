@@ -58,6 +58,9 @@ type modelFlags struct {
 	chunk, workers         int
 	passes                 passList
 	log                    logFlags
+	// allPieces loads every prefill piece size's plan at Open (pistil serve: no request
+	// waits for a plan to compile).
+	allPieces bool
 	// progress, when set, sees how loading goes (openWith shows it).
 	progress func(stage exec.LoadStage, done, total int64)
 }
@@ -97,6 +100,7 @@ func (m *modelFlags) open(allLogits bool) (*exec.Model, error) {
 		return nil, err
 	}
 	o.AllLogits = allLogits
+	o.AllPieces = m.allPieces
 	o.Progress = m.progress
 	return exec.Open(m.dir, o)
 }

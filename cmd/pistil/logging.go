@@ -77,6 +77,6 @@ func (m *modelFlags) openWith(log hclog.Logger, stderr io.Writer) (*exec.Model, 
 	}
 	cfg := model.Config()
 	log.Info("model ready", "model", model.Name(), "layers", len(cfg.Layers), "max_context", cfg.MaxPositionEmbeddings,
-		"prefill_chunk", model.Chunk(), "weights_gb", fmt.Sprintf("%.3f", float64(weightBytes)/1e9), "elapsed", time.Since(start).Round(time.Millisecond).String())
+		"prefill_chunk", model.Chunk(), "plans", fmt.Sprint(model.LoadedPlans()), "weights_gb", fmt.Sprintf("%.3f", float64(weightBytes)/1e9), "elapsed", time.Since(start).Round(time.Millisecond).String())
 	return model, nil
 }

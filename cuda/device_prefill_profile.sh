@@ -7,23 +7,25 @@
 # it is one plan), reading each kernel's duration and DRAM bytes, summed per dispatch op.
 #
 #   TOKENS=128 DEPTH=12288 cuda/device_prefill_profile.sh
+#   PASSES="-pass=tensor-cores/on" TOKENS=512 DEPTH=0 cuda/device_prefill_profile.sh
 set -u
+PASSES=${PASSES:-}
 OUT=${OUT:-/tmp/cuda-out}
 TOKENS=${TOKENS:-128}
 DEPTH=${DEPTH:-12288}
 mkdir -p "$OUT"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --seed 1 --out /tmp/full > /dev/null
-dispatches() { ./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$1" 2>/dev/null | awk '/dispatches/ {gsub(",", "", $2); print $2; exit}'; }
+dispatches() { ./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$1" $PASSES 2>/dev/null | awk '/dispatches/ {gsub(",", "", $2); print $2; exit}'; }
 CHUNK=$(dispatches 512)
 STEP=$(dispatches "$TOKENS")
 echo "prefill dispatches: $CHUNK per 512-token chunk, $STEP per $TOKENS-token step"
-./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$TOKENS" -v 2>/dev/null > "$OUT/plan_prefill_$TOKENS.txt"
+./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$TOKENS" $PASSES -v 2>/dev/null > "$OUT/plan_prefill_$TOKENS.txt"
 printf '[cuda]\ngraphs = false\n' > /tmp/nographs.toml
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 ids=$(python3 -c "print(','.join(str(1 + i % 200000) for i in range($DEPTH + $TOKENS)))")
 timeout 500 "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
 	--launch-skip $((CHUNK * DEPTH / 512)) --launch-count "$STEP" --csv --page raw --log-file "$OUT/ncu_prefill.csv" \
-	./.dev/pistil generate --model /tmp/full --backend cuda --pipeline /tmp/nographs.toml --prompt-ids "$ids" --max-tokens 1 > "$OUT/ncu_prefill_run.log" 2>&1
+	./.dev/pistil generate --model /tmp/full --backend cuda --pipeline /tmp/nographs.toml $PASSES --prompt-ids "$ids" --max-tokens 1 > "$OUT/ncu_prefill_run.log" 2>&1
 echo "ncu exit $?"
 python3 - "$OUT/ncu_prefill.csv" "$OUT/plan_prefill_$TOKENS.txt" <<'PY' | tee "$OUT/profile_prefill_$TOKENS.txt"
 import csv, sys, collections, re

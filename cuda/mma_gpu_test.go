@@ -33,9 +33,9 @@ func mmaCases() []opCase {
 	cases := []opCase{
 		{name: "qmatmul q4 70x256 to 136", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, 256), randQuant(r, graph.Q4, 136, 256)}},
 		{name: "qmatmul q4 130x192 to 64", op: "qmatmul", in: []*ops.Tensor{randF32(r, 130, 192), randQuant(r, graph.Q4, 64, 192)}},
+		{name: "qmatmul q4 9x64 to 200", op: "qmatmul", in: []*ops.Tensor{randF32(r, 9, 64), randQuant(r, graph.Q4, 200, 64)}},
 		{name: "qmatmul q8 33x128 to 40", op: "qmatmul", in: []*ops.Tensor{randF32(r, 33, 128), randQuant(r, graph.Q8, 40, 128)}},
-		{name: "matmul bf16 65x72 to 24", op: "matmul", in: []*ops.Tensor{randF32(r, 65, 72), randBF16(r, 24, 72)}},
-		{name: "matmul f32 9x40 to 17", op: "matmul", in: []*ops.Tensor{randF32(r, 9, 40), randF32(r, 17, 40)}},
+		{name: "matmul bf16 65x128 to 24", op: "matmul", in: []*ops.Tensor{randF32(r, 65, 128), randBF16(r, 24, 128)}},
 		{name: "matmul rows 3d", op: "matmul", in: []*ops.Tensor{randF32(r, 5, 4, 64), randBF16(r, 50, 64)}},
 	}
 	for i := range cases {
@@ -48,18 +48,16 @@ func mmaCases() []opCase {
 				in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16, 16)}},
 			opCase{name: fmt.Sprintf("expert q8 tile %d, 10 of 16 experts empty", tile), op: "expert_qmatmul", attrs: at,
 				in: []*ops.Tensor{randF32(r, 30, 64), randQuant(r, graph.Q8, 16, 200, 64), routed(30, 4, 16, 6)}},
-			opCase{name: fmt.Sprintf("expert bf16 per-slot x tile %d, K 40", tile), op: "expert_matmul", attrs: at,
-				in: []*ops.Tensor{randF32(r, 100, 2, 40), randBF16(r, 5, 33, 40), routed(100, 2, 5, 3)}},
+			opCase{name: fmt.Sprintf("expert bf16 per-slot x tile %d, K 192", tile), op: "expert_matmul", attrs: at,
+				in: []*ops.Tensor{randF32(r, 100, 2, 192), randBF16(r, 5, 33, 192), routed(100, 2, 5, 3)}},
 		)
 	}
 	return cases
 }
 
 // The tensor-core GEMMs match the CPU references within the SIMT kernels' bound (1e-5 of
-// max(|ref|, 1), runOpCase): their operands reach the mma exactly (q4/q8 codes, bf16
-// weights, activations in three bf16 parts; matmul_mma.k), so they round as float32
-// accumulation does. Measured under cuda/emu: 1.2e-7 of max|ref| for q4/q8/bf16
-// weights, 2.2e-6 for f32 weights (split hi + lo). Under cuda/emu the mma is its exact
+// max(|ref|, 1), runOpCase): their weights reach the mma exactly (q4/q8 codes, bf16
+// values) and the activations in two bf16 parts, 16 of their 24 bits (matmul_mma.k). Under cuda/emu the mma is its exact
 // emulation with PTX's fragment layout, so a fragment-indexing bug fails here too.
 func TestMMAKernelsMatchReferences(t *testing.T) {
 	g := openGPU(t)
@@ -100,8 +98,20 @@ func TestMMACasesLowerToTensorCores(t *testing.T) {
 			t.Errorf("%s: Metal lowered a tensor-core dispatch", c.name)
 		}
 	}
-	few := []gpu.Operand{denseOperand(1<<40, graph.F32, []int{3, 64}), denseOperand(1<<40, graph.BF16, []int{8, 64})}
-	if _, err := gpu.CUDA.Lower(&plan.Dispatch{Op: "matmul", Attrs: graph.Attrs{gpu.AttrTensorCores: true}}, few, few[:1], 0); err == nil {
-		t.Error("a 3-row matmul marked for the tensor cores lowered")
+	// Shapes the kernels do not take: few rows, K not a multiple of the k-step, f32/f16
+	// weights. TensorCoreShape says no (so the pass never marks them) and a mark is refused.
+	refused := map[string][]gpu.Operand{
+		"3 rows":      {denseOperand(1<<40, graph.F32, []int{3, 64}), denseOperand(1<<40, graph.BF16, []int{8, 64})},
+		"K 72":        {denseOperand(1<<40, graph.F32, []int{65, 72}), denseOperand(1<<40, graph.BF16, []int{24, 72})},
+		"f32 weights": {denseOperand(1<<40, graph.F32, []int{65, 64}), denseOperand(1<<40, graph.F32, []int{24, 64})},
+		"f16 weights": {denseOperand(1<<40, graph.F32, []int{65, 64}), denseOperand(1<<40, graph.F16, []int{24, 64})},
+	}
+	for name, in := range refused {
+		if gpu.CUDA.TensorCoreShape("matmul", in) {
+			t.Errorf("%s: TensorCoreShape says yes", name)
+		}
+		if _, err := gpu.CUDA.Lower(&plan.Dispatch{Op: "matmul", Attrs: graph.Attrs{gpu.AttrTensorCores: true}}, in, in[:1], 0); err == nil {
+			t.Errorf("%s: a matmul marked for the tensor cores lowered", name)
+		}
 	}
 }

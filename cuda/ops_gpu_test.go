@@ -496,6 +496,8 @@ func runOpCase(t *testing.T, g *device, c opCase) {
 		}
 		if maxErr > tol {
 			t.Errorf("result %d: max abs error %.3g (largest |ref| %.3g, tolerance %.3g)", i, maxErr, maxRef, tol)
+		} else if testing.Verbose() {
+			t.Logf("result %d: max abs error %.3g, %.3g of the largest |ref| %.3g", i, maxErr, maxErr/max(maxRef, 1e-30), maxRef)
 		}
 	}
 }

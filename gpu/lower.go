@@ -471,32 +471,41 @@ func ExpertTileFor(slots, E int) int {
 // TensorCoreShape says whether a matmul-family dispatch with these operands gains from
 // the tensor-core kernels: the shapes that would otherwise run on a SIMT tile (more
 // than kernels.MatmulMaxRows activation rows, expertTiledMinSlots routed slots), on a
-// target that has them.
+// target that has them, with weights they take: q4/q8 in quantization groups that are
+// multiples of their k-step, or bf16, and K a multiple of the k-step (f16/f32 weights
+// and other K run on the SIMT tiles).
 func (t *Target) TensorCoreShape(op string, in []Operand) bool {
 	if !t.TensorCores || len(in) < 2 {
 		return false
 	}
 	x, w := in[0], in[1]
-	if w.DType.Quantized() && w.W.Group%mmaTileK != 0 {
-		return false // the kernels apply one group's scale and bias per k-tile
+	switch w.DType {
+	case graph.Q4, graph.Q8:
+		if w.W.Group%mmaTileK != 0 {
+			return false // the kernels apply one group's scale and bias per k-step
+		}
+	case graph.BF16:
+	default:
+		return false
 	}
 	switch op {
 	case "matmul", "qmatmul":
 		if len(w.Shape) != 2 || w.Shape[1] == 0 {
 			return false
 		}
-		return w.Shape[1]%8 == 0 && prod(x.Shape)/w.Shape[1] > kernels.MatmulMaxRows
+		return w.Shape[1]%mmaTileK == 0 && prod(x.Shape)/w.Shape[1] > kernels.MatmulMaxRows
 	case "expert_matmul", "expert_qmatmul":
 		if len(w.Shape) != 3 || len(in) < 3 {
 			return false
 		}
-		return w.Shape[2]%8 == 0 && prod(in[2].Shape) >= expertTiledMinSlots
+		return w.Shape[2]%mmaTileK == 0 && prod(in[2].Shape) >= expertTiledMinSlots
 	}
 	return false
 }
 
-// mmaTileK is MMA_BK, the mma kernels' k-tile.
-const mmaTileK = 32
+// mmaTileK is MMA_KS, the mma kernels' k-step: each lane reads 16 consecutive weights of
+// a row per step (matmul_mma.k).
+const mmaTileK = 64
 
 // wantTensorCores checks that a dispatch marked for the tensor cores can have them.
 func (c *ctx) wantTensorCores(d *plan.Dispatch, shapeOK bool) error {
@@ -504,7 +513,7 @@ func (c *ctx) wantTensorCores(d *plan.Dispatch, shapeOK bool) error {
 		return fmt.Errorf("%s: marked %s but the %s target has no tensor-core kernels", d.Op, AttrTensorCores, c.t.Name)
 	}
 	if !shapeOK {
-		return fmt.Errorf("%s: marked %s for a shape they do not take (few rows, K %% 8 != 0 or a quantization group not a multiple of %d)", d.Op, AttrTensorCores, mmaTileK)
+		return fmt.Errorf("%s: marked %s for a shape they do not take (few rows, weights not q4/q8/bf16, K or a quantization group not a multiple of %d)", d.Op, AttrTensorCores, mmaTileK)
 	}
 	return nil
 }

@@ -9,8 +9,9 @@ import (
 // dispatch of a multi-token step whose shape would run on a SIMT tile
 // (gpu.Target.TensorCoreShape) with gpu.AttrTensorCores, so select-kernels gives it the
 // mma kernel. It runs on the plan, after the fused ops a backend expands (at T > 1 most
-// of them) are dispatches of their own, so their matmuls are marked too. Off, every
-// matmul runs on the portable SIMT kernels.
+// of them) are dispatches of their own, so their matmuls are marked too; after the
+// short-step passes, whose marks it leaves alone (expert-per-slot's routed experts of up
+// to 512 slots, say). Off, those matmuls run on the portable SIMT kernels.
 func tensorCores(u *Unit) error {
 	t, err := TargetFor(u.Phase.Backend)
 	if err != nil || t.GPU == nil || !t.GPU.TensorCores || u.Plan == nil || u.Plan.Tokens < 2 {
@@ -18,6 +19,9 @@ func tensorCores(u *Unit) error {
 	}
 	for i := range u.Plan.Dispatches {
 		d := &u.Plan.Dispatches[i]
+		if d.Attrs.Bool(gpu.AttrBatchedMatvec) || d.Attrs.Bool(gpu.AttrExpertPerSlot) {
+			continue // a short-step pass gave it the kernel that wins at its size
+		}
 		in, _ := dispatchOperands(u.Plan, d)
 		if !t.GPU.TensorCoreShape(d.Op, in) {
 			continue
@@ -61,9 +65,9 @@ func expertTiles(u *Unit) error {
 //   - expert-per-slot: routed-expert q4 matmuls of up to 512 slots on the decode's
 //     per-slot expert_matvec_q4 (gpu.ExpertPerSlotShape).
 //
-// Off, those shapes run on the SIMT tiles, which pay for staging a full tile however
-// few rows arrive. Dispatches the tensor-cores pass (or an earlier one of these) marked
-// keep their kernel.
+// Off, those shapes run on the SIMT tiles (or the tensor cores, whose pass runs after
+// these), which pay for staging a full tile however few rows arrive. Dispatches an
+// earlier one of these marked keep their kernel.
 func batchedMatvec(u *Unit) error {
 	return markShortStep(u, "batched-matvec", gpu.AttrBatchedMatvec, gpu.BatchedMatvecShape)
 }

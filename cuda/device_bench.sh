@@ -15,10 +15,11 @@ timeout 200 ../.dev/cuda.test -test.run '^$' -test.bench 'Decode' -test.benchtim
 timeout 200 ../.dev/cuda.test -test.run '^$' -test.bench 'Generate' -test.benchtime "${DECODE_N:-64}x" 2>&1 | tee "$OUT/bench_generate.log" | grep -E "Benchmark|FAIL|rror"
 timeout 200 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime "${PREFILL_N:-4}x" 2>&1 | tee "$OUT/bench_prefill.log" | grep -E "Benchmark|FAIL|rror"
 cd ..
-# The tensor-core GEMMs off (the default) and on, one CLI run each, alternating.
-sed 's/^tensor-cores = false/tensor-cores = true/' pipeline.toml > /tmp/mma.toml
+# The tensor-core GEMMs on (the default) and off (the SIMT tiles), one CLI run each,
+# alternating.
+sed 's/^tensor-cores = true/tensor-cores = false/' pipeline.toml > /tmp/simt.toml
 for round in 1 2; do
-	for pipe in pipeline.toml /tmp/mma.toml; do
+	for pipe in pipeline.toml /tmp/simt.toml; do
 		echo "== round $round $pipe" | tee -a "$OUT/bench_cli.log"
 		timeout 280 ./.dev/pistil bench --backend cuda --model /tmp/full --pipeline "$pipe" --prompts 512,4096 --contexts 0 --decode-tokens 16 --repeats 3 2>&1 | tee -a "$OUT/bench_cli.log" | grep -vE "^\s*$" | tail -6
 	done

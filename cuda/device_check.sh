@@ -26,10 +26,12 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/nographs.toml
 	check --model "$dir" --reference "$ref" --chunk 7 --pipeline /tmp/fulledges.toml
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=split-attention/off
-	# The tensor-core GEMMs instead of the SIMT tiles (off by default: slower so far),
-	# whole and in chunks past their thresholds (more than 8 rows, 64 routed slots).
-	check --model "$dir" --reference "$ref" -pass=tensor-cores/on
-	check --model "$dir" --reference "$ref" --chunk 32 -pass=tensor-cores/on
+	# The SIMT tiles instead of the tensor-core GEMMs (on by default), whole and in
+	# chunks past the mma thresholds (more than 8 rows), and the mma expert kernels for
+	# the routed slots expert-per-slot would take.
+	check --model "$dir" --reference "$ref" -pass=tensor-cores/off
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=tensor-cores/off
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=expert-per-slot/off
 	# Chunks of 32 with the short-step kernels: the q4 layout's matmuls on matvec_q4_rows,
 	# its routed experts (8 rows each on average) gathered on expert_matvec_gather_q4,
 	# then one tile per slot on expert_matvec_q4.

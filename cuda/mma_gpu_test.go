@@ -34,12 +34,22 @@ func mmaCases() []opCase {
 		{name: "qmatmul q4 70x256 to 136", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, 256), randQuant(r, graph.Q4, 136, 256)}},
 		{name: "qmatmul q4 130x192 to 64", op: "qmatmul", in: []*ops.Tensor{randF32(r, 130, 192), randQuant(r, graph.Q4, 64, 192)}},
 		{name: "qmatmul q4 9x64 to 200", op: "qmatmul", in: []*ops.Tensor{randF32(r, 9, 64), randQuant(r, graph.Q4, 200, 64)}},
+		// Large enough for several 64x64 tiles along both M and the rows.
+		{name: "qmatmul q4 130x128 to 8968", op: "qmatmul", in: []*ops.Tensor{randF32(r, 130, 128), randQuant(r, graph.Q4, 8968, 128)}},
+		{name: "matmul bf16 300x64 to 4100", op: "matmul", in: []*ops.Tensor{randF32(r, 300, 64), randBF16(r, 4100, 64)}},
+		{name: "qmatmul q8 33x320 to 40, K steps not a multiple of the warps", op: "qmatmul", in: []*ops.Tensor{randF32(r, 33, 320), randQuant(r, graph.Q8, 40, 320)}},
 		{name: "qmatmul q8 33x128 to 40", op: "qmatmul", in: []*ops.Tensor{randF32(r, 33, 128), randQuant(r, graph.Q8, 40, 128)}},
 		{name: "matmul bf16 65x128 to 24", op: "matmul", in: []*ops.Tensor{randF32(r, 65, 128), randBF16(r, 24, 128)}},
 		{name: "matmul rows 3d", op: "matmul", in: []*ops.Tensor{randF32(r, 5, 4, 64), randBF16(r, 50, 64)}},
 	}
+	// Each dense case twice: on matmul_mma and on matmul_mma_splitk (the mma-split-k
+	// pass marks the small grids; here both kernels run every shape).
 	for i := range cases {
 		cases[i].attrs = on
+		split := cases[i]
+		split.name += ", split k"
+		split.attrs = graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrMMASplitK: true}
+		cases = append(cases, split)
 	}
 	for _, tile := range gpu.ExpertTiles {
 		at := graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(tile)}
@@ -85,6 +95,9 @@ func TestMMACasesLowerToTensorCores(t *testing.T) {
 			continue
 		}
 		want := kernels.KernelMatmulMMA
+		if c.attrs.Bool(gpu.AttrMMASplitK) {
+			want = kernels.KernelMatmulMMASplitK
+		}
 		if c.op == "expert_qmatmul" || c.op == "expert_matmul" {
 			want = map[int]string{16: kernels.KernelExpertMMA16, 32: kernels.KernelExpertMMA32, 64: kernels.KernelExpertMMA64}[c.attrs.Int(gpu.AttrExpertTile)]
 		}

@@ -264,8 +264,11 @@ func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		if err := c.wantTensorCores(d, c.t.TensorCoreShape(d.Op, in)); err != nil {
 			return nil, err
 		}
-		if rows > 65535*kernels.MMATileN {
+		if rows > 65535*kernels.MMASplitKTileN {
 			return nil, fmt.Errorf("%s: %d rows exceed the grid", d.Op, rows)
+		}
+		if d.Attrs.Bool(AttrMMASplitK) {
+			return newKernel(kernels.KernelMatmulMMASplitK, [3]int{ceilDiv(M, kernels.MMASplitKTileM), ceilDiv(rows, kernels.MMASplitKTileN), 1}, kernels.MMAThreads, args)
 		}
 		return newKernel(kernels.KernelMatmulMMA, [3]int{ceilDiv(M, kernels.MMATileM), ceilDiv(rows, kernels.MMATileN), 1}, kernels.MMAThreads, args)
 	}
@@ -384,6 +387,9 @@ const (
 	// AttrExpertPerSlot (bool) runs an expert_qmatmul of a multi-token step on the
 	// decode's expert_matvec_q4, one matrix-vector tile per routed slot (expert-per-slot).
 	AttrExpertPerSlot = "expert_per_slot"
+	// AttrMMASplitK (bool) runs a tensor-core matmul on matmul_mma_splitk, the k-steps
+	// shared out among a group's warps (mma-split-k; MMASplitKShape).
+	AttrMMASplitK = "mma_split_k"
 )
 
 // BatchedMatvecMaxRows is the most activation rows of a q4 qmatmul, and
@@ -501,6 +507,21 @@ func (t *Target) TensorCoreShape(op string, in []Operand) bool {
 		return w.Shape[2]%mmaTileK == 0 && prod(in[2].Shape) >= expertTiledMinSlots
 	}
 	return false
+}
+
+// MMASplitKShape says whether a matmul marked for the tensor cores gains from
+// matmul_mma_splitk (the k-steps shared out among a group's warps) over matmul_mma:
+// when matmul_mma's 64x64 tiles would give the GPU fewer groups than it runs at once
+// (ParallelGroups), as short prefill steps and small matmuls do. There each warp's
+// sequential walk of K, not the arithmetic, sets the time (Nsight Compute: 88 µs per
+// launch at 16 rows where the weights stream in about 10).
+func (t *Target) MMASplitKShape(op string, in []Operand) bool {
+	if (op != "matmul" && op != "qmatmul") || !t.TensorCoreShape(op, in) {
+		return false
+	}
+	M, K := in[1].Shape[0], in[1].Shape[1]
+	rows := prod(in[0].Shape) / K
+	return ceilDiv(M, kernels.MMATileM)*ceilDiv(rows, kernels.MMATileN) < t.ParallelGroups
 }
 
 // mmaTileK is MMA_KS, the mma kernels' k-step: each lane reads 16 consecutive weights of

@@ -32,6 +32,30 @@ func tensorCores(u *Unit) error {
 	return nil
 }
 
+// mmaSplitK gives the tensor-core matmuls whose 64x64 tiles would not fill the GPU
+// (gpu.Target.MMASplitKShape: short prefill steps, matmuls of few rows) the kernel that
+// shares each tile's k-steps out among its warps, matmul_mma_splitk. Off, every marked
+// matmul runs on matmul_mma.
+func mmaSplitK(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || u.Plan == nil {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if !d.Attrs.Bool(gpu.AttrTensorCores) {
+			continue
+		}
+		in, _ := dispatchOperands(u.Plan, d)
+		if !t.GPU.MMASplitKShape(d.Op, in) {
+			continue
+		}
+		setAttr(d, gpu.AttrMMASplitK, true)
+		u.count("mma-split-k: "+d.Op, 1)
+	}
+	return nil
+}
+
 // expertTiles sizes the mma expert tiles by expert load: the height (routed rows per
 // tile) that holds the rows an expert receives on average, T·k/E (gpu.ExpertTileFor).
 // Off, every expert tile is 16 rows high.

@@ -77,10 +77,11 @@ const (
 	KernelConvStateShift    = "conv_state_shift"
 
 	// CUDA only (CUDAFamilies).
-	KernelMatmulMMA   = "matmul_mma"
-	KernelExpertMMA16 = "expert_mma16"
-	KernelExpertMMA32 = "expert_mma32"
-	KernelExpertMMA64 = "expert_mma64"
+	KernelMatmulMMA       = "matmul_mma"
+	KernelMatmulMMASplitK = "matmul_mma_splitk"
+	KernelExpertMMA16     = "expert_mma16"
+	KernelExpertMMA32     = "expert_mma32"
+	KernelExpertMMA64     = "expert_mma64"
 )
 
 // The shared expert as one more slot of the routed experts' decode kernels
@@ -105,7 +106,7 @@ var Names = []string{
 }
 
 // CUDANames lists the kernels of CUDAFamilies.
-var CUDANames = []string{KernelMatmulMMA, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64}
+var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64}
 
 // NamesFor lists every kernel a backend's source declares.
 func NamesFor(backend string) []string {
@@ -125,6 +126,8 @@ const (
 	MMAThreads        = 128 // MMA_THREADS: the mma kernels' group size
 	MMATileM          = 64  // MMA_TM: matmul_mma's weight rows per group
 	MMATileN          = 64  // MMA_TN: matmul_mma's activation rows per group
+	MMASplitKTileM    = 32  // MMA_SK_M: matmul_mma_splitk's weight rows per group
+	MMASplitKTileN    = 16  // MMA_SK_N: matmul_mma_splitk's activation rows per group
 	AttnMaxD          = 256 // ATT_MAX_D
 	AttnSIMDs         = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
 	AttnMaxSplits     = 64  // ATT_MAX_SPLITS: attention_gqa's most key ranges

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"pistil/exec"
+	"pistil/graph"
 	"pistil/ops"
 	"pistil/passes"
 )
@@ -26,6 +27,7 @@ type Pipeline struct {
 	CPU    CPU             `toml:"cpu"`
 	CUDA   CUDA            `toml:"cuda"`
 	Metal  Metal           `toml:"metal"`
+	State  State           `toml:"state"`
 	// Server is kept raw for the server to decode (DecodeServer).
 	Server toml.Primitive `toml:"server"`
 
@@ -67,6 +69,27 @@ type CUDA struct {
 	// state before it backed up on the device, for a stop found in token k); false
 	// queues each step after the token before it is read (exec.Options.HandoffInOrder).
 	RunAhead bool `toml:"run_ahead"`
+}
+
+// State is the [state] table: the storage types of the session state a backend holds.
+type State struct {
+	// KVCache is the KV caches' element type, "f32" or "bf16"; empty is the backend's
+	// compile target's choice (passes.Target.KVDType: float32 on every backend today).
+	KVCache string `toml:"kv_cache"`
+}
+
+// KVDType is the KV cache type the table asks for; graph.InvalidDType (no kv_cache) is
+// the backend's own.
+func (s State) KVDType() (graph.DType, error) {
+	switch s.KVCache {
+	case "":
+		return graph.InvalidDType, nil
+	case "f32":
+		return graph.F32, nil
+	case "bf16":
+		return graph.BF16, nil
+	}
+	return graph.InvalidDType, fmt.Errorf("state.kv_cache = %q: want \"f32\" or \"bf16\" (or no key: the backend's choice)", s.KVCache)
 }
 
 // Metal is the [metal] table: the Metal encoder's ablation switches (metal.Config).
@@ -173,6 +196,9 @@ func (p *Pipeline) validate() error {
 	if err := p.Metal.validate(); err != nil {
 		return err
 	}
+	if _, err := p.State.KVDType(); err != nil {
+		return err
+	}
 	_, err := p.PassConfig(nil)
 	return err
 }
@@ -250,7 +276,11 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 	if err != nil {
 		return exec.Options{}, err
 	}
-	return exec.Options{Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
+	kv, err := p.State.KVDType()
+	if err != nil {
+		return exec.Options{}, err
+	}
+	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
 		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"pistil/exec"
+	"pistil/graph"
 	"pistil/passes"
 )
 
@@ -24,6 +25,9 @@ func TestRepositoryFileEqualsDefault(t *testing.T) {
 		t.Error(err)
 	} else if q.Metal.TokenHandoff || q.Metal.InFlight != 2 {
 		t.Errorf("[metal] with only token_handoff = false gives %+v", q.Metal)
+	}
+	if p.State != d.State {
+		t.Errorf("pipeline.toml [state] %+v differs from Default %+v", p.State, d.State)
 	}
 	if p.Metal != d.Metal {
 		t.Errorf("pipeline.toml [metal] %+v differs from Default %+v", p.Metal, d.Metal)
@@ -56,6 +60,8 @@ func TestParseErrors(t *testing.T) {
 		"[cpu]\nkernels = \"turbo\"":          "cpu.kernels",
 		"[cpu]\nactivations = \"int4\"":       "cpu.activations",
 		"[phases]\nprefill_chunk = \"big\"":   "prefill_chunk",
+		"[state]\nkv_cache = \"fp8\"":         "state.kv_cache",
+		"[state]\nkv = \"bf16\"":              "unknown keys: state.kv",
 		"[phases\n":                           "",
 	}
 	for text, want := range cases {
@@ -140,5 +146,28 @@ func TestDefaultExecOptionsMatchTheRuntimeDefaults(t *testing.T) {
 	}
 	if _, err := Default().ExecOptions("cpu", []string{"no-such-pass/off"}); err == nil {
 		t.Error("an unknown -pass flag was accepted")
+	}
+}
+
+// The KV cache type reaches the runtime's options: bf16 or f32 as asked, and without the
+// key the backend's own (graph.InvalidDType, which exec.DeclareGraph resolves).
+func TestKVCacheSetting(t *testing.T) {
+	for text, want := range map[string]graph.DType{
+		"":                             graph.InvalidDType,
+		"[state]\n":                    graph.InvalidDType,
+		"[state]\nkv_cache = \"bf16\"": graph.BF16,
+		"[state]\nkv_cache = \"f32\"":  graph.F32,
+	} {
+		p, err := Parse([]byte(text))
+		if err != nil {
+			t.Errorf("%q: %v", text, err)
+			continue
+		}
+		for _, backend := range []string{"cpu", "cuda", "metal"} {
+			o, err := p.ExecOptions(backend, nil)
+			if err != nil || o.KVCache != want {
+				t.Errorf("%q on %s: KV cache %v (%v), want %v", text, backend, o.KVCache, err, want)
+			}
+		}
 	}
 }

@@ -8,9 +8,10 @@ import (
 )
 
 // Split attention: the GPU form of attention for steps with few (kv head, token) pairs
-// (decode). attention_partial cuts each query's keys 0..C+t into `splits` ranges of
-// whole blocks of `key_block` keys and computes each range's partial softmax state;
-// attention_merge combines the ranges. The pair equals attention up to rounding; it
+// (decode). attention_partial cuts each query's keys 0..C+t into at most `splits` ranges
+// of whole blocks of `key_block` keys (KeyRanges: equal ranges, or fixed blocks at long
+// context) and computes each range's partial softmax state, an empty one for a range
+// past the keys; attention_merge combines the ranges. The pair equals attention up to rounding; it
 // exists so that a GPU can spread one token's keys over many groups with no group
 // waiting for another (passes: split-attention makes it, gpu lowers it).
 

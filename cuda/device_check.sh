@@ -12,6 +12,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2
 NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-gdn-prologue/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-slice-rope/off -pass=fuse-rope-append/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-shared-expert/off -pass=fuse-expert-routing/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
 sed 's/^graphs = true/graphs = false/' pipeline.toml > /tmp/nographs.toml
 sed 's/^programmatic_launch = true/programmatic_launch = false/' pipeline.toml > /tmp/fulledges.toml
+# Decode's fixed-block key split switched on inside the fixtures' context (from 48 keys,
+# blocks of 16: up to 8 blocks by the last token), and never (the equal split only).
+sed -e 's/^key_block_split_from = .*/key_block_split_from = 48/' -e 's/^key_block_keys = .*/key_block_keys = 16/' pipeline.toml > /tmp/blocks48.toml
+sed 's/^key_block_split_from = .*/key_block_split_from = 0/' pipeline.toml > /tmp/noblocks.toml
 check() {
 	echo "== check $*" | tee -a "$OUT/check.log"
 	./.dev/pistil check --backend cuda "$@" 2>&1 | tee -a "$OUT/check.log" | grep -E "max abs|top-1|greedy|PASS|FAIL|rror"
@@ -26,12 +30,22 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/nographs.toml
 	check --model "$dir" --reference "$ref" --chunk 7 --pipeline /tmp/fulledges.toml
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=split-attention/off
+	# A bf16 KV cache, held to its own bound (verify's bf16-kv: the CPU measured max abs
+	# 0.036-0.0372, top-1 100%), whole, in chunks of 7 and decoding from 40.
+	check --model "$dir" --reference "$ref" --kv-cache bf16 --tolerance bf16-kv
+	check --model "$dir" --reference "$ref" --kv-cache bf16 --tolerance bf16-kv --chunk 7
+	check --model "$dir" --reference "$ref" --kv-cache bf16 --tolerance bf16-kv --decode-from 40
+	# The fixed-block key split inside the context, with both KV types, and never.
+	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/blocks48.toml
+	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/blocks48.toml --kv-cache bf16 --tolerance bf16-kv
+	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/noblocks.toml
 	# The SIMT tiles instead of the tensor-core GEMMs (on by default), whole and in
 	# chunks past the mma thresholds (more than 8 rows), and the mma expert kernels for
 	# the routed slots expert-per-slot would take.
 	check --model "$dir" --reference "$ref" -pass=tensor-cores/off
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=tensor-cores/off
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=expert-per-slot/off
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-split-k/off
 	# Chunks of 32 with the short-step kernels: the q4 layout's matmuls on matvec_q4_rows,
 	# its routed experts (8 rows each on average) gathered on expert_matvec_gather_q4,
 	# then one tile per slot on expert_matvec_q4.

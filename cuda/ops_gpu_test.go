@@ -79,6 +79,10 @@ type opCase struct {
 	// splits > 0 runs attention as the plan's split form (attention_partial over this
 	// many key ranges, then attention_merge) against attention's reference.
 	splits int
+	// blocks, with splits, is the fixed-block rule of the split (ops.KeyRanges; zero:
+	// equal ranges), given to attention_partial and attention_merge as split-attention
+	// gives it.
+	blocks ops.KeyRanges
 	// tol, when set, is the case's bound on the max abs error relative to max(|ref|, 1)
 	// (default 1e-5; 1e-2 for bf16 results).
 	tol float64
@@ -179,6 +183,16 @@ func TestAttentionVariants(t *testing.T) {
 						if s := gpu.CUDA.AttentionSplits(T, 8*kvh, kvh, D); s > 1 {
 							c.splits = s
 							t.Run(c.name+"/split", func(t *testing.T) { runOpCase(t, g, c) })
+							if T == 1 {
+								// Decode's fixed-block split (split-attention from
+								// KeyBlockSplitFrom keys on): below the switch (C 0), at it
+								// (C 40 sees 41 keys), past it (C 290: 10 blocks of 32), and
+								// ranges grown past a grid of 4 (C 290: 4 of 80 keys).
+								c.splits, c.blocks = kernels.AttnMaxRanges, ops.KeyRanges{Splits: kernels.AttnMaxRanges, Block: kernels.AttnKeyBlock, BlockFrom: 41, BlockKeys: 32, ShortSplits: s}
+								t.Run(c.name+"/blocks", func(t *testing.T) { runOpCase(t, g, c) })
+								c.splits, c.blocks = 4, ops.KeyRanges{Splits: 4, Block: kernels.AttnKeyBlock, BlockFrom: 1, BlockKeys: 16, ShortSplits: 2}
+								t.Run(c.name+"/blocks-grown", func(t *testing.T) { runOpCase(t, g, c) })
+							}
 						}
 					}
 				}
@@ -525,12 +539,13 @@ func runOnGPU(g *device, c opCase, in []gpu.Operand, alloc func(graph.Type) (gpu
 	results := []*graph.Value{root}
 	switch {
 	case c.splits > 0:
-		attrs := graph.Attrs{"scale": c.attrs.Float("scale"), "splits": int64(c.splits), "key_block": int64(kernels.AttnKeyBlock)}
+		attrs := c.blocks.Attrs()
+		attrs["scale"], attrs["splits"], attrs["key_block"] = c.attrs.Float("scale"), int64(c.splits), int64(kernels.AttnKeyBlock)
 		if tiled, ok := c.attrs[gpu.AttrPrefillTiled]; ok {
 			attrs[gpu.AttrPrefillTiled] = tiled // as split-attention carries it
 		}
 		part := b.Op("attention_partial", attrs, srcs...)
-		results = []*graph.Value{b.Op("attention_merge", nil, part)}
+		results = []*graph.Value{b.Op("attention_merge", c.blocks.Attrs(), part)}
 	default:
 		ins, outs := make([]gpu.Operand, len(in)), []gpu.Operand{}
 		copy(ins, in)

@@ -6,22 +6,38 @@ import (
 	"testing"
 
 	"pistil/exec"
+	"pistil/graph"
 	"pistil/internal/fixtures"
 )
 
 // Spilling to host memory: a snapshot's recurrent state and KV blocks, spilled, free
 // their device memory (cuMemGetInfo), and restoring the snapshot into another session
-// uploads them and gives exactly the logits the first session had. Skips without a GPU
-// (or cuda/emu).
+// uploads them and gives exactly the logits the first session had; with a float32 and
+// with a bf16 KV cache (whose blocks hold half the bytes). Skips without a GPU (or
+// cuda/emu).
 func TestSnapshotSpillToHost(t *testing.T) {
 	if _, err := loadDriver(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
-	m, err := exec.Open(fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Backend: "cuda", Chunk: 32, Graphs: true})
-	if err != nil {
-		t.Fatal(err)
+	var kvRow int64
+	for _, kv := range []graph.DType{graph.F32, graph.BF16} {
+		t.Run(kv.String(), func(t *testing.T) {
+			m, err := exec.Open(fixtures.Path("golden/tiny-s1/mlx-q4"), exec.Options{Backend: "cuda", Chunk: 32, Graphs: true, KVCache: kv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if kv == graph.F32 {
+				kvRow = m.KVBytesPerToken()
+			} else if 2*m.KVBytesPerToken() != kvRow {
+				t.Errorf("bf16 KV cache: %d bytes per token, float32 %d", m.KVBytesPerToken(), kvRow)
+			}
+			spillAndRestore(t, m)
+		})
 	}
-	defer m.Close()
+}
+
+func spillAndRestore(t *testing.T, m *exec.Model) {
 	if !m.StateInDeviceMemory() {
 		t.Fatal("the CUDA backend's state is not reported as device memory")
 	}
@@ -52,6 +68,9 @@ func TestSnapshotSpillToHost(t *testing.T) {
 		}
 		if err := b.Spill(); err != nil {
 			t.Fatal(err)
+		}
+		if want := int64(b.End-b.Start) * m.KVBytesPerToken(); b.Bytes() != want {
+			t.Errorf("KV block [%d, %d) holds %d bytes, want %d", b.Start, b.End, b.Bytes(), want)
 		}
 		spilled += b.Bytes()
 	}

@@ -63,6 +63,9 @@ type Options struct {
 	// CostContext is the context length the plans' reported costs assume (0:
 	// passes.DefaultCostContext); `pistil compile` prints the same plans at its default.
 	CostContext int
+	// KVCache is the KV caches' element type (graph.F32 or graph.BF16; pipeline.toml
+	// [state] kv_cache); zero is the backend's compile target's (passes.Target.KVDType).
+	KVCache graph.DType
 	// Progress, when set, is told how loading goes: LoadWeights as plans bind the mapped
 	// checkpoint's weights (a GPU backend uploads them then), in bytes, and LoadPlans as
 	// Open compiles and loads the decode and prefill plans.

@@ -104,7 +104,7 @@ func prepare(dir string, o Options) (*prepared, error) {
 		return nil, err
 	}
 	cfg := ck.Config()
-	g, err := DeclareGraph(cfg, ck.WeightType, o.Backend, o.AllLogits)
+	g, err := DeclareGraph(cfg, ck.WeightType, o.Backend, o.KVCache, o.AllLogits)
 	if err != nil {
 		ck.Close()
 		return nil, err
@@ -127,15 +127,22 @@ func prepare(dir string, o Options) (*prepared, error) {
 }
 
 // DeclareGraph declares the model graph for a backend: weights of the checkpoint's types,
-// state of the types the backend's compile target holds (passes.TargetFor). `pistil
-// compile` declares its graph here too, so the plan it prints is the plan Open loads.
-func DeclareGraph(cfg *qwen35moe.Config, weightType func(string, graph.Shape) (graph.Type, error), backend string, allLogits bool) (*graph.Graph, error) {
+// state of the types the backend's compile target holds (passes.TargetFor), the KV caches
+// of type kv unless it is graph.InvalidDType. `pistil compile` declares its graph here
+// too, so the plan it prints is the plan Open loads.
+func DeclareGraph(cfg *qwen35moe.Config, weightType func(string, graph.Shape) (graph.Type, error), backend string, kv graph.DType, allLogits bool) (*graph.Graph, error) {
 	t, err := passes.TargetFor(backend)
 	if err != nil {
 		return nil, err
 	}
+	if kv == graph.InvalidDType {
+		kv = t.KVDType
+	}
+	if kv != graph.F32 && kv != graph.BF16 {
+		return nil, fmt.Errorf("KV cache type %s: want f32 or bf16", kv)
+	}
 	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{
-		WeightType: weightType, KVDType: t.KVDType, ConvStateDType: t.ConvStateDType, AllLogits: allLogits,
+		WeightType: weightType, KVDType: kv, ConvStateDType: t.ConvStateDType, AllLogits: allLogits,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("declare the model graph: %w", err)

@@ -715,15 +715,27 @@ func lowerAttentionPartial(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch
 		return nil, err
 	}
 	splits := d.Attrs.Int("splits")
-	if !gqaKernel(int(args.NH), int(args.KVH)) || splits < 2 || splits > kernels.AttnMaxSplits {
+	blocks, err := blockSplit(d, splits)
+	if err != nil {
+		return nil, err
+	}
+	most := kernels.AttnMaxSplits
+	if blocks.from > 0 {
+		most = kernels.AttnMaxRanges
+	}
+	if !gqaKernel(int(args.NH), int(args.KVH)) || splits < 2 || splits > most {
 		return nil, fmt.Errorf("attention_partial: %d query heads over %d kv heads in %d ranges: the split kernel serves up to %d query heads per kv head and 2..%d ranges",
-			args.NH, args.KVH, splits, kernels.AttnSIMDs, kernels.AttnMaxSplits)
+			args.NH, args.KVH, splits, kernels.AttnSIMDs, most)
 	}
 	if d.Attrs.Int("key_block") != kernels.AttnKeyBlock {
 		return nil, fmt.Errorf("attention_partial: key ranges in blocks of %d keys; the kernel's are %d", d.Attrs.Int("key_block"), kernels.AttnKeyBlock)
 	}
 	args.Splits, args.Work = int32(splits), out[0].Addr
+	args.BlockFrom, args.BlockKeys, args.ShortSplits = blocks.from, blocks.keys, blocks.short
 	if d.Attrs.Int(AttrPrefillTiled) != 0 && prefillKernel(int(args.T), int(args.NH), int(args.KVH)) {
+		if blocks.from > 0 {
+			return nil, fmt.Errorf("attention_partial: fixed-block key ranges (block_from %d) are attention_gqa's; attention_prefill cuts equal ranges", blocks.from)
+		}
 		return newKernel(kernels.KernelAttentionPrefill, [3]int{int(args.KVH), ceilDiv(int(args.T), PrefillQueryTile(int(args.NH), int(args.KVH))), splits}, 256, args)
 	}
 	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), splits}, 256, args)
@@ -737,12 +749,45 @@ func lowerAttentionMerge(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, 
 	}
 	T, NH, S, W := part.Shape[0], part.Shape[1], part.Shape[2], part.Shape[3]
 	D := o.Shape[len(o.Shape)-1]
-	if W != D+2 || S > kernels.AttnMaxSplits || D%32 != 0 || D > kernels.AttnMaxD {
-		return nil, fmt.Errorf("attention_merge: partials %v for head dim %d (want [T, NH, S <= %d, D+2], D a multiple of 32 up to %d)", part.Shape, D, kernels.AttnMaxSplits, kernels.AttnMaxD)
+	blocks, err := blockSplit(d, S)
+	if err != nil {
+		return nil, err
+	}
+	most := kernels.AttnMaxSplits
+	if blocks.from > 0 {
+		most = kernels.AttnMaxRanges
+	}
+	if W != D+2 || S > most || D%32 != 0 || D > kernels.AttnMaxD {
+		return nil, fmt.Errorf("attention_merge: partials %v for head dim %d (want [T, NH, S <= %d, D+2], D a multiple of 32 up to %d)", part.Shape, D, most, kernels.AttnMaxD)
 	}
 	rows := T * NH
 	return newKernel(kernels.KernelAttentionMerge, [3]int{rows, 1, 1}, 256, kernels.AttentionMergeArgs{
-		Work: part.Addr, O: o.Addr, Rows: int32(rows), D: int32(D), Splits: int32(S)})
+		Work: part.Addr, O: o.Addr, Steps: c.steps, Rows: int32(rows), D: int32(D), Splits: int32(S), NH: int32(NH),
+		BlockFrom: blocks.from, BlockKeys: blocks.keys, ShortSplits: blocks.short})
+}
+
+// BlockSplitKeys is the keys of each range of decode attention's fixed-block split (the
+// split-attention pass's choice from a context of Config.KeyBlockSplitFrom keys on): 512
+// KB of a float32 kv head's K and V rows of 256 dims per group, and the grid's
+// kernels.AttnMaxRanges ranges cover 128K keys before a range grows.
+const BlockSplitKeys = 256
+
+// keyBlocks is the fixed-block rule of a split's kernels (the BlockFrom, BlockKeys and
+// ShortSplits of their args); from 0: equal ranges.
+type keyBlocks struct{ from, keys, short int32 }
+
+// blockSplit reads the fixed-block rule of attention_partial and attention_merge
+// (ops.KeyRanges' attrs; none without it) and checks it against splits ranges.
+func blockSplit(d *plan.Dispatch, splits int) (keyBlocks, error) {
+	from, keys, short := d.Attrs.Int("block_from"), d.Attrs.Int("block_keys"), d.Attrs.Int("short_splits")
+	if from == 0 {
+		return keyBlocks{}, nil
+	}
+	if from < 0 || keys < kernels.AttnKeyBlock || keys%kernels.AttnKeyBlock != 0 || short < 1 || short > min(splits, kernels.AttnMaxSplits) {
+		return keyBlocks{}, fmt.Errorf("%s: block_from %d, block_keys %d, short_splits %d: want block_keys a multiple of %d and short_splits 1..%d",
+			d.Op, from, keys, short, kernels.AttnKeyBlock, min(splits, kernels.AttnMaxSplits))
+	}
+	return keyBlocks{from: int32(from), keys: int32(keys), short: int32(short)}, nil
 }
 
 func lowerConv1D(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"pistil/exec"
+	"pistil/graph"
 	"pistil/internal/fixtures"
 	"pistil/models/checkpoint"
 	"pistil/ops"
@@ -69,7 +70,7 @@ func TestLoadBindsEveryWeightAtItsBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	g, err := exec.DeclareGraph(ck.Config(), ck.WeightType, "metal", false)
+	g, err := exec.DeclareGraph(ck.Config(), ck.WeightType, "metal", graph.InvalidDType, false)
 	if err != nil {
 		t.Fatal(err)
 	}

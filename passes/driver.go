@@ -34,6 +34,7 @@ func Run(u *Unit, cfg Config, until string) error {
 			return fmt.Errorf("unknown pass %q (passes: %v)", until, PassNames())
 		}
 	}
+	u.Config = cfg
 	if cfg.Check {
 		if err := CheckUnit(u); err != nil {
 			return fmt.Errorf("input graph: %w", err)

@@ -87,7 +87,10 @@ func replaceExpanded(r *rewriter, v *graph.Value, elems []*graph.Value, users []
 // token) pairs (decode) into ranges that separate groups compute concurrently: attention
 // becomes attention_partial then attention_merge, two planned dispatches. Off, every
 // attention runs as one group per (kv head, token): correct, and slow for decode at long
-// context.
+// context. A decode step cuts its keys into a fixed number of ranges, each longer as the
+// context grows, until the context reaches Config.KeyBlockSplitFrom; from there into
+// ranges of Config.KeyBlockKeys keys, whose number grows with it (ops.KeyRanges), so a
+// long context gets more groups, not longer ones.
 func splitAttention(u *Unit) error {
 	t, err := TargetFor(u.Phase.Backend)
 	if err != nil || t.GPU == nil {
@@ -111,7 +114,16 @@ func splitAttention(u *Unit) error {
 		if splits < 2 {
 			continue
 		}
-		attrs := graph.Attrs{"scale": v.Attrs.Float("scale"), "splits": int64(splits), "key_block": int64(kernels.AttnKeyBlock)}
+		ranges := ops.KeyRanges{Splits: splits, Block: kernels.AttnKeyBlock}
+		if from := u.Config.keyBlockSplitFrom(); from > 0 && q[0] == 1 && !tiled {
+			// Decode: a grid of kernels.AttnMaxRanges ranges (128K keys in blocks of 256),
+			// those a step does not use returning at once (a CUDA graph replays one grid
+			// at every context).
+			ranges = ops.KeyRanges{Splits: kernels.AttnMaxRanges, Block: kernels.AttnKeyBlock,
+				BlockFrom: from, BlockKeys: u.Config.keyBlockKeys(), ShortSplits: splits}
+		}
+		attrs := ranges.Attrs()
+		attrs["scale"], attrs["splits"], attrs["key_block"] = v.Attrs.Float("scale"), int64(ranges.Splits), int64(ranges.Block)
 		if tiled {
 			attrs[gpu.AttrPrefillTiled] = int64(1)
 		}
@@ -119,7 +131,7 @@ func splitAttention(u *Unit) error {
 		if err != nil {
 			return err
 		}
-		if err := r.fuseInto(v, "merge", "attention_merge", v.Name, nil, []*graph.Value{part}); err != nil {
+		if err := r.fuseInto(v, "merge", "attention_merge", v.Name, ranges.Attrs(), []*graph.Value{part}); err != nil {
 			return err
 		}
 	}

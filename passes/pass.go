@@ -42,6 +42,9 @@ type Unit struct {
 	Graph *graph.Graph
 	Phase Phase
 	Ops   OpTable
+	// Config is the compilation's configuration (the settings passes read beyond their
+	// switches: Config.KeyBlockSplitFrom).
+	Config Config
 	// Memory is set by plan-memory: where every value lives.
 	Memory *Memory
 	// Schedule is set by schedule: read/write sets, concurrent groups and the DAG.

@@ -13,7 +13,10 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"pistil/exec"
+	"pistil/gpu"
+	"pistil/graph"
 	"pistil/ops"
+	"pistil/ops/kernels"
 	"pistil/passes"
 )
 
@@ -26,6 +29,9 @@ type Pipeline struct {
 	CPU    CPU             `toml:"cpu"`
 	CUDA   CUDA            `toml:"cuda"`
 	Metal  Metal           `toml:"metal"`
+	State  State           `toml:"state"`
+	// Attention is the [attention] table.
+	Attention Attention `toml:"attention"`
 	// Server is kept raw for the server to decode (DecodeServer).
 	Server toml.Primitive `toml:"server"`
 
@@ -69,6 +75,38 @@ type CUDA struct {
 	RunAhead bool `toml:"run_ahead"`
 }
 
+// State is the [state] table: the storage types of the session state a backend holds.
+type State struct {
+	// KVCache is the KV caches' element type, "f32" or "bf16"; empty is the backend's
+	// compile target's choice (passes.Target.KVDType: float32 on every backend today).
+	KVCache string `toml:"kv_cache"`
+}
+
+// KVDType is the KV cache type the table asks for; graph.InvalidDType (no kv_cache) is
+// the backend's own.
+func (s State) KVDType() (graph.DType, error) {
+	switch s.KVCache {
+	case "":
+		return graph.InvalidDType, nil
+	case "f32":
+		return graph.F32, nil
+	case "bf16":
+		return graph.BF16, nil
+	}
+	return graph.InvalidDType, fmt.Errorf("state.kv_cache = %q: want \"f32\" or \"bf16\" (or no key: the backend's choice)", s.KVCache)
+}
+
+// Attention is the [attention] table: how GPU decode attention spreads a long context.
+type Attention struct {
+	// KeyBlockSplitFrom is the context (keys a query sees) from which GPU decode cuts
+	// the keys into fixed blocks (passes.Config.KeyBlockSplitFrom); 0 never does: a fixed
+	// number of ranges at every context, each longer as the context grows.
+	KeyBlockSplitFrom int `toml:"key_block_split_from"`
+	// KeyBlockKeys is the keys of each block, a positive multiple of
+	// kernels.AttnKeyBlock (passes.Config.KeyBlockKeys).
+	KeyBlockKeys int `toml:"key_block_keys"`
+}
+
 // Metal is the [metal] table: the Metal encoder's ablation switches (metal.Config).
 type Metal struct {
 	Encoder      string `toml:"encoder"`  // "concurrent" or "serial"
@@ -89,9 +127,10 @@ func Default() *Pipeline {
 			"fuse-qk-norm-rope": true, "fuse-slice-rope": true, "fuse-rope-append": true, "fuse-attn-gate": true, "tensor-cores": true, "mma-split-k": true, "expert-tiles": true, "batched-matvec": false, "expert-gather": false, "expert-per-slot": true, "tile-attention": true,
 			"check": false,
 		},
-		CPU:   CPU{Kernels: "fast", Activations: ops.ActivationsF32},
-		CUDA:  CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false},
-		Metal: Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
+		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
+		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32},
+		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false},
+		Metal:     Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
 }
 
@@ -173,6 +212,15 @@ func (p *Pipeline) validate() error {
 	if err := p.Metal.validate(); err != nil {
 		return err
 	}
+	if _, err := p.State.KVDType(); err != nil {
+		return err
+	}
+	if p.Attention.KeyBlockSplitFrom < 0 {
+		return fmt.Errorf("attention.key_block_split_from = %d: must not be negative (0: never)", p.Attention.KeyBlockSplitFrom)
+	}
+	if k := p.Attention.KeyBlockKeys; k <= 0 || k%kernels.AttnKeyBlock != 0 {
+		return fmt.Errorf("attention.key_block_keys = %d: want a positive multiple of %d", k, kernels.AttnKeyBlock)
+	}
 	_, err := p.PassConfig(nil)
 	return err
 }
@@ -193,7 +241,10 @@ func (m *Metal) validate() error {
 // PassConfig is the passes.Config of the [passes] switches with the -pass flag values
 // applied on top, in order.
 func (p *Pipeline) PassConfig(flags []string) (passes.Config, error) {
-	var cfg passes.Config
+	cfg := passes.Config{KeyBlockSplitFrom: p.Attention.KeyBlockSplitFrom, KeyBlockKeys: p.Attention.KeyBlockKeys}
+	if cfg.KeyBlockSplitFrom == 0 {
+		cfg.KeyBlockSplitFrom = -1 // the file's "never"; the Config's zero is the default
+	}
 	names := make([]string, 0, len(p.Passes))
 	for k := range p.Passes {
 		names = append(names, k)
@@ -250,7 +301,11 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 	if err != nil {
 		return exec.Options{}, err
 	}
-	return exec.Options{Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
+	kv, err := p.State.KVDType()
+	if err != nil {
+		return exec.Options{}, err
+	}
+	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
 		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }

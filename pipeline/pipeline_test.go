@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"pistil/exec"
+	"pistil/gpu"
+	"pistil/graph"
 	"pistil/passes"
 )
 
@@ -25,6 +27,12 @@ func TestRepositoryFileEqualsDefault(t *testing.T) {
 	} else if q.Metal.TokenHandoff || q.Metal.InFlight != 2 {
 		t.Errorf("[metal] with only token_handoff = false gives %+v", q.Metal)
 	}
+	if p.Attention != d.Attention || p.Attention.KeyBlockSplitFrom != passes.DefaultKeyBlockSplitFrom {
+		t.Errorf("pipeline.toml [attention] %+v, Default %+v, want key_block_split_from = %d", p.Attention, d.Attention, passes.DefaultKeyBlockSplitFrom)
+	}
+	if p.State != d.State {
+		t.Errorf("pipeline.toml [state] %+v differs from Default %+v", p.State, d.State)
+	}
 	if p.Metal != d.Metal {
 		t.Errorf("pipeline.toml [metal] %+v differs from Default %+v", p.Metal, d.Metal)
 	}
@@ -43,20 +51,26 @@ func TestRepositoryFileEqualsDefault(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	cases := map[string]string{
-		"[phases]\nprefill_chunk = 0":         "prefill_chunk",
-		"[metal]\nencoder = \"fast\"":         "metal.encoder",
-		"[metal]\nbarriers = \"none\"":        "metal.barriers",
-		"[metal]\nin_flight = 3":              "metal.in_flight",
-		"[phases]\ncompile = [\"train\"]":     "unknown phase",
-		"[phases]\nprefill_logits = \"some\"": "prefill_logits",
-		"[passes]\nplan-memory = false":       "required",
-		"[passes]\nfuse-everything = true":    "unknown pass",
-		"[cpu]\nworkers = -1":                 "cpu.workers",
-		"[cpu]\nthreads = 4":                  "unknown keys: cpu.threads",
-		"[cpu]\nkernels = \"turbo\"":          "cpu.kernels",
-		"[cpu]\nactivations = \"int4\"":       "cpu.activations",
-		"[phases]\nprefill_chunk = \"big\"":   "prefill_chunk",
-		"[phases\n":                           "",
+		"[phases]\nprefill_chunk = 0":            "prefill_chunk",
+		"[metal]\nencoder = \"fast\"":            "metal.encoder",
+		"[metal]\nbarriers = \"none\"":           "metal.barriers",
+		"[metal]\nin_flight = 3":                 "metal.in_flight",
+		"[phases]\ncompile = [\"train\"]":        "unknown phase",
+		"[phases]\nprefill_logits = \"some\"":    "prefill_logits",
+		"[passes]\nplan-memory = false":          "required",
+		"[passes]\nfuse-everything = true":       "unknown pass",
+		"[cpu]\nworkers = -1":                    "cpu.workers",
+		"[cpu]\nthreads = 4":                     "unknown keys: cpu.threads",
+		"[cpu]\nkernels = \"turbo\"":             "cpu.kernels",
+		"[cpu]\nactivations = \"int4\"":          "cpu.activations",
+		"[phases]\nprefill_chunk = \"big\"":      "prefill_chunk",
+		"[state]\nkv_cache = \"fp8\"":            "state.kv_cache",
+		"[state]\nkv = \"bf16\"":                 "unknown keys: state.kv",
+		"[attention]\nkey_block_split_from = -1": "attention.key_block_split_from",
+		"[attention]\nsplit_from = 1":            "unknown keys: attention.split_from",
+		"[attention]\nkey_block_keys = 100":      "attention.key_block_keys",
+		"[attention]\nkey_block_keys = 0":        "attention.key_block_keys",
+		"[phases\n":                              "",
 	}
 	for text, want := range cases {
 		_, err := Parse([]byte(text))
@@ -140,5 +154,55 @@ func TestDefaultExecOptionsMatchTheRuntimeDefaults(t *testing.T) {
 	}
 	if _, err := Default().ExecOptions("cpu", []string{"no-such-pass/off"}); err == nil {
 		t.Error("an unknown -pass flag was accepted")
+	}
+}
+
+// The KV cache type reaches the runtime's options: bf16 or f32 as asked, and without the
+// key the backend's own (graph.InvalidDType, which exec.DeclareGraph resolves).
+func TestKVCacheSetting(t *testing.T) {
+	for text, want := range map[string]graph.DType{
+		"":                             graph.InvalidDType,
+		"[state]\n":                    graph.InvalidDType,
+		"[state]\nkv_cache = \"bf16\"": graph.BF16,
+		"[state]\nkv_cache = \"f32\"":  graph.F32,
+	} {
+		p, err := Parse([]byte(text))
+		if err != nil {
+			t.Errorf("%q: %v", text, err)
+			continue
+		}
+		for _, backend := range []string{"cpu", "cuda", "metal"} {
+			o, err := p.ExecOptions(backend, nil)
+			if err != nil || o.KVCache != want {
+				t.Errorf("%q on %s: KV cache %v (%v), want %v", text, backend, o.KVCache, err, want)
+			}
+		}
+	}
+}
+
+// [attention] key_block_split_from reaches the compiler: a context as given, 0 as never
+// (passes.Config's negative), and the default without the key.
+func TestKeyBlockSplitSetting(t *testing.T) {
+	for text, want := range map[string]int{
+		"": passes.DefaultKeyBlockSplitFrom,
+		"[attention]\nkey_block_split_from = 8192": 8192,
+		"[attention]\nkey_block_split_from = 0":    -1,
+	} {
+		p, err := Parse([]byte(text))
+		if err != nil {
+			t.Errorf("%q: %v", text, err)
+			continue
+		}
+		o, err := p.ExecOptions("cuda", nil)
+		if err != nil || o.Passes.KeyBlockSplitFrom != want || o.Passes.KeyBlockKeys != gpu.BlockSplitKeys {
+			t.Errorf("%q: KeyBlockSplitFrom %d, KeyBlockKeys %d (%v), want %d and %d", text, o.Passes.KeyBlockSplitFrom, o.Passes.KeyBlockKeys, err, want, gpu.BlockSplitKeys)
+		}
+	}
+	p, err := Parse([]byte("[attention]\nkey_block_keys = 32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := p.PassConfig(nil); err != nil || cfg.KeyBlockKeys != 32 || cfg.KeyBlockSplitFrom != passes.DefaultKeyBlockSplitFrom {
+		t.Errorf("key_block_keys = 32: config %+v (%v)", cfg, err)
 	}
 }

@@ -48,7 +48,22 @@ func TestToleranceFailures(t *testing.T) {
 	if !strings.Contains(int8.String(), "max abs error not held") {
 		t.Errorf("int8's description does not say max abs is not held: %s", int8)
 	}
-	if _, err := LookupTolerance("int4"); err == nil || !strings.Contains(err.Error(), "exact, int8") {
+	bf16KV, err := LookupTolerance("bf16-kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rounded := Report{MaxAbsErr: 0.037, Top1Agree: 1, EnginePPL: 9.995, ReferencePPL: 10, GreedyMatch: true}
+	if f := bf16KV.Failures(&rounded); len(f) != 0 {
+		t.Errorf("bf16-kv on its measured error: %v", f)
+	}
+	if f := exact.Failures(&rounded); len(f) != 1 || !strings.Contains(f[0], "max abs error") {
+		t.Errorf("exact on bf16-kv's measured error: %v", f)
+	}
+	rounded.MaxAbsErr = 0.2
+	if f := bf16KV.Failures(&rounded); len(f) != 1 || !strings.Contains(f[0], "max abs error") {
+		t.Errorf("bf16-kv at a max abs error of 0.2: %v", f)
+	}
+	if _, err := LookupTolerance("int4"); err == nil || !strings.Contains(err.Error(), "exact, int8, bf16-kv") {
 		t.Errorf("unknown tolerance: %v", err)
 	}
 }

@@ -53,6 +53,8 @@ type benchReport struct {
 		Passes    string   `json:"passes"`
 		PassFlags []string `json:"pass_flags,omitempty"`
 		Chunk     int      `json:"chunk"`
+		// KVCache is [state] kv_cache (or --kv-cache); empty: the backend's own type.
+		KVCache string `json:"kv_cache,omitempty"`
 	} `json:"pipeline"`
 	Settings struct {
 		// Method is "points" (each length measured in turn) or "sweep" (alternating-order
@@ -273,6 +275,10 @@ func describePipeline(rep *benchReport, mf *modelFlags) error {
 	rep.Pipeline.File = file
 	rep.Pipeline.Passes = cfg.Describe()
 	rep.Pipeline.PassFlags = mf.passes
+	if _, err := kvCacheType(pipe, mf.kvCache); err != nil {
+		return err
+	}
+	rep.Pipeline.KVCache = pipe.State.KVCache
 	return nil
 }
 

@@ -143,3 +143,33 @@ func TestCheckInt8AtItsTolerance(t *testing.T) {
 		t.Errorf("an unknown int8 kernel: check said %v, want an error naming it", err)
 	}
 }
+
+// TestCheckBF16KVCache: a bf16 KV cache, from the flag and from pipeline.toml, holds both
+// golden layouts to the bf16-kv bound on every path (whole, chunks of 7, decode from 40),
+// and misses the exact one: the cache's rounding is really in the logits.
+func TestCheckBF16KVCache(t *testing.T) {
+	pipe := filepath.Join(t.TempDir(), "pipeline.toml")
+	if err := os.WriteFile(pipe, []byte("[state]\nkv_cache = \"bf16\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, layout := range []string{"hf", "mlx-q4"} {
+		dir := fixtures.Path("golden/tiny-s1/" + layout)
+		base := []string{"--model", dir, "--reference", dir + "/reference.safetensors"}
+		for _, mode := range [][]string{nil, {"--chunk", "7"}, {"--decode-from", "40"}} {
+			args := append(append(append([]string(nil), base...), mode...), "--kv-cache", "bf16", "--tolerance", "bf16-kv")
+			if err := runCheck(args); err != nil {
+				t.Errorf("%s %v: %v", layout, mode, err)
+			}
+		}
+		if err := runCheck(append(append([]string(nil), base...), "--pipeline", pipe, "--tolerance", "bf16-kv")); err != nil {
+			t.Errorf("%s with [state] kv_cache = \"bf16\": %v", layout, err)
+		}
+		if err := runCheck(append(append([]string(nil), base...), "--pipeline", pipe)); err == nil || !strings.Contains(err.Error(), "max abs error") {
+			t.Errorf("%s with a bf16 KV cache at the exact tolerance: check said %v, want a FAIL on max abs error", layout, err)
+		}
+	}
+	dir := fixtures.Path("golden/tiny-s1/mlx-q4")
+	if err := runCheck([]string{"--model", dir, "--reference", dir + "/reference.safetensors", "--kv-cache", "f16"}); err == nil || !strings.Contains(err.Error(), "--kv-cache") {
+		t.Errorf("--kv-cache f16: check said %v, want an error naming the flag", err)
+	}
+}

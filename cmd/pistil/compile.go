@@ -28,7 +28,7 @@ func init() {
 // compileFlags are the flags compile and dump share.
 type compileFlags struct {
 	model, pipelineFile string
-	backend             string
+	backend, kvCache    string
 	chunk, context      int
 	passes              passList
 	o0                  bool
@@ -39,6 +39,7 @@ func (c *compileFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.model, "model", "", "model directory: its checkpoint's weight types, or its config.json alone when it holds no weights (default: the built-in Qwen3.6-35B-A3B, MLX 4-bit)")
 	fs.StringVar(&c.pipelineFile, "pipeline", "", "pipeline.toml to read (default: ./pipeline.toml if present, else built-in defaults)")
 	fs.IntVar(&c.chunk, "chunk", 0, "prefill chunk size, the prefill plan's T (0: pipeline.toml's)")
+	fs.StringVar(&c.kvCache, "kv-cache", "", kvCacheUsage)
 	fs.IntVar(&c.context, "context", 0, "context length the reported costs assume (0: pipeline.toml's cost_context)")
 	fs.Var(&c.passes, "pass", "pass switch NAME/on|off|time|dump, all/time, check/on; -pass=help lists the passes (repeatable)")
 	fs.BoolVar(&c.o0, "O0", false, "required passes only: the correctness baseline")
@@ -70,7 +71,11 @@ func (c *compileFlags) setup(log io.Writer) (*pipeline.Pipeline, passes.Config, 
 		return nil, passes.Config{}, nil, "", err
 	}
 	cfg.Log = log
-	g, desc, err := buildModelGraph(c.model, c.backend)
+	kv, err := kvCacheType(pl, c.kvCache)
+	if err != nil {
+		return nil, passes.Config{}, nil, "", err
+	}
+	g, desc, err := buildModelGraph(c.model, c.backend, kv)
 	if err != nil {
 		return nil, passes.Config{}, nil, "", err
 	}
@@ -80,11 +85,26 @@ func (c *compileFlags) setup(log io.Writer) (*pipeline.Pipeline, passes.Config, 
 	return pl, cfg, g, fmt.Sprintf("%s; backend %s; pipeline %s; %s", desc, c.backend, file, cfg.Describe()), nil
 }
 
+const kvCacheUsage = "KV cache element type: f32 or bf16 (half the KV bytes; default: pipeline.toml's [state] kv_cache, else the backend's)"
+
+// kvCacheType is the KV cache type of --kv-cache (when given) over pl's [state] table,
+// which it updates; graph.InvalidDType leaves the choice to the backend.
+func kvCacheType(pl *pipeline.Pipeline, flag string) (graph.DType, error) {
+	if flag != "" {
+		pl.State.KVCache = flag
+	}
+	kv, err := pl.State.KVDType()
+	if err != nil && flag != "" {
+		return kv, fmt.Errorf("--kv-cache %q: want f32 or bf16", flag)
+	}
+	return kv, err
+}
+
 // buildModelGraph declares the graph from the built-in config, or from DIR: with the
 // checkpoint's own weight types when DIR holds one (what exec.Open declares, so the plan
 // printed is the plan that runs), else from DIR/config.json alone (MLX types when the
 // config is quantized, else BF16). State types are the backend's (exec.DeclareGraph).
-func buildModelGraph(dir, backend string) (*graph.Graph, string, error) {
+func buildModelGraph(dir, backend string, kv graph.DType) (*graph.Graph, string, error) {
 	var cfg *qwen35moe.Config
 	var wt func(string, graph.Shape) (graph.Type, error)
 	var desc string
@@ -116,9 +136,12 @@ func buildModelGraph(dir, backend string) (*graph.Graph, string, error) {
 			desc = dir + "/config.json (no weights), BF16 weights"
 		}
 	}
-	g, err := exec.DeclareGraph(cfg, wt, backend, false)
+	g, err := exec.DeclareGraph(cfg, wt, backend, kv, false)
 	if err != nil {
 		return nil, "", err
+	}
+	if kv != graph.InvalidDType {
+		desc += fmt.Sprintf("; KV cache %s", kv)
 	}
 	return g, desc, nil
 }

@@ -55,6 +55,7 @@ func (s *samplingFlags) params() exec.SamplingParams {
 // modelFlags open a model the same way in every command that runs one.
 type modelFlags struct {
 	dir, backend, pipeline string
+	kvCache                string
 	chunk, workers         int
 	passes                 passList
 	log                    logFlags
@@ -76,6 +77,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.pipeline, "pipeline", "", "pipeline.toml to read (default: ./pipeline.toml if present)")
 	fs.IntVar(&m.chunk, "chunk", 0, "prefill chunk size (0: pipeline.toml's)")
 	fs.IntVar(&m.workers, "workers", 0, "CPU worker goroutines (0: every core)")
+	fs.StringVar(&m.kvCache, "kv-cache", "", kvCacheUsage)
 	fs.Var(&m.passes, "pass", "pass switch, e.g. fuse-dequant/off (repeatable)")
 	m.log.register(fs)
 }
@@ -121,6 +123,9 @@ func (m *modelFlags) pipelineFile() string {
 func (m *modelFlags) options() (exec.Options, error) {
 	pipe, err := pipeline.Load(m.pipelineFile())
 	if err != nil {
+		return exec.Options{}, err
+	}
+	if _, err := kvCacheType(pipe, m.kvCache); err != nil {
 		return exec.Options{}, err
 	}
 	o, err := pipe.ExecOptions(m.backend, m.passes)

@@ -413,7 +413,7 @@ func Cases() []Case {
 					{kernels.KernelRouter, [3]int{1, 1, 1}, 128, kernels.RouterArgs{Logits: logits, Weights: e.out[0].addr, Ids: e.out[1].addr, T: 3, E: 16, K: 4}},
 				}
 			}},
-	}, attentionPrefillCases()...)
+	}, append(attentionPrefillCases(), attentionBlocksCases()...)...)
 }
 
 // gdnStep is a one-token gated_delta_step case: x holds q, k and v of Hk, Hk and Hv heads

@@ -185,21 +185,28 @@ type KVAppendArgs struct {
 
 // AttentionArgs: causal GQA of Q [T, NH, D] over cache rows 0..C+t. With Splits > 1
 // (attention_gqa as the plan's attention_partial) the kernel writes Work instead of O:
-// T*NH*Splits partial states of D+2 floats (max, sum, unnormalised output).
+// T*NH*Splits partial states of D+2 floats (max, sum, unnormalised output). With
+// BlockFrom > 0 (attention_gqa only) a query that sees BlockFrom keys or more cuts them
+// into ranges of BlockKeys keys (ops.KeyRanges), one that sees fewer into ShortSplits
+// ranges, and groups past the ranges in use write nothing.
 type AttentionArgs struct {
-	Q, K, V, O, Steps uint64
-	Work              uint64
-	T, NH, KVH, D     int32
-	CacheDType        int32
-	Scale             float32
-	Splits            int32
+	Q, K, V, O, Steps                 uint64
+	Work                              uint64
+	T, NH, KVH, D                     int32
+	CacheDType                        int32
+	Scale                             float32
+	Splits                            int32
+	BlockFrom, BlockKeys, ShortSplits int32
 }
 
 // AttentionMergeArgs: O [Rows, D] = the softmax-weighted merge of Work [Rows, Splits,
-// D+2], attention_gqa's partial states.
+// D+2], attention_gqa's partial states. With BlockFrom > 0 (attention_gqa's fixed-block
+// ranges, the same three numbers as its AttentionArgs) only the ranges in use of each
+// row's query (token row / NH, which sees C + token + 1 keys) are merged.
 type AttentionMergeArgs struct {
-	Work, O         uint64
-	Rows, D, Splits int32
+	Work, O, Steps                    uint64
+	Rows, D, Splits, NH               int32
+	BlockFrom, BlockKeys, ShortSplits int32
 }
 
 // Conv1DArgs: causal depthwise conv of X [T, Ch] over [State; X] with W [Ch, K]; the

@@ -130,7 +130,8 @@ const (
 	MMASplitKTileN    = 16  // MMA_SK_N: matmul_mma_splitk's activation rows per group
 	AttnMaxD          = 256 // ATT_MAX_D
 	AttnSIMDs         = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
-	AttnMaxSplits     = 64  // ATT_MAX_SPLITS: attention_gqa's most key ranges
+	AttnMaxSplits     = 64  // attention_gqa's most key ranges of the equal-length split
+	AttnMaxRanges     = 512 // ATT_MAX_RANGES: attention_merge's most ranges (the fixed-block split's)
 	AttnKeyBlock      = 16  // ATT_KEY_BLOCK: attention_gqa's key ranges are whole blocks of this many keys
 	ConvMaxK          = 8   // CONV_MAX_K
 	DeltaMaxDk        = 128 // DELTA_LANES * DELTA_MAX_ROWS

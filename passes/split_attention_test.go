@@ -1,0 +1,69 @@
+package passes_test
+
+import (
+	"testing"
+
+	"pistil/gpu"
+	"pistil/models/qwen35moe"
+	"pistil/ops"
+	"pistil/ops/kernels"
+	"pistil/passes"
+)
+
+// On the 35B-A3B's shapes, split-attention gives GPU decode the fixed-block split from
+// Config.KeyBlockSplitFrom keys on (default 32768): attention_partial on a grid of
+// kernels.AttnMaxRanges ranges, blocks of gpu.BlockSplitKeys, the equal split's count
+// below the switch, and attention_merge the same rule; a negative KeyBlockSplitFrom gives
+// the equal split alone (the plan before the switch existed); prefill never gets it.
+func TestSplitAttentionKeyBlocks(t *testing.T) {
+	cfg := qwen35moe.Default()
+	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"cuda", "metal"} {
+		tg, _ := passes.TargetFor(target)
+		short := tg.GPU.AttentionSplits(1, 16, 2, 256)
+		for _, c := range []struct {
+			from, want, keys, wantKeys int
+		}{{0, passes.DefaultKeyBlockSplitFrom, 0, gpu.BlockSplitKeys}, {4096, 4096, 64, 64}, {1, 1, 0, gpu.BlockSplitKeys}, {-1, 0, 0, 0}} {
+			decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1, Backend: target}, passes.Config{KeyBlockSplitFrom: c.from, KeyBlockKeys: c.keys})
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts, merges := 0, 0
+			for _, d := range decode.Dispatches {
+				switch d.Op {
+				case "attention_partial":
+					parts++
+					splits, grid := short, [3]int{2, 1, short}
+					if c.want > 0 {
+						splits, grid = kernels.AttnMaxRanges, [3]int{2, 1, kernels.AttnMaxRanges}
+					}
+					r := ops.KeyRangesOf(d.Attrs)
+					if r.Splits != splits || r.BlockFrom != c.want || d.Grid != grid ||
+						r.BlockKeys != c.wantKeys || c.want > 0 && r.ShortSplits != short {
+						t.Errorf("%s from %d: attention_partial %+v on grid %v, want %d ranges from %d keys on grid %v", target, c.from, r, d.Grid, splits, c.want, grid)
+					}
+				case "attention_merge":
+					merges++
+					if got := d.Attrs.Int("block_from"); got != c.want {
+						t.Errorf("%s from %d: attention_merge block_from %d, want %d", target, c.from, got, c.want)
+					}
+				}
+			}
+			if parts != 10 || merges != 10 {
+				t.Errorf("%s from %d: %d attention_partial and %d attention_merge, want 10 each", target, c.from, parts, merges)
+			}
+		}
+		prefill, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: 64, LastLogitsOnly: true, Backend: target}, passes.Config{KeyBlockSplitFrom: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range prefill.Dispatches {
+			if d.Attrs.Int("block_from") != 0 {
+				t.Errorf("%s prefill: %s %s has the fixed-block rule", target, d.Op, d.Label)
+			}
+		}
+	}
+}

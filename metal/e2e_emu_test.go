@@ -30,12 +30,16 @@ func (d *emuDevice) MaxBufferLength() int64      { return 1 << 34 }
 func (d *emuDevice) PageSize() int64             { return 16 << 10 }
 func (d *emuDevice) Describe() string            { return "the CPU emulator of Metal" }
 
-// pistil check on emulated Metal: the tiny golden model opened through exec with the Metal
-// backend over the emulator (the plans exec compiles for metal, gpu.Metal's lowering, the
-// real encoder and backend, every kernel's MSL under Metal's execution model), its logits
-// compared with transformers' reference at 16 prompt positions, the first 12 prefilled and
-// the last 4 through the decode plan, at pistil check's tolerances.
-func TestCheckOnEmulatedMetal(t *testing.T) {
+// emulatedPositions of the golden reference are compared on emulated Metal, the first
+// emulatedPrefill prefilled and the rest decoded: enough to cross the plans, short
+// enough for the emulator.
+const emulatedPositions, emulatedPrefill = 16, 12
+
+// emulatedGolden registers the Metal backend over the emulator for the test (skipped in
+// -short: the end-to-end emulation takes a while) and returns the mlx-q4 golden fixture's
+// directory and its reference cut to emulatedPositions.
+func emulatedGolden(t *testing.T) (string, *verify.Reference) {
+	t.Helper()
 	m := emulator(t)
 	if testing.Short() {
 		t.Skip("the end-to-end emulation takes a while (-short)")
@@ -51,14 +55,24 @@ func TestCheckOnEmulatedMetal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const positions, prefill = 16, 12
-	ref.Tokens, ref.Logits, ref.GenTokens, ref.GenLogits = ref.Tokens[:positions], ref.Logits[:positions], nil, nil
-	model, err := exec.Open(dir, exec.Options{Backend: "metal", AllLogits: true, Chunk: prefill, Passes: mustPassConfig(t)})
+	n := emulatedPositions
+	ref.Tokens, ref.Logits, ref.GenTokens, ref.GenLogits = ref.Tokens[:n], ref.Logits[:n], nil, nil
+	return dir, ref
+}
+
+// pistil check on emulated Metal: the tiny golden model opened through exec with the Metal
+// backend over the emulator (the plans exec compiles for metal, gpu.Metal's lowering, the
+// real encoder and backend, every kernel's MSL under Metal's execution model), its logits
+// compared with transformers' reference at 16 prompt positions, the first 12 prefilled and
+// the last 4 through the decode plan, at pistil check's tolerances.
+func TestCheckOnEmulatedMetal(t *testing.T) {
+	dir, ref := emulatedGolden(t)
+	model, err := exec.Open(dir, exec.Options{Backend: "metal", AllLogits: true, Chunk: emulatedPrefill, Passes: mustPassConfig(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer model.Close()
-	rep, err := verify.Run(context.Background(), model, ref, verify.Options{DecodeFrom: prefill})
+	rep, err := verify.Run(context.Background(), model, ref, verify.Options{DecodeFrom: emulatedPrefill})
 	if err != nil {
 		t.Fatal(err)
 	}

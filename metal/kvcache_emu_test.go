@@ -1,13 +1,10 @@
 package metal
 
 import (
-	"path/filepath"
 	"testing"
 
 	"pistil/exec"
 	"pistil/graph"
-	"pistil/internal/fixtures"
-	"pistil/ops/kernels/emu"
 	"pistil/verify"
 )
 
@@ -16,26 +13,10 @@ import (
 // split switched on from 13 keys (every decode step past it, on the 512-range grid), held
 // to the bf16-kv tolerance.
 func TestBF16KVCacheOnEmulatedMetal(t *testing.T) {
-	m := emulator(t)
-	if testing.Short() {
-		t.Skip("the end-to-end emulation takes a while (-short)")
-	}
-	exec.RegisterBackend("metal", func(exec.BackendOptions) (exec.Backend, error) {
-		return NewBackend(&emuDevice{emuAPI{m: m, mem: &emu.Memory{}}}, DefaultConfig), nil
-	})
-	t.Cleanup(func() {
-		exec.RegisterBackend("metal", func(exec.BackendOptions) (exec.Backend, error) { return nil, ErrUnavailable })
-	})
-	dir := fixtures.Golden("mlx-q4")
-	ref, err := verify.LoadReference(filepath.Join(dir, "reference.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const positions, prefill = 16, 12
-	ref.Tokens, ref.Logits, ref.GenTokens, ref.GenLogits = ref.Tokens[:positions], ref.Logits[:positions], nil, nil
+	dir, ref := emulatedGolden(t)
 	cfg := mustPassConfig(t)
-	cfg.KeyBlockSplitFrom, cfg.KeyBlockKeys = prefill+1, 16
-	model, err := exec.Open(dir, exec.Options{Backend: "metal", AllLogits: true, Chunk: prefill, Passes: cfg, KVCache: graph.BF16})
+	cfg.KeyBlockSplitFrom, cfg.KeyBlockKeys = emulatedPrefill+1, 16
+	model, err := exec.Open(dir, exec.Options{Backend: "metal", AllLogits: true, Chunk: emulatedPrefill, Passes: cfg, KVCache: graph.BF16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +24,7 @@ func TestBF16KVCacheOnEmulatedMetal(t *testing.T) {
 	if got, want := model.KVBytesPerToken(), int64(2*2*1*64*2); got != want {
 		t.Errorf("KV bytes per token %d, want %d (2 attention layers, K and V, one kv head of 64, bf16)", got, want)
 	}
-	rep, err := verify.Run(t.Context(), model, ref, verify.Options{DecodeFrom: prefill})
+	rep, err := verify.Run(t.Context(), model, ref, verify.Options{DecodeFrom: emulatedPrefill})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -214,7 +214,7 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 	}
 	parallelItems(env, len(used), func(_, i int) {
 		rows := rowsOf[used[i]]
-		if quantized != nil && len(rows) > 1 {
+		if quantized != nil && (len(rows) > 1 || int8Fits(env, w, 1)) {
 			work[i] = expertWork{acts: quantized.gather(w, len(rows), func(p int) int {
 				if perToken {
 					return rows[p] / k

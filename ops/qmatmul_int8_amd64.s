@@ -175,8 +175,11 @@ q4i8block:
 	VHADDPS       X0, X0, X0; \
 	VHADDPS       X0, X0, X0
 
-// ROW1 is ROW for the one-row kernel: the eight products split over two sums (two
-// shorter VPDPBUSD chains: a single row has no other row's work to overlap them with).
+// ROW1 is ROW for the one-row kernel: the low nibbles' products sum in Z8, the high
+// nibbles' in Z9 (two shorter VPDPBUSD chains: a single row has no other row's work to
+// overlap them with). The high nibbles are masked in place (0xf0), not shifted down, so
+// Z9 holds 16 times their sum, each product a multiple of 16 and the largest
+// 4·240·127 per lane and instruction: one exact arithmetic shift per block undoes it.
 #define ROW1(a0, a1, a2, a3, a4, a5, a6, a7, sx, xs, acc) \
 	VPXORD      Z8, Z8, Z8; \
 	VPXORD      Z9, Z9, Z9; \
@@ -188,6 +191,7 @@ q4i8block:
 	VPDPBUSD    a5, Z21, Z9; \
 	VPDPBUSD    a6, Z22, Z8; \
 	VPDPBUSD    a7, Z23, Z9; \
+	VPSRAD      $4, Z9, Z9; \
 	VPADDD      Z9, Z8, Z8; \
 	VCVTDQ2PS   Z8, Z8; \
 	VMULPS      sx, Z8, Z8; \
@@ -209,6 +213,8 @@ TEXT ·q4Int8Dot1VNNI(SB), NOSPLIT, $0-56
 
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z24
+	MOVL         $0xf0f0f0f0, AX
+	VPBROADCASTD AX, Z25
 	VMOVDQU64    spread16<>(SB), Z31
 	MOVL         $0xaaaaaaaa, AX
 	KMOVD        AX, K1
@@ -236,18 +242,14 @@ q4i8d1block:
 	VPUNPCKHQDQ Z14, Z12, Z18
 	VPUNPCKLQDQ Z7, Z13, Z20
 	VPUNPCKHQDQ Z7, Z13, Z22
-	VPSRLW      $4, Z16, Z17
-	VPSRLW      $4, Z18, Z19
-	VPSRLW      $4, Z20, Z21
-	VPSRLW      $4, Z22, Z23
+	VPANDD      Z25, Z16, Z17 // high nibbles in place: 16 times the code
+	VPANDD      Z25, Z18, Z19
+	VPANDD      Z25, Z20, Z21
+	VPANDD      Z25, Z22, Z23
 	VPANDD      Z24, Z16, Z16
-	VPANDD      Z24, Z17, Z17
 	VPANDD      Z24, Z18, Z18
-	VPANDD      Z24, Z19, Z19
 	VPANDD      Z24, Z20, Z20
-	VPANDD      Z24, Z21, Z21
 	VPANDD      Z24, Z22, Z22
-	VPANDD      Z24, Z23, Z23
 
 	VBROADCASTI32X4 (R8), Z29
 	VPERMW.Z        Z29, Z31, K1, Z29

@@ -251,6 +251,10 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		rows := rowsOf[e]
 		lo, hi := blk*expertRowBlock, min((blk+1)*expertRowBlock, M)
 		store := func(p, r int, val float32) { y[rows[p]*M+r] = val }
+		if fast && len(rows) == 1 {
+			mulQuantRow(wk.acts, w, e*M, lo, hi, y[rows[0]*M+lo:rows[0]*M+hi])
+			return
+		}
 		if fast {
 			mulQuant(wk.acts, w, e*M, lo, hi, store)
 			return

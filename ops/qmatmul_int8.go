@@ -305,18 +305,26 @@ const int8RowRun = 64
 // stream through the row kernel in runs of consecutive rows, never crossing a slice of a
 // strided stack.
 func mulQuantInt8Row(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
-	blocks := a.K / int8Group / int8Groups
 	var out [int8RowRun]float32
+	for r0 := lo; r0 < hi; r0 += int8RowRun {
+		r1 := min(r0+int8RowRun, hi)
+		mulQuantInt8RowTo(a, w, rowBase, r0, r1, out[:r1-r0])
+		for i, v := range out[:r1-r0] {
+			store(0, r0+i, v)
+		}
+	}
+}
+
+// mulQuantInt8RowTo is mulQuantInt8Row writing row r's result to dst[r-lo].
+func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32) {
+	blocks := a.K / int8Group / int8Groups
 	for r0 := lo; r0 < hi; {
 		n := min(int8RowRun, hi-r0)
 		if w.t.Stride0 != 0 {
 			n = min(n, w.rowsPerSlice-(rowBase+r0)%w.rowsPerSlice)
 		}
 		codes, scales, biases := w.locateRun(rowBase+r0, n)
-		int8RowKernel(codes, scales, biases, blocks, a.int8, out[:n])
-		for i, v := range out[:n] {
-			store(0, r0+i, v)
-		}
+		int8RowKernel(codes, scales, biases, blocks, a.int8, dst[r0-lo:r0-lo+n])
 		r0 += n
 	}
 }

@@ -273,6 +273,10 @@ func mulRows(env *Env, x []float32, P int, w weightRows, rowBase, M int, y []flo
 	if w.t.DType.Quantized() && !w.reference {
 		acts := prepareActs(env, w, x, P)
 		parallelRange(env, M, func(lo, hi int) {
+			if P == 1 {
+				mulQuantRow(acts, w, rowBase, lo, hi, y[lo:hi])
+				return
+			}
 			mulQuant(acts, w, rowBase, lo, hi, func(p, r int, val float32) {
 				y[p*yStride+r] = val
 			})

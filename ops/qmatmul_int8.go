@@ -163,6 +163,11 @@ func quantizeInt8Row(x []float32, G int, dst []byte) {
 	clear(dst)
 	for g := 0; g < G; g++ {
 		xs := x[g*int8Group : (g+1)*int8Group : (g+1)*int8Group]
+		if quantizeGroupFast != nil {
+			blk := g / int8Groups
+			quantizeGroupFast(xs, dst[blk*int8Block:(blk+1)*int8Block], int8Lane(g%int8Groups))
+			continue
+		}
 		var amax float32
 		for _, v := range xs {
 			amax = max(amax, abs32(v))
@@ -191,6 +196,11 @@ func quantizeInt8Row(x []float32, G int, dst []byte) {
 		sums[2*j], sums[2*j+1] = float32(qsum)*sx/2, float32(qsum)*sx/2
 	}
 }
+
+// quantizeGroupFast, where the machine has it, is quantizeInt8Row's work for one group
+// (xs, 64 elements) into lane j of its block (int8Block bytes, cleared), in vector
+// registers: the same bytes and floats as the loop (TestQuantizeInt8GroupFastMatchesGo).
+var quantizeGroupFast func(xs []float32, block []byte, j int)
 
 // int8Lane is the qword lane that holds group g (0..7) of a block: the inverse of
 // int8Order.

@@ -273,3 +273,96 @@ q4i8d1block:
 
 	VZEROUPPER
 	RET
+
+// evenOdd16<> is the VPSHUFB index that puts the 16 bytes of a quantized run of 16
+// elements as its 8 even elements, then its 8 odd ones.
+DATA evenOdd16<>+0(SB)/8, $0x0e0c0a0806040200
+DATA evenOdd16<>+8(SB)/8, $0x0f0d0b0907050301
+GLOBL evenOdd16<>(SB), RODATA|NOPTR, $16
+
+DATA quantConst<>+0(SB)/4, $0x7fffffff // |x| mask
+DATA quantConst<>+4(SB)/4, $0x42fe0000 // 127
+DATA quantConst<>+8(SB)/4, $0x3f000000 // 1/2
+GLOBL quantConst<>(SB), RODATA|NOPTR, $12
+
+// QRUN quantizes the 16 elements of run k (in zk, times inv in Z20) and stores their even
+// and odd bytes at vectors 2k and 2k+1 of the block, lane j (DI points at byte 8j of
+// vector 0); their int32 values are added to Z21.
+#define QRUN(zk, off) \
+	VMULPS    Z20, zk, zk; \
+	VCVTPS2DQ zk, zk; \
+	VPADDD    zk, Z21, Z21; \
+	VPMOVSDB  zk, X4; \
+	VPSHUFB   X22, X4, X4; \
+	MOVQ      X4, off(DI); \
+	VPEXTRQ   $1, X4, off+64(DI)
+
+// func quantizeGroupAVX512(x *float32, block *byte, lane int)
+//
+// quantizeInt8Row for one group of 64: rounds x·(127/max|x|) to int8, halves to even (the
+// conversion's default rounding, as roundInt8), writes the codes into lane `lane` of the
+// block's eight vectors and the group's scale and halved sum into the block's two float
+// tables; a zero group is left as it is (the caller clears the row first). The float
+// steps are the Go loop's, in its order, so the bytes and floats are the same.
+TEXT ·quantizeGroupAVX512(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ block+8(FP), DX
+	MOVQ lane+16(FP), BX
+
+	VMOVUPS      (SI), Z0
+	VMOVUPS      64(SI), Z1
+	VMOVUPS      128(SI), Z2
+	VMOVUPS      192(SI), Z3
+	VBROADCASTSS quantConst<>+0(SB), Z5
+	VANDPS       Z5, Z0, Z6
+	VANDPS       Z5, Z1, Z7
+	VANDPS       Z5, Z2, Z8
+	VANDPS       Z5, Z3, Z9
+	VMAXPS       Z7, Z6, Z6
+	VMAXPS       Z9, Z8, Z8
+	VMAXPS       Z8, Z6, Z6
+	VEXTRACTF64X4 $1, Z6, Y7
+	VMAXPS       Y7, Y6, Y6
+	VEXTRACTF128 $1, Y6, X7
+	VMAXPS       X7, X6, X6
+	VPERMILPS    $0x4e, X6, X7
+	VMAXPS       X7, X6, X6
+	VPERMILPS    $0xb1, X6, X7
+	VMAXPS       X7, X6, X6 // amax in every lane of X6
+	VXORPS       X7, X7, X7
+	VUCOMISS     X7, X6
+	JEQ          zero
+
+	MOVSS        quantConst<>+4(SB), X8
+	VDIVSS       X6, X8, X9   // inv = 127 / amax
+	VBROADCASTSS X9, Z20
+	VDIVSS       X8, X6, X10  // sx = amax / 127
+	VPXORD       Z21, Z21, Z21
+	VMOVDQU64    evenOdd16<>(SB), X22
+	LEAQ         (DX)(BX*8), DI
+	QRUN(Z0, 0)
+	QRUN(Z1, 128)
+	QRUN(Z2, 256)
+	QRUN(Z3, 384)
+
+	// qsum: the lane sum of Z21; the tables take sx and float32(qsum)·sx/2 twice each.
+	VEXTRACTI64X4 $1, Z21, Y11
+	VPADDD        Y11, Y21, Y11
+	VEXTRACTI128  $1, Y11, X12
+	VPADDD        X12, X11, X11
+	VPSHUFD       $0x4e, X11, X12
+	VPADDD        X12, X11, X11
+	VPSHUFD       $0xb1, X11, X12
+	VPADDD        X12, X11, X11
+	VCVTDQ2PS     X11, X11
+	VMULSS        X10, X11, X11
+	VMULSS        quantConst<>+8(SB), X11, X11
+	SHLQ          $3, BX // lane j: floats 2j and 2j+1 of each table, 8 bytes
+	MOVSS         X10, 512(DX)(BX*1)
+	MOVSS         X10, 516(DX)(BX*1)
+	MOVSS         X11, 576(DX)(BX*1)
+	MOVSS         X11, 580(DX)(BX*1)
+
+zero:
+	VZEROUPPER
+	RET

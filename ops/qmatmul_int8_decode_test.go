@@ -184,3 +184,75 @@ func BenchmarkQMatmulStreamInt8(b *testing.B) {
 		}
 	}
 }
+
+// The vector quantizer (quantizeGroupFast) writes the bytes the Go loop writes: rows of
+// random activations with an outlier per group, all-zero groups, values that land on
+// halves of a step (rounded to even), tiny and huge magnitudes, partial last blocks.
+func TestQuantizeInt8GroupFastMatchesGo(t *testing.T) {
+	fast := quantizeGroupFast
+	if fast == nil {
+		t.Skip("no vector quantizer on this machine: the Go loop runs")
+	}
+	defer func() { quantizeGroupFast = fast }()
+	rng := rand.New(rand.NewSource(33))
+	for _, G := range []int{1, 8, 11, 32} {
+		x := randF32(rng, G*int8Group, 3)
+		for g := 0; g < G; g++ {
+			x[g*int8Group+rng.Intn(int8Group)] *= 9
+		}
+		clear(x[0:int8Group]) // an all-zero group
+		if G > 1 {
+			// Steps of 1 (max|x| = 127) with halves: 0.5, 1.5, -2.5 round to 0, 2, -2.
+			h := x[int8Group : 2*int8Group]
+			for i := range h {
+				h[i] = float32(i%7) - 2.5
+			}
+			h[5] = 127
+		}
+		if G > 2 {
+			for i := 2 * int8Group; i < 3*int8Group; i++ {
+				x[i] *= 1e-30 // tiny
+			}
+		}
+		if G > 3 {
+			for i := 3 * int8Group; i < 4*int8Group; i++ {
+				x[i] *= 1e30 // huge
+			}
+		}
+		want, got := make([]byte, int8RowBytes(G)), make([]byte, int8RowBytes(G))
+		quantizeGroupFast = nil
+		quantizeInt8Row(x, G, want)
+		quantizeGroupFast = fast
+		quantizeInt8Row(x, G, got)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("G=%d: byte %d (block %d, offset %d) = %#x, the Go loop's %#x", G, i, i/int8Block, i%int8Block, got[i], want[i])
+			}
+		}
+	}
+}
+
+// BenchmarkQuantizeInt8Row: one activation row of 2048 (a decode step's projection
+// input) into the int8 layout, the vector quantizer and the Go loop.
+func BenchmarkQuantizeInt8Row(b *testing.B) {
+	const G = 32
+	x := randF32(rand.New(rand.NewSource(1)), G*int8Group, 1)
+	dst := make([]byte, int8RowBytes(G))
+	fast := quantizeGroupFast
+	defer func() { quantizeGroupFast = fast }()
+	for _, c := range []struct {
+		name string
+		q    func(xs []float32, block []byte, j int)
+	}{{"vector", fast}, {"go", nil}} {
+		if c.name == "vector" && fast == nil {
+			continue
+		}
+		b.Run(c.name, func(b *testing.B) {
+			quantizeGroupFast = c.q
+			b.SetBytes(4 * G * int8Group)
+			for b.Loop() {
+				quantizeInt8Row(x, G, dst)
+			}
+		})
+	}
+}

@@ -73,11 +73,19 @@ func refConv1D(env *Env, v *graph.Value, in, out []*Tensor) error {
 // concatenation as float32 rows, read in full first: the state may alias its update.
 func convolve(env *Env, x, state, wt, out *Tensor) ([]float32, error) {
 	T, Ch := x.Shape[0], x.Shape[1]
-	w, err := floats(wt)
-	if err != nil {
-		return nil, fmt.Errorf("conv1d weight: %w", err)
-	}
 	K := wt.Shape[1]
+	// A bf16 weight is read as it is: decoding its Ch·K taps into a new float32 copy
+	// every call cost more than the decode step's convolution itself (cpu/README.md).
+	var w []float32
+	var w16 []uint16
+	if wt.DType == graph.BF16 && len(wt.Data) >= 2*Ch*K {
+		w16 = u16(wt.Data)[:Ch*K]
+	} else {
+		var err error
+		if w, err = floats(wt); err != nil {
+			return nil, fmt.Errorf("conv1d weight: %w", err)
+		}
+	}
 	hist := K - 1
 	X := make([]float32, (hist+T)*Ch)
 	srows := stateRows{t: state, cols: Ch}
@@ -91,8 +99,14 @@ func convolve(env *Env, x, state, wt, out *Tensor) ([]float32, error) {
 			yr := y[t*Ch : (t+1)*Ch]
 			for c := lo; c < hi; c++ {
 				var s float32
-				for j := 0; j < K; j++ {
-					s += w[c*K+j] * X[(t+j)*Ch+c]
+				if w16 != nil {
+					for j := 0; j < K; j++ {
+						s += BF16ToF32(w16[c*K+j]) * X[(t+j)*Ch+c]
+					}
+				} else {
+					for j := 0; j < K; j++ {
+						s += w[c*K+j] * X[(t+j)*Ch+c]
+					}
 				}
 				yr[c] = s
 			}

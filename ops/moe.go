@@ -214,7 +214,7 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 	}
 	parallelItems(env, len(used), func(_, i int) {
 		rows := rowsOf[used[i]]
-		if quantized != nil && len(rows) > 1 {
+		if quantized != nil && (len(rows) > 1 || int8Fits(env, w, 1)) {
 			work[i] = expertWork{acts: quantized.gather(w, len(rows), func(p int) int {
 				if perToken {
 					return rows[p] / k
@@ -251,6 +251,10 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		rows := rowsOf[e]
 		lo, hi := blk*expertRowBlock, min((blk+1)*expertRowBlock, M)
 		store := func(p, r int, val float32) { y[rows[p]*M+r] = val }
+		if fast && len(rows) == 1 {
+			mulQuantRow(wk.acts, w, e*M, lo, hi, y[rows[0]*M+lo:rows[0]*M+hi])
+			return
+		}
 		if fast {
 			mulQuant(wk.acts, w, e*M, lo, hi, store)
 			return

@@ -45,21 +45,29 @@ import (
 const (
 	ActivationsF32  = "f32"  // float32 activations in every quantized matmul
 	ActivationsInt8 = "int8" // int8 activations and integer dot products for prefill (T > 1)
+	// ActivationsInt8All is int8 in decode's one-row matmuls too (q4Int8Dot1VNNI), where
+	// the float32 kernels are bound by their decode work, not by the weights' bytes.
+	ActivationsInt8All = "int8-all"
 )
 
 // CheckActivations names a bad activation choice ("" is float32).
 func CheckActivations(choice string) error {
 	switch choice {
-	case "", ActivationsF32, ActivationsInt8:
+	case "", ActivationsF32, ActivationsInt8, ActivationsInt8All:
 		return nil
 	}
-	return fmt.Errorf("activations %q: want %q or %q", choice, ActivationsF32, ActivationsInt8)
+	return fmt.Errorf("activations %q: want %q, %q or %q", choice, ActivationsF32, ActivationsInt8, ActivationsInt8All)
 }
 
 // int8Activations reports whether env asks for int8 activations (never with the
 // reference kernels).
 func (e *Env) int8Activations() bool {
-	return e != nil && e.Activations == ActivationsInt8 && !e.referenceKernels()
+	return e != nil && (e.Activations == ActivationsInt8 || e.Activations == ActivationsInt8All) && !e.referenceKernels()
+}
+
+// int8Decode reports whether env asks for int8 activations in one-row matmuls as well.
+func (e *Env) int8Decode() bool {
+	return e.int8Activations() && e.Activations == ActivationsInt8All
 }
 
 const (
@@ -73,6 +81,11 @@ const (
 // int8Order is the group each qword lane of a transposed block holds (see the kernel).
 var int8Order = [8]int{0, 4, 1, 5, 2, 6, 3, 7}
 
+// int8Dot1 is one implementation of the one-row int8 kernel (decode): out[r] = the dot of
+// the activation row acts (blocks blocks) with each of len(out) consecutive weight rows
+// of blocks blocks each (codes, scales and biases of the rows back to back).
+type int8Dot1 func(codes []byte, scales, biases []uint16, blocks int, acts []byte, out []float32)
+
 // int8Dot is one implementation of the int8 block kernel: it adds to out[p] the dot of
 // activation row p (rows rowStride bytes apart, from acts) with blocks blocks of one q4
 // weight row.
@@ -85,6 +98,13 @@ var (
 	int8Kernel     int8Dot
 	int8KernelName string
 	int8KernelSets = map[string]int8Dot{"go": q4Int8Dot8Go}
+)
+
+// int8RowKernel is the one-row kernel of the int8 kernel in use, nil where that kernel
+// has none (decode then keeps float32); int8RowKernelSets lists them by kernel name.
+var (
+	int8RowKernel     int8Dot1
+	int8RowKernelSets = map[string]int8Dot1{"go": q4Int8Dot1Go}
 )
 
 // Int8KernelName names the int8 kernel the int8 activations run on this machine, "" where
@@ -105,19 +125,30 @@ func SetInt8Kernel(name string) error {
 		return fmt.Errorf("int8 kernel %q: this machine has %s", name, strings.Join(names, ", "))
 	}
 	int8Kernel, int8KernelName = k, name
+	int8RowKernel = int8RowKernelSets[name]
 	return nil
 }
 
 // addInt8Kernel lists a kernel of this machine and makes it the one in use (the amd64
 // init adds them slowest first).
-func addInt8Kernel(name string, k int8Dot) {
+func addInt8Kernel(name string, k int8Dot, row int8Dot1) {
 	int8KernelSets[name] = k
 	int8Kernel, int8KernelName = k, name
+	if row != nil {
+		int8RowKernelSets[name] = row
+	}
+	int8RowKernel = row
 }
 
 // int8Fits reports whether the int8 path takes P rows against w under env.
 func int8Fits(env *Env, w weightRows, P int) bool {
-	return int8Kernel != nil && P > 1 && w.t.DType == graph.Q4 && w.t.Group == int8Group && env.int8Activations()
+	if int8Kernel == nil || w.t.DType != graph.Q4 || w.t.Group != int8Group || !env.int8Activations() {
+		return false
+	}
+	if P == 1 { // decode: whole blocks only, so that the row kernel needs no padded tail
+		return env.int8Decode() && int8RowKernel != nil && (w.cols/int8Group)%int8Groups == 0
+	}
+	return P > 1
 }
 
 // int8Blocks is the number of blocks of G groups (the last may be partial).
@@ -132,6 +163,11 @@ func quantizeInt8Row(x []float32, G int, dst []byte) {
 	clear(dst)
 	for g := 0; g < G; g++ {
 		xs := x[g*int8Group : (g+1)*int8Group : (g+1)*int8Group]
+		if quantizeGroupFast != nil {
+			blk := g / int8Groups
+			quantizeGroupFast(xs, dst[blk*int8Block:(blk+1)*int8Block], int8Lane(g%int8Groups))
+			continue
+		}
 		var amax float32
 		for _, v := range xs {
 			amax = max(amax, abs32(v))
@@ -161,6 +197,11 @@ func quantizeInt8Row(x []float32, G int, dst []byte) {
 	}
 }
 
+// quantizeGroupFast, where the machine has it, is quantizeInt8Row's work for one group
+// (xs, 64 elements) into lane j of its block (int8Block bytes, cleared), in vector
+// registers: the same bytes and floats as the loop (TestQuantizeInt8GroupFastMatchesGo).
+var quantizeGroupFast func(xs []float32, block []byte, j int)
+
 // int8Lane is the qword lane that holds group g (0..7) of a block: the inverse of
 // int8Order.
 func int8Lane(g int) int {
@@ -184,8 +225,7 @@ func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) 
 // env's workers.
 func prepareInt8(env *Env, a *quantActs, G int, row func(p int) []float32) {
 	rowBytes := int8RowBytes(G)
-	padded := (a.P + int8RowsPerDot - 1) / int8RowsPerDot * int8RowsPerDot
-	a.int8 = growBytes(&a.buf.int8, padded*rowBytes)
+	a.int8 = growBytes(&a.buf.int8, int8PaddedRows(a.P)*rowBytes)
 	clear(a.int8[a.P*rowBytes:])
 	prepare := func(lo, hi int) {
 		for p := lo; p < hi; p++ {
@@ -197,6 +237,15 @@ func prepareInt8(env *Env, a *quantActs, G int, row func(p int) []float32) {
 	} else {
 		prepare(0, a.P)
 	}
+}
+
+// int8PaddedRows is the rows of P activation rows' layout: a multiple of the block
+// kernel's eight, or the one row of the row kernel.
+func int8PaddedRows(P int) int {
+	if P == 1 {
+		return 1
+	}
+	return (P + int8RowsPerDot - 1) / int8RowsPerDot * int8RowsPerDot
 }
 
 // growBytes returns (*buf)[:n], reallocating when it is too short.
@@ -214,6 +263,10 @@ const int8ChunkBlocks = 4
 // mulQuantInt8 is mulQuant for an int8-prepared a: weight rows in L2-sized tiles, eight
 // activation rows per kernel call, long rows in chunks of int8ChunkBlocks blocks.
 func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
+	if a.P == 1 {
+		mulQuantInt8Row(a, w, rowBase, lo, hi, store)
+		return
+	}
 	G := a.K / int8Group
 	B, full := int8Blocks(G), G/int8Groups
 	rowBytes := int8RowBytes(G)
@@ -250,6 +303,77 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p,
 				}
 			}
 		}
+	}
+}
+
+// int8RowRun is the most weight rows one call of the row kernel covers: enough to make
+// the call's cost vanish beside the rows' bytes (a routed expert's down projection has
+// rows of 288 bytes), few enough for the results to sit on the stack.
+const int8RowRun = 64
+
+// mulQuantInt8Row is mulQuantInt8 for one activation row (decode): the weight rows
+// stream through the row kernel in runs of consecutive rows, never crossing a slice of a
+// strided stack.
+func mulQuantInt8Row(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
+	var out [int8RowRun]float32
+	for r0 := lo; r0 < hi; r0 += int8RowRun {
+		r1 := min(r0+int8RowRun, hi)
+		mulQuantInt8RowTo(a, w, rowBase, r0, r1, out[:r1-r0])
+		for i, v := range out[:r1-r0] {
+			store(0, r0+i, v)
+		}
+	}
+}
+
+// mulQuantInt8RowTo is mulQuantInt8Row writing row r's result to dst[r-lo].
+func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32) {
+	blocks := a.K / int8Group / int8Groups
+	for r0 := lo; r0 < hi; {
+		n := min(int8RowRun, hi-r0)
+		if w.t.Stride0 != 0 {
+			n = min(n, w.rowsPerSlice-(rowBase+r0)%w.rowsPerSlice)
+		}
+		codes, scales, biases := w.locateRun(rowBase+r0, n)
+		int8RowKernel(codes, scales, biases, blocks, a.int8, dst[r0-lo:r0-lo+n])
+		r0 += n
+	}
+}
+
+// checkInt8RowCall panics unless a row kernel call's slices hold what it reads.
+func checkInt8RowCall(codes []byte, scales, biases []uint16, blocks int, acts []byte, out []float32) {
+	rows := len(out)
+	if blocks <= 0 || rows == 0 || len(codes) < rows*blocks*int8CodeBytes || len(scales) < rows*blocks*int8Groups ||
+		len(biases) < rows*blocks*int8Groups || len(acts) < blocks*int8Block {
+		panic("ops: int8 row kernel called with a short row")
+	}
+}
+
+// q4Int8Dot1Go is the portable one-row kernel, the oracle of the assembly: per weight
+// row, q4Int8Dot8Go's sums for the one activation row.
+func q4Int8Dot1Go(codes []byte, scales, biases []uint16, blocks int, acts []byte, out []float32) {
+	checkInt8RowCall(codes, scales, biases, blocks, acts, out)
+	for r := range out {
+		var sum float32
+		for b := 0; b < blocks; b++ {
+			rb := r*blocks + b
+			cb := codes[rb*int8CodeBytes : (rb+1)*int8CodeBytes]
+			blk := acts[b*int8Block : (b+1)*int8Block]
+			sx, xs := f32s(blk[512:576]), f32s(blk[576:640])
+			for j := 0; j < int8Groups; j++ {
+				g := int8Order[j]
+				var isum int32
+				for k := 0; k < 4; k++ {
+					for i := 0; i < 8; i++ {
+						c := cb[g*32+8*k+i]
+						isum += int32(c&15)*int32(int8(blk[(2*k)*64+8*j+i])) +
+							int32(c>>4)*int32(int8(blk[(2*k+1)*64+8*j+i]))
+					}
+				}
+				s, bias := BF16ToF32(scales[rb*int8Groups+g]), BF16ToF32(biases[rb*int8Groups+g])
+				sum += float32(isum)*sx[2*j]*s + bias*(xs[2*j]+xs[2*j+1])
+			}
+		}
+		out[r] = sum
 	}
 }
 
@@ -329,16 +453,15 @@ func newInt8Source(env *Env, w weightRows, n int, row func(s int) []float32) *in
 	return s
 }
 
-// gather returns the P rows src(p) as prepared activations for w (P > 1), zero-padded to
-// a multiple of eight rows.
+// gather returns the P rows src(p) as prepared activations for w, zero-padded to a
+// multiple of eight rows when there is more than one.
 func (s *int8Source) gather(w weightRows, P int, src func(p int) int) *quantActs {
 	a := &quantActs{k: kernelsFor(w.t.Group), bits: bitsIndex(w.t.DType), P: P, K: s.K}
 	a.buf, _ = actsPool.Get().(*actsBuffers)
 	if a.buf == nil {
 		a.buf = &actsBuffers{}
 	}
-	padded := (P + int8RowsPerDot - 1) / int8RowsPerDot * int8RowsPerDot
-	a.int8 = growBytes(&a.buf.int8, padded*s.rowBytes)
+	a.int8 = growBytes(&a.buf.int8, int8PaddedRows(P)*s.rowBytes)
 	for p := 0; p < P; p++ {
 		i := src(p)
 		copy(a.int8[p*s.rowBytes:(p+1)*s.rowBytes], s.rows[i*s.rowBytes:(i+1)*s.rowBytes])

@@ -21,13 +21,35 @@ func q4Int8Dot8AVX2(codes []byte, scales, biases []uint16, blocks int, acts []by
 	q4Int8Dot8AVX2Asm(&codes[0], &scales[0], &biases[0], blocks, &acts[0], rowStride, out)
 }
 
+//go:noescape
+func q4Int8Dot1VNNI(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32)
+
+// q4Int8Dot1AVX512 is the one-row VNNI kernel (qmatmul_int8_amd64.s) behind the length
+// checks: decode under activations = "int8-all".
+func q4Int8Dot1AVX512(codes []byte, scales, biases []uint16, blocks int, acts []byte, out []float32) {
+	checkInt8RowCall(codes, scales, biases, blocks, acts, out)
+	q4Int8Dot1VNNI(&codes[0], &scales[0], &biases[0], blocks, len(out), &acts[0], &out[0])
+}
+
+//go:noescape
+func quantizeGroupAVX512(x *float32, block *byte, lane int)
+
 func init() {
+	// VPMOVSDB and VPSHUFB on the upper sixteen registers (BW, VL).
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL {
+		quantizeGroupFast = func(xs []float32, block []byte, j int) {
+			if len(xs) < int8Group || len(block) < int8Block || j < 0 || j >= int8Groups {
+				panic("ops: quantizeGroupFast called with a short group or block")
+			}
+			quantizeGroupAVX512(&xs[0], &block[0], j)
+		}
+	}
 	// VPMADDUBSW, VPMADDWD and VPERMD on 256-bit registers, and the float32 FMAs.
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		addInt8Kernel("avx2", q4Int8Dot8AVX2)
+		addInt8Kernel("avx2", q4Int8Dot8AVX2, nil) // no row kernel: decode stays float32
 	}
 	// VPDPBUSD on 512-bit registers, VPERMW (BW) and the mask registers.
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI {
-		addInt8Kernel("avx512vnni", q4Int8Dot8AVX512)
+		addInt8Kernel("avx512vnni", q4Int8Dot8AVX512, q4Int8Dot1AVX512)
 	}
 }

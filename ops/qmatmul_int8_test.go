@@ -406,10 +406,25 @@ func TestActivationsChoice(t *testing.T) {
 		{&Env{Activations: ActivationsF32}, false},
 		{&Env{Activations: ActivationsInt8}, true},
 		{&Env{Activations: ActivationsInt8, Kernels: KernelsReference}, false},
+		{&Env{Activations: ActivationsInt8All}, true},
+		{&Env{Activations: ActivationsInt8All, Kernels: KernelsReference}, false},
 	}
 	for i, c := range cases {
 		if got := c.env.int8Activations(); got != c.want {
 			t.Errorf("case %d: int8Activations = %v, want %v", i, got, c.want)
+		}
+	}
+	// Decode (one row) takes int8 only under "int8-all".
+	for _, c := range []struct {
+		env  *Env
+		want bool
+	}{
+		{&Env{Activations: ActivationsInt8}, false},
+		{&Env{Activations: ActivationsInt8All}, true},
+		{&Env{Activations: ActivationsInt8All, Kernels: KernelsReference}, false},
+	} {
+		if got := c.env.int8Decode(); got != c.want {
+			t.Errorf("%+v: int8Decode = %v, want %v", *c.env, got, c.want)
 		}
 	}
 }

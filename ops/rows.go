@@ -98,6 +98,29 @@ func (w weightRows) locate(r int) (data []byte, scales, biases []uint16) {
 	return data, scales, biases
 }
 
+// locateRun is locate for the n consecutive rows from r, which must lie in one slice of a
+// strided stack: their bytes, scales and biases back to back.
+func (w weightRows) locateRun(r, n int) (data []byte, scales, biases []uint16) {
+	t := w.t
+	base, gbase := 0, 0
+	if t.Stride0 != 0 {
+		slice := r / w.rowsPerSlice
+		if (r+n-1)/w.rowsPerSlice != slice {
+			panic("ops: a run of weight rows crosses a slice of a strided stack")
+		}
+		base, gbase = slice*t.Stride0, slice*t.Stride0Groups
+		r %= w.rowsPerSlice
+	}
+	rowBytes := w.cols * t.DType.Bits() / 8
+	data = t.Data[base+r*rowBytes : base+(r+n)*rowBytes]
+	if t.DType.Quantized() {
+		g := w.cols / t.Group
+		scales = u16(t.Scales)[gbase+r*g : gbase+(r+n)*g]
+		biases = u16(t.Biases)[gbase+r*g : gbase+(r+n)*g]
+	}
+	return data, scales, biases
+}
+
 // f32View returns row r of an F32 weight without copying, or nil for other dtypes.
 func (w weightRows) f32View(r int) []float32 {
 	if w.t.DType != graph.F32 {
@@ -250,6 +273,10 @@ func mulRows(env *Env, x []float32, P int, w weightRows, rowBase, M int, y []flo
 	if w.t.DType.Quantized() && !w.reference {
 		acts := prepareActs(env, w, x, P)
 		parallelRange(env, M, func(lo, hi int) {
+			if P == 1 {
+				mulQuantRow(acts, w, rowBase, lo, hi, y[lo:hi])
+				return
+			}
 			mulQuant(acts, w, rowBase, lo, hi, func(p, r int, val float32) {
 				y[p*yStride+r] = val
 			})

@@ -51,8 +51,9 @@ type Phases struct {
 type CPU struct {
 	Workers int    `toml:"workers"`
 	Kernels string `toml:"kernels"` // "fast" or "reference" (ops.KernelsFast, ops.KernelsReference)
-	// Activations is "int8" or "f32" (ops.ActivationsInt8, ops.ActivationsF32): the
-	// prefill matmuls' activations under the fast kernels.
+	// Activations is "f32", "int8" or "int8-all" (ops.ActivationsF32, ops.ActivationsInt8,
+	// ops.ActivationsInt8All): the q4 matmuls' activations under the fast kernels, int8 in
+	// prefill only or in decode too.
 	Activations string `toml:"activations"`
 }
 
@@ -206,8 +207,8 @@ func (p *Pipeline) validate() error {
 	if p.CPU.Activations == "" {
 		p.CPU.Activations = ops.ActivationsF32
 	}
-	if p.CPU.Activations != ops.ActivationsInt8 && p.CPU.Activations != ops.ActivationsF32 {
-		return fmt.Errorf("cpu.activations = %q: want %q or %q", p.CPU.Activations, ops.ActivationsInt8, ops.ActivationsF32)
+	if err := ops.CheckActivations(p.CPU.Activations); err != nil {
+		return fmt.Errorf("cpu.%w", err)
 	}
 	if err := p.Metal.validate(); err != nil {
 		return err

@@ -108,8 +108,16 @@ func copyCheckpoint(t *testing.T, edit func(name string, shape []int, data []byt
 // an int8 kernel runs at all) the exact tolerance fails: the flag is not a way around
 // the test.
 func TestCheckInt8AtItsTolerance(t *testing.T) {
+	for _, activations := range []string{ops.ActivationsInt8, ops.ActivationsInt8All} {
+		t.Run(activations, func(t *testing.T) { checkInt8AtItsTolerance(t, activations) })
+	}
+}
+
+// checkInt8AtItsTolerance is TestCheckInt8AtItsTolerance for one activations choice
+// ("int8-all" runs decode's one-row matmuls in int8 too: every --chunk 1 step).
+func checkInt8AtItsTolerance(t *testing.T, activations string) {
 	pipe := filepath.Join(t.TempDir(), "pipeline.toml")
-	if err := os.WriteFile(pipe, []byte("[cpu]\nactivations = \"int8\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(pipe, []byte("[cpu]\nactivations = \""+activations+"\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	base := []string{"--model", goldenMLX, "--reference", goldenMLX + "/reference.safetensors", "--pipeline", pipe}

@@ -1,0 +1,258 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+
+	"pistil/graph"
+)
+
+// Tests of the one-row int8 kernels (decode under activations = "int8-all").
+
+// The portable row kernel is q4Int8Dot8Go's sum for one activation row, and every row
+// kernel of this machine gives the portable one's result (1..5 blocks, 1..70 rows: runs
+// of rows back to back, as the weights store them), to float32 summation order.
+func TestInt8RowKernelsMatchGo(t *testing.T) {
+	rng := rand.New(rand.NewSource(31))
+	for name := range int8RowKernelSets {
+		t.Logf("row kernel %s", name)
+	}
+	for blocks := 1; blocks <= 5; blocks++ {
+		G := blocks * int8Groups
+		K := G * int8Group
+		for _, rows := range []int{1, 3, 70} {
+			w := quantize(randTensor(rng, 0.1, rows, K), 4, int8Group)
+			codes, scales, biases := w.Data, u16(w.Scales), u16(w.Biases)
+			acts := make([]byte, int8RowBytes(G))
+			quantizeInt8Row(randF32(rng, K, 1), G, acts)
+			want := make([]float32, rows)
+			q4Int8Dot1Go(codes, scales, biases, blocks, acts, want)
+
+			// The block kernel's oracle on the same row, the activation row repeated.
+			eight := make([]byte, int8RowsPerDot*len(acts))
+			for p := 0; p < int8RowsPerDot; p++ {
+				copy(eight[p*len(acts):], acts)
+			}
+			rowBytes, rowGroups := blocks*int8CodeBytes, blocks*int8Groups
+			for r := 0; r < rows; r++ {
+				var block [8]float32
+				q4Int8Dot8Go(codes[r*rowBytes:], scales[r*rowGroups:], biases[r*rowGroups:], blocks, eight, len(acts), &block)
+				if d := math.Abs(float64(block[0] - want[r])); d > 1e-5*math.Max(1, math.Abs(float64(want[r]))) {
+					t.Fatalf("blocks=%d row %d: q4Int8Dot1Go %v, q4Int8Dot8Go %v", blocks, r, want[r], block[0])
+				}
+			}
+			for name, kernel := range int8RowKernelSets {
+				got := make([]float32, rows)
+				kernel(codes, scales, biases, blocks, acts, got)
+				for r := range got {
+					if d := math.Abs(float64(got[r] - want[r])); d > 1e-5*math.Max(1, math.Abs(float64(want[r]))) {
+						t.Fatalf("%s blocks=%d rows=%d row %d: %v, want %v", name, blocks, rows, r, got[r], want[r])
+					}
+				}
+			}
+		}
+	}
+}
+
+// Decode's matmuls under "int8-all" are the product of the rounded activation row with
+// the weights (qmatmul and the routed experts' expert_qmatmul, rows in runs longer than
+// the row kernel's and strided stacks), where the kernel in use has a row kernel and the
+// row is whole blocks; otherwise (a partial block, the AVX2 kernel) decode keeps the
+// float32 kernels, which TestQMatmulKernelsMatchTensorRow holds to the exact product.
+func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
+	rng := rand.New(rand.NewSource(32))
+	env := &Env{Workers: 2, Kernels: KernelsFast, Activations: ActivationsInt8All}
+	for _, G := range []int{3, 8, 32} {
+		K := G * int8Group
+		const E, M, k = 5, 150, 3
+		w := quantize(randTensor(rng, 0.1, E, M, K), 4, int8Group)
+		ref := rowsOf(w)
+		x := randTensor(rng, 1, 1, K)
+		for g := 0; g < G; g++ {
+			x.F32()[g*int8Group+rng.Intn(int8Group)] *= 8 // an outlier per group, as real rows have
+		}
+		whole := G%int8Groups == 0
+		rounded := roundedActs(x.F32())
+		ids := NewTensor(graph.I32, 1, k)
+		copy(ids.I32(), []int32{4, 0, 2})
+		ge, err := opGraph("expert_qmatmul", nil, x, w, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		infoE, _ := Default.Info("expert_qmatmul")
+		forEachInt8Kernel(t, func(name string) {
+			int8Row := whole && int8RowKernel != nil
+			acts := x.F32()
+			if int8Row {
+				acts = rounded
+			}
+			got := NewTensor(graph.F32, 1, k, M)
+			if err := infoE.Ref(env, ge.Values[3], []*Tensor{x, w, ids}, []*Tensor{got}); err != nil {
+				t.Fatal(err)
+			}
+			for j := 0; j < k; j++ {
+				e := int(ids.I32()[j])
+				wE := ref[e*M*K : (e+1)*M*K]
+				want := naiveMatmul(acts, wE, K)
+				for m, v := range got.F32()[j*M : (j+1)*M] {
+					var mag float64
+					for i := 0; i < K; i++ {
+						mag += math.Abs(float64(x.F32()[i]) * float64(wE[m*K+i]))
+					}
+					if d := math.Abs(float64(v - want[m])); d > 1e-6*mag {
+						t.Fatalf("%s G=%d int8 %v expert %d row %d = %v, want %v: |diff| %.3g > %.3g",
+							name, G, int8Row, e, m, v, want[m], d, 1e-6*mag)
+					}
+				}
+			}
+			// The same expert as a plain matmul (its slice of the stack as a matrix).
+			wq := &Tensor{DType: w.DType, Shape: []int{M, K}, Group: w.Group,
+				Data:   w.Data[2*M*K/2 : 3*M*K/2],
+				Scales: w.Scales[2*M*G*2 : 3*M*G*2], Biases: w.Biases[2*M*G*2 : 3*M*G*2]}
+			g2, err := opGraph("qmatmul", nil, x, wq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, _ := Default.Info("qmatmul")
+			out := NewTensor(graph.F32, 1, M)
+			if err := info.Ref(env, g2.Values[2], []*Tensor{x, wq}, []*Tensor{out}); err != nil {
+				t.Fatal(err)
+			}
+			for m, v := range out.F32() {
+				if math.Abs(float64(v-got.F32()[2*M+m])) > 1e-6*math.Abs(float64(v)) {
+					t.Fatalf("%s G=%d: qmatmul row %d = %v, expert_qmatmul of the same expert %v", name, G, m, v, got.F32()[2*M+m])
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkInt8RowKernel times each one-row kernel alone on one core against 256 q4 rows
+// of 2048 (in the L2 cache), beside the float32 dot1 of BenchmarkQuantKernels. MB/s is
+// weight bytes (codes, scales, biases) per second.
+//
+//	go test ./ops/ -run X -bench 'Int8RowKernel|QuantKernels/.*/q4/dot1'
+func BenchmarkInt8RowKernel(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	const M, K = 256, 2048
+	G := K / int8Group
+	wt := randQuantized(rng, 4, int8Group, M, K)
+	acts := make([]byte, int8RowBytes(G))
+	quantizeInt8Row(randF32(rng, K, 1), G, acts)
+	out := make([]float32, int8RowRun)
+	for name, kernel := range int8RowKernelSets {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+			rowBytes, rowGroups := K/2, G
+			for b.Loop() {
+				for r := 0; r < M; r += int8RowRun {
+					kernel(wt.Data[r*rowBytes:(r+int8RowRun)*rowBytes], u16(wt.Scales)[r*rowGroups:(r+int8RowRun)*rowGroups],
+						u16(wt.Biases)[r*rowGroups:(r+int8RowRun)*rowGroups], G/int8Groups, acts, out)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkQMatmulStreamInt8 is BenchmarkQMatmulStream with activations = "int8-all":
+// a decode-shaped q4 qmatmul whose weights come from memory, on one and two workers.
+func BenchmarkQMatmulStreamInt8(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	ws := make([]*Tensor, 40)
+	for i := range ws {
+		ws[i] = randQuantized(rng, 4, 64, 8192, 2048)
+	}
+	x := randTensor(rng, 1, 1, 2048)
+	g, _ := opGraph("qmatmul", nil, x, ws[0])
+	info, _ := Default.Info("qmatmul")
+	out := []*Tensor{NewTensor(graph.F32, 1, 8192)}
+	for _, act := range []string{ActivationsF32, ActivationsInt8All} {
+		for _, workers := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/workers=%d", act, workers), func(b *testing.B) {
+				env := &Env{Workers: workers, Kernels: KernelsFast, Activations: act}
+				b.SetBytes(int64(len(ws[0].Data) + len(ws[0].Scales) + len(ws[0].Biases)))
+				i := 0
+				for b.Loop() {
+					if err := info.Ref(env, g.Values[2], []*Tensor{x, ws[i%len(ws)]}, out); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		}
+	}
+}
+
+// The vector quantizer (quantizeGroupFast) writes the bytes the Go loop writes: rows of
+// random activations with an outlier per group, all-zero groups, values that land on
+// halves of a step (rounded to even), tiny and huge magnitudes, partial last blocks.
+func TestQuantizeInt8GroupFastMatchesGo(t *testing.T) {
+	fast := quantizeGroupFast
+	if fast == nil {
+		t.Skip("no vector quantizer on this machine: the Go loop runs")
+	}
+	defer func() { quantizeGroupFast = fast }()
+	rng := rand.New(rand.NewSource(33))
+	for _, G := range []int{1, 8, 11, 32} {
+		x := randF32(rng, G*int8Group, 3)
+		for g := 0; g < G; g++ {
+			x[g*int8Group+rng.Intn(int8Group)] *= 9
+		}
+		clear(x[0:int8Group]) // an all-zero group
+		if G > 1 {
+			// Steps of 1 (max|x| = 127) with halves: 0.5, 1.5, -2.5 round to 0, 2, -2.
+			h := x[int8Group : 2*int8Group]
+			for i := range h {
+				h[i] = float32(i%7) - 2.5
+			}
+			h[5] = 127
+		}
+		if G > 2 {
+			for i := 2 * int8Group; i < 3*int8Group; i++ {
+				x[i] *= 1e-30 // tiny
+			}
+		}
+		if G > 3 {
+			for i := 3 * int8Group; i < 4*int8Group; i++ {
+				x[i] *= 1e30 // huge
+			}
+		}
+		want, got := make([]byte, int8RowBytes(G)), make([]byte, int8RowBytes(G))
+		quantizeGroupFast = nil
+		quantizeInt8Row(x, G, want)
+		quantizeGroupFast = fast
+		quantizeInt8Row(x, G, got)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("G=%d: byte %d (block %d, offset %d) = %#x, the Go loop's %#x", G, i, i/int8Block, i%int8Block, got[i], want[i])
+			}
+		}
+	}
+}
+
+// BenchmarkQuantizeInt8Row: one activation row of 2048 (a decode step's projection
+// input) into the int8 layout, the vector quantizer and the Go loop.
+func BenchmarkQuantizeInt8Row(b *testing.B) {
+	const G = 32
+	x := randF32(rand.New(rand.NewSource(1)), G*int8Group, 1)
+	dst := make([]byte, int8RowBytes(G))
+	fast := quantizeGroupFast
+	defer func() { quantizeGroupFast = fast }()
+	for _, c := range []struct {
+		name string
+		q    func(xs []float32, block []byte, j int)
+	}{{"vector", fast}, {"go", nil}} {
+		if c.name == "vector" && fast == nil {
+			continue
+		}
+		b.Run(c.name, func(b *testing.B) {
+			quantizeGroupFast = c.q
+			b.SetBytes(4 * G * int8Group)
+			for b.Loop() {
+				quantizeInt8Row(x, G, dst)
+			}
+		})
+	}
+}

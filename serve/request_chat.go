@@ -102,12 +102,9 @@ func parseTools(raw json.RawMessage) ([]toolDef, *apiError) {
 	if isNull(raw) {
 		return nil, nil
 	}
-	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, invalidValue("tools", "tools must be an array of tool objects")
-	}
-	if len(list) > maxTools {
-		return nil, invalidValue("tools", "at most %d tools are allowed, got %d", maxTools, len(list))
+	list, aerr := rawArray(raw, "tools", "tools must be an array of tool objects", "tools", maxTools)
+	if aerr != nil {
+		return nil, aerr
 	}
 	tools := make([]toolDef, 0, len(list))
 	for i, item := range list {
@@ -153,15 +150,12 @@ func parseMessages(raw json.RawMessage) ([]chatMessage, *apiError) {
 	if isNull(raw) {
 		return nil, badRequest("messages", "missing_required_parameter", "messages is required")
 	}
-	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, invalidValue("messages", "messages must be an array of message objects")
+	list, aerr := rawArray(raw, "messages", "messages must be an array of message objects", "messages", maxMessages)
+	if aerr != nil {
+		return nil, aerr
 	}
 	if len(list) == 0 {
 		return nil, invalidValue("messages", "[] is too short - 'messages' must hold at least one message")
-	}
-	if len(list) > maxMessages {
-		return nil, invalidValue("messages", "at most %d messages are allowed, got %d", maxMessages, len(list))
 	}
 	out := make([]chatMessage, 0, len(list))
 	for i, item := range list {
@@ -415,4 +409,18 @@ func parseCompletionRequest(body []byte) (*completionRequest, *apiError) {
 		return nil, unsupported("prompt", "a batch of %d prompts is not supported; send one prompt per request", len(list))
 	}
 	return nil, invalidValue("prompt", "prompt must be a string, an array of one string, or an array of token ids")
+}
+
+// rawArray decodes the request parameter param as a JSON array of at most limit items,
+// each kept raw for its own parsing: notArray is the error when it is not an array, and
+// noun names its items in the error when there are too many.
+func rawArray(raw json.RawMessage, param, notArray, noun string, limit int) ([]json.RawMessage, *apiError) {
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, invalidValue(param, "%s", notArray)
+	}
+	if len(list) > limit {
+		return nil, invalidValue(param, "at most %d %s are allowed, got %d", limit, noun, len(list))
+	}
+	return list, nil
 }

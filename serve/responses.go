@@ -251,12 +251,9 @@ func parseInputItems(raw json.RawMessage, lookup func(id string) (inputItem, boo
 	if err := json.Unmarshal(raw, &text); err == nil {
 		return []inputItem{{kind: "message", role: "user", text: text}}, nil
 	}
-	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, invalidValue("input", "input must be a string or an array of input items")
-	}
-	if len(list) > maxMessages {
-		return nil, invalidValue("input", "at most %d input items are allowed, got %d", maxMessages, len(list))
+	list, aerr := rawArray(raw, "input", "input must be a string or an array of input items", "input items", maxMessages)
+	if aerr != nil {
+		return nil, aerr
 	}
 	items := make([]inputItem, 0, len(list))
 	for i, rawItem := range list {
@@ -480,12 +477,9 @@ func (req *responsesRequest) parseTools(raw json.RawMessage) ([]json.RawMessage,
 	if isNull(raw) {
 		return nil, nil
 	}
-	var list []json.RawMessage
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, invalidValue("tools", "tools must be an array of tool objects")
-	}
-	if len(list) > maxTools {
-		return nil, invalidValue("tools", "at most %d tools are allowed, got %d", maxTools, len(list))
+	list, aerr := rawArray(raw, "tools", "tools must be an array of tool objects", "tools", maxTools)
+	if aerr != nil {
+		return nil, aerr
 	}
 	var out []json.RawMessage
 	for i, item := range list {

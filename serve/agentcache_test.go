@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,29 +48,9 @@ func agentConversations(t *testing.T, run agentRun) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := testConfig()
-		cfg.ModelDir, cfg.Context, cfg.CacheBytes, cfg.SnapshotEvery = dir, run.first+4096, cacheBytes, 512
-		s := New(cfg)
-		ts := &testServer{Server: s}
-		s.onFinish = func(g genTrace) { ts.mu.Lock(); ts.traces = append(ts.traces, g); ts.mu.Unlock() }
-		if err := s.Load(func() (*exec.Model, error) { return model, nil }); err != nil {
-			t.Fatal(err)
-		}
-		hs := httptest.NewServer(s.Handler())
-		ts.URL, ts.client = hs.URL, hs.Client()
-		var once sync.Once
-		stop := func() {
-			once.Do(func() {
-				hs.Close()
-				s.sched.close()
-				<-s.sched.idle()
-				s.runner.cache.clear()
-				s.runner.sess.Close()
-				model.Close()
-			})
-		}
-		t.Cleanup(stop)
-		return ts, stop
+		return startOwningServer(t, model, func(cfg *Config) {
+			cfg.ModelDir, cfg.Context, cfg.CacheBytes, cfg.SnapshotEvery = dir, run.first+4096, cacheBytes, 512
+		})
 	}
 	ts, stop := start(0) // the default budget
 	budget := ts.runner.cache.stats().Budget

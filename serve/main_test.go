@@ -79,6 +79,41 @@ func startServer(t testing.TB, edit func(*Config)) *testServer {
 // startServerWith starts a server on model.
 func startServerWith(t testing.TB, model *exec.Model, edit func(*Config)) *testServer {
 	t.Helper()
+	ts, hs := newTestServer(t, model, edit)
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		hs.Close()
+		ts.sched.close()
+		<-ts.sched.idle()
+	})
+	return ts
+}
+
+// startOwningServer starts a server on a model of its own and returns stop, which shuts
+// the server down and frees its cache, its session and the model: for tests whose models
+// are too large to keep two of (stop also runs at cleanup, once).
+func startOwningServer(t testing.TB, model *exec.Model, edit func(*Config)) (*testServer, func()) {
+	t.Helper()
+	ts, hs := newTestServer(t, model, edit)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			hs.Close()
+			ts.sched.close()
+			<-ts.sched.idle()
+			ts.runner.cache.clear()
+			ts.runner.sess.Close()
+			model.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return ts, stop
+}
+
+// newTestServer loads model into a server of testConfig (edited by edit) that records
+// its generations' traces, listening on an httptest server.
+func newTestServer(t testing.TB, model *exec.Model, edit func(*Config)) (*testServer, *httptest.Server) {
+	t.Helper()
 	cfg := testConfig()
 	if edit != nil {
 		edit(&cfg)
@@ -96,13 +131,7 @@ func startServerWith(t testing.TB, model *exec.Model, edit func(*Config)) *testS
 	hs := httptest.NewServer(s.Handler())
 	ts.URL = hs.URL
 	ts.client = hs.Client()
-	t.Cleanup(func() {
-		hs.CloseClientConnections()
-		hs.Close()
-		s.sched.close()
-		<-s.sched.idle()
-	})
-	return ts
+	return ts, hs
 }
 
 func (ts *testServer) lastTrace(t testing.TB) genTrace {

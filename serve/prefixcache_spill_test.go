@@ -2,7 +2,6 @@ package serve
 
 import (
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -30,24 +29,8 @@ func TestPrefixCacheSpillsToHost(t *testing.T) {
 		return m
 	}
 	start := func(cacheBytes, hostBytes int64) *testServer {
-		model := open()
-		cfg := testConfig()
-		cfg.Context, cfg.CacheBytes, cfg.CacheHostBytes = 512, cacheBytes, hostBytes
-		s := New(cfg)
-		ts := &testServer{Server: s}
-		s.onFinish = func(g genTrace) { ts.mu.Lock(); ts.traces = append(ts.traces, g); ts.mu.Unlock() }
-		if err := s.Load(func() (*exec.Model, error) { return model, nil }); err != nil {
-			t.Fatal(err)
-		}
-		hs := httptest.NewServer(s.Handler())
-		ts.URL, ts.client = hs.URL, hs.Client()
-		t.Cleanup(func() {
-			hs.Close()
-			s.sched.close()
-			<-s.sched.idle()
-			s.runner.cache.clear()
-			s.runner.sess.Close()
-			model.Close()
+		ts, _ := startOwningServer(t, open(), func(cfg *Config) {
+			cfg.Context, cfg.CacheBytes, cfg.CacheHostBytes = 512, cacheBytes, hostBytes
 		})
 		return ts
 	}

@@ -209,7 +209,10 @@ func (m *Model) StateBytes(capacity int) int64 {
 // every power of two below it, largest first.
 func (m *Model) pieceSizes() []int {
 	sizes := []int{m.chunk}
-	for n := m.pieceSize(m.chunk - 1); n >= 1 && m.chunk > 1; n /= 2 {
+	if m.chunk < 2 {
+		return sizes
+	}
+	for n := m.pieceSize(m.chunk - 1); n >= 1; n /= 2 {
 		sizes = append(sizes, n)
 	}
 	return sizes

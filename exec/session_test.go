@@ -196,4 +196,11 @@ func TestOpenAllPiecesLoadsEveryPieceSize(t *testing.T) {
 	if got := m.LoadedPlans(); !slices.Equal(got, want) {
 		t.Fatalf("plans loaded after a 191-token prefill: %v, want %v", got, want)
 	}
+	// A chunk of 1 (or 2, a power of two) has no smaller pieces than the decode plan.
+	for chunk, want := range map[int][]int{1: {1}, 2: {1, 2}} {
+		m, _ := openTiny(t, "mlx-q4", exec.Options{Chunk: chunk, AllPieces: true})
+		if got := m.LoadedPlans(); !slices.Equal(got, want) {
+			t.Errorf("chunk %d: plans loaded at Open with AllPieces: %v, want %v", chunk, got, want)
+		}
+	}
 }

@@ -33,11 +33,11 @@ var benchModels sync.Map // "graphs=on|off" -> *exec.Model
 type benchConfig struct {
 	name          string
 	fused, graphs bool
-	mma           bool // tensor-cores pass on
+	simt          bool // tensor-cores pass off: the SIMT tiles
 }
 
 var benchConfigs = []benchConfig{{"fused/graphs=on", true, true, false}, {"fused/graphs=off", true, false, false},
-	{"fused,mma/graphs=on", true, true, true}, {"unfused/graphs=on", false, true, false}}
+	{"fused,simt/graphs=on", true, true, true}, {"unfused/graphs=on", false, true, false}}
 
 func benchModel(b *testing.B, cfg benchConfig) *exec.Model {
 	dir := os.Getenv("PISTIL_BENCH_MODEL")
@@ -55,8 +55,8 @@ func benchModel(b *testing.B, cfg benchConfig) *exec.Model {
 	if !cfg.fused {
 		passFlags = NoFusion
 	}
-	if cfg.mma {
-		passFlags = append(passFlags, "tensor-cores/on")
+	if cfg.simt {
+		passFlags = append(passFlags, "tensor-cores/off")
 	}
 	o, err := pipeline.Default().ExecOptions("cuda", passFlags)
 	if err != nil {
@@ -84,7 +84,7 @@ func promptIDs(n int) []int32 {
 
 func BenchmarkDecode(b *testing.B) {
 	for _, cfg := range benchConfigs {
-		if cfg.mma {
+		if cfg.simt {
 			continue // decode steps have one row: the switch changes no decode plan
 		}
 		for _, ctxLen := range []int{1, 4096} {

@@ -356,25 +356,32 @@ func q4Int8Dot1Go(codes []byte, scales, biases []uint16, blocks int, acts []byte
 		var sum float32
 		for b := 0; b < blocks; b++ {
 			rb := r*blocks + b
-			cb := codes[rb*int8CodeBytes : (rb+1)*int8CodeBytes]
-			blk := acts[b*int8Block : (b+1)*int8Block]
-			sx, xs := f32s(blk[512:576]), f32s(blk[576:640])
-			for j := 0; j < int8Groups; j++ {
-				g := int8Order[j]
-				var isum int32
-				for k := 0; k < 4; k++ {
-					for i := 0; i < 8; i++ {
-						c := cb[g*32+8*k+i]
-						isum += int32(c&15)*int32(int8(blk[(2*k)*64+8*j+i])) +
-							int32(c>>4)*int32(int8(blk[(2*k+1)*64+8*j+i]))
-					}
-				}
-				s, bias := BF16ToF32(scales[rb*int8Groups+g]), BF16ToF32(biases[rb*int8Groups+g])
-				sum += float32(isum)*sx[2*j]*s + bias*(xs[2*j]+xs[2*j+1])
-			}
+			sum += int8BlockDot(codes[rb*int8CodeBytes:(rb+1)*int8CodeBytes], acts[b*int8Block:(b+1)*int8Block],
+				scales[rb*int8Groups:(rb+1)*int8Groups], biases[rb*int8Groups:(rb+1)*int8Groups])
 		}
 		out[r] = sum
 	}
+}
+
+// int8BlockDot is one block of a weight row (its codes cb, its groups' bf16 scales and
+// biases) against one block of int8 activations blk: exact in the integer part, each
+// group's scale terms in float32.
+func int8BlockDot(cb, blk []byte, scales, biases []uint16) float32 {
+	sx, xs := f32s(blk[512:576]), f32s(blk[576:640])
+	var sum float32
+	for j := 0; j < int8Groups; j++ {
+		g := int8Order[j]
+		var isum int32
+		for k := 0; k < 4; k++ {
+			for i := 0; i < 8; i++ {
+				c := cb[g*32+8*k+i]
+				isum += int32(c&15)*int32(int8(blk[(2*k)*64+8*j+i])) +
+					int32(c>>4)*int32(int8(blk[(2*k+1)*64+8*j+i]))
+			}
+		}
+		sum += float32(isum)*sx[2*j]*BF16ToF32(scales[g]) + BF16ToF32(biases[g])*(xs[2*j]+xs[2*j+1])
+	}
+	return sum
 }
 
 // int8Tail is a partial block of one weight row padded with zero groups.
@@ -409,22 +416,7 @@ func q4Int8Dot8Go(codes []byte, scales, biases []uint16, blocks int, acts []byte
 		cb := codes[b*int8CodeBytes : (b+1)*int8CodeBytes]
 		for p := 0; p < int8RowsPerDot; p++ {
 			blk := acts[p*rowStride+b*int8Block : p*rowStride+(b+1)*int8Block]
-			sx, xs := f32s(blk[512:576]), f32s(blk[576:640])
-			var sum float32
-			for j := 0; j < int8Groups; j++ {
-				g := int8Order[j]
-				var isum int32
-				for k := 0; k < 4; k++ {
-					for i := 0; i < 8; i++ {
-						c := cb[g*32+8*k+i]
-						isum += int32(c&15)*int32(int8(blk[(2*k)*64+8*j+i])) +
-							int32(c>>4)*int32(int8(blk[(2*k+1)*64+8*j+i]))
-					}
-				}
-				s, bias := BF16ToF32(scales[b*int8Groups+g]), BF16ToF32(biases[b*int8Groups+g])
-				sum += float32(isum)*sx[2*j]*s + bias*(xs[2*j]+xs[2*j+1])
-			}
-			out[p] += sum
+			out[p] += int8BlockDot(cb, blk, scales[b*int8Groups:(b+1)*int8Groups], biases[b*int8Groups:(b+1)*int8Groups])
 		}
 	}
 }

@@ -170,7 +170,7 @@ func lowerMatmuls(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) 
 		args.W[i], args.Y[i], args.M[i] = w.W, out[i].Addr, int32(w.Shape[0])
 		maxM = max(maxM, w.Shape[0])
 	}
-	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(maxM, int(args.K), len(ws)), kernels.MatvecThreads, args)
+	return matvecLaunch(c, d, kernels.KernelMatvecFusedQ4, maxM, int(args.K), len(ws), args, ws...)
 }
 
 func supportsMatmulSwiGLU(_ graph.Attrs, in, _ []Operand) bool {
@@ -182,9 +182,9 @@ func supportsMatmulSwiGLU(_ graph.Attrs, in, _ []Operand) bool {
 func lowerMatmulSwiGLU(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	x, wg, wu := in[0], in[1], in[2]
 	M := wg.Shape[0]
-	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(M, wg.Shape[1], 1), kernels.MatvecThreads, kernels.MatvecArgs{
+	return matvecLaunch(c, d, kernels.KernelMatvecFusedQ4, M, wg.Shape[1], 1, kernels.MatvecArgs{
 		W: [kernels.MaxFused]kernels.Weight{wg.W, wu.W}, Y: [kernels.MaxFused]uint64{out[0].Addr}, M: [kernels.MaxFused]int32{int32(M), int32(M)},
-		X: x.Addr, K: int32(wg.Shape[1]), Mode: kernels.MatvecSwiGLU})
+		X: x.Addr, K: int32(wg.Shape[1]), Mode: kernels.MatvecSwiGLU}, wg, wu)
 }
 
 func supportsExpertMatmulSwiGLU(_ graph.Attrs, in, _ []Operand) bool {
@@ -201,7 +201,7 @@ func lowerExpertMatmulSwiGLU(c *ctx, d *plan.Dispatch, in, out []Operand) (*Laun
 	if len(x.Shape) == 3 {
 		args.XPerSlot = 1
 	}
-	return newKernel(kernels.KernelExpertMVSwiGLUQ4, matvecGrid(M, K, ids.Shape[0]*ids.Shape[1]), kernels.MatvecThreads, args)
+	return matvecLaunch(c, d, kernels.KernelExpertMVSwiGLUQ4, M, K, ids.Shape[0]*ids.Shape[1], args, wg, wu)
 }
 
 func supportsMatmulGatedAdd(_ graph.Attrs, in, out []Operand) bool {
@@ -213,9 +213,9 @@ func supportsMatmulGatedAdd(_ graph.Attrs, in, out []Operand) bool {
 func lowerMatmulGatedAdd(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	x, w, gate, other := in[0], in[1], in[2], in[3]
 	M := w.Shape[0]
-	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(M, w.Shape[1], 1), kernels.MatvecThreads, kernels.MatvecArgs{
+	return matvecLaunch(c, d, kernels.KernelMatvecFusedQ4, M, w.Shape[1], 1, kernels.MatvecArgs{
 		W: [kernels.MaxFused]kernels.Weight{w.W}, Y: [kernels.MaxFused]uint64{out[0].Addr}, M: [kernels.MaxFused]int32{int32(M)},
-		X: x.Addr, K: int32(w.Shape[1]), RowGate: gate.Addr, Other: other.Addr, Mode: kernels.MatvecSeparate})
+		X: x.Addr, K: int32(w.Shape[1]), RowGate: gate.Addr, Other: other.Addr, Mode: kernels.MatvecSeparate}, w)
 }
 
 func supportsExpertCombine(_ graph.Attrs, in, _ []Operand) bool { return expertQ4(in[0], in[2], in[1]) }
@@ -241,7 +241,7 @@ func supportsSigmoidGateMatmul(_ graph.Attrs, in, _ []Operand) bool {
 func lowerSigmoidGateMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	a, g, w := in[0], in[1], in[2]
 	M := w.Shape[0]
-	return newKernel(kernels.KernelMatvecFusedQ4, matvecGrid(M, w.Shape[1], 1), kernels.MatvecThreads, kernels.MatvecArgs{
+	return matvecLaunch(c, d, kernels.KernelMatvecFusedQ4, M, w.Shape[1], 1, kernels.MatvecArgs{
 		W: [kernels.MaxFused]kernels.Weight{w.W}, Y: [kernels.MaxFused]uint64{out[0].Addr}, M: [kernels.MaxFused]int32{int32(M)},
-		X: a.Addr, XGate: g.Addr, K: int32(w.Shape[1]), Mode: kernels.MatvecSeparate})
+		X: a.Addr, XGate: g.Addr, K: int32(w.Shape[1]), Mode: kernels.MatvecSeparate}, w)
 }

@@ -31,7 +31,7 @@ func lowerExpertSwiGLUShared(c *ctx, d *plan.Dispatch, in, out []Operand) (*Laun
 	M, K, SM := wg.Shape[1], wg.Shape[2], sg.Shape[0]
 	args := kernels.ExpertArgs{W: wg.W, W2: wu.W, X: x.Addr, Ids: ids.Addr, Y: out[0].Addr, T: int32(T), TopK: int32(k),
 		E: int32(wg.Shape[0]), M: int32(M), K: int32(K), SW: sg.W, SW2: su.W, SY: out[1].Addr, SM: int32(SM)}
-	return newKernel(kernels.KernelExpertMVSwiGLUSharedQ4, matvecGrid(max(M, SM), K, T*k+T), kernels.MatvecThreads, args)
+	return matvecLaunch(c, d, kernels.KernelExpertMVSwiGLUSharedQ4, max(M, SM), K, T*k+T, args, wg, wu, sg, su)
 }
 
 func supportsExpertCombineShared(_ graph.Attrs, in, _ []Operand) bool {

@@ -273,7 +273,10 @@ func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		return newKernel(kernels.KernelMatmulMMA, [3]int{ceilDiv(M, kernels.MMATileM), ceilDiv(rows, kernels.MMATileN), 1}, kernels.MMAThreads, args)
 	}
 	if rows == 1 && q4Matvec(w, K) {
-		return newKernel(kernels.KernelMatvecQ4, matvecGrid(M, K, 1), kernels.MatvecThreads, args)
+		return matvecLaunch(c, d, kernels.KernelMatvecQ4, M, K, 1, args, w)
+	}
+	if d.Attrs.Bool(AttrMMAMatvec) {
+		return nil, fmt.Errorf("%s: marked %s but %d rows of %s weights do not run the q4 matrix-vector kernel", d.Op, AttrMMAMatvec, rows, w.DType)
 	}
 	if d.Attrs.Bool(AttrBatchedMatvec) {
 		if !q4Matvec(w, K) {

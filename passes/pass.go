@@ -145,6 +145,8 @@ var Passes = []Pass{
 		Doc: "tensor-core matmuls whose 64x64 tiles would not fill the GPU run with each tile's k-steps shared out among its warps (matmul_mma_splitk)"},
 	{Name: "expert-tiles", Fn: expertTiles,
 		Doc: "the mma expert tiles' height (16, 32 or 64 routed rows) from the rows each expert receives; off: 16"},
+	{Name: "mma-matvec", Fn: mmaMatvec, DefaultOff: true,
+		Doc: "a GPU target with tensor cores: the q4 matrix-vector products (decode's projections, routed and shared experts' gate/up, lm_head) run on their tensor-core twins"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,
 		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},
 }
@@ -248,6 +250,8 @@ var PassOrder = []Constraint{
 	{"tensor-cores", "mma-split-k", "it picks among the kernels of the dispatches marked for the tensor cores"},
 	{"mma-split-k", "select-kernels", "the kernel choice reads the mark"},
 	{"tensor-cores", "select-kernels", "the kernel choice reads the mark"},
+	{"lower", "mma-matvec", "it marks the plan's dispatches, which lower makes"},
+	{"mma-matvec", "select-kernels", "the kernel choice reads the mark"},
 	{"expert-tiles", "select-kernels", "the kernel choice reads the tile height"},
 	{"reorder", "plan-memory",
 		"liveness follows list order: memory must be planned for the order the plan will run in"},

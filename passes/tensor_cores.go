@@ -56,6 +56,31 @@ func mmaSplitK(u *Unit) error {
 	return nil
 }
 
+// mmaMatvec marks, for a GPU target with tensor cores, every dispatch whose q4
+// matrix-vector kernel has a tensor-core twin (gpu.Target.MMAMatvecShape: decode's
+// projections and experts, and the one-row lm_head of a prefill) with
+// gpu.AttrMMAMatvec, so select-kernels launches the twin (ops/kernels/matvec_mma.k).
+// Off, they run on the portable SIMT matrix-vector kernels.
+func mmaMatvec(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || !t.GPU.TensorCores || u.Plan == nil {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if d.Attrs.Bool(gpu.AttrTensorCores) || d.Attrs.Bool(gpu.AttrBatchedMatvec) || d.Attrs.Bool(gpu.AttrExpertPerSlot) {
+			continue
+		}
+		in, _ := dispatchOperands(u.Plan, d)
+		if !t.GPU.MMAMatvecShape(d.Op, in) {
+			continue
+		}
+		setAttr(d, gpu.AttrMMAMatvec, true)
+		u.count("mma-matvec: "+d.Op, 1)
+	}
+	return nil
+}
+
 // expertTiles sizes the mma expert tiles by expert load: the height (routed rows per
 // tile) that holds the rows an expert receives on average, T·k/E (gpu.ExpertTileFor).
 // Off, every expert tile is 16 rows high.

@@ -34,7 +34,7 @@ var Families = []string{"common", "norm", "matmul", "attention", "conv", "deltan
 // CUDAFamilies are kernel files only the CUDA source carries, after the portable ones
 // (whose helpers they use): kernels for hardware the dialect does not abstract (the
 // tensor-core mma GEMM), each beside a portable kernel that does the same work.
-var CUDAFamilies = []string{"matmul_mma"}
+var CUDAFamilies = []string{"matmul_mma", "matvec_mma"}
 
 // Kernel names (the KERNEL declarations of the .k files).
 const (
@@ -82,7 +82,23 @@ const (
 	KernelExpertMMA16     = "expert_mma16"
 	KernelExpertMMA32     = "expert_mma32"
 	KernelExpertMMA64     = "expert_mma64"
+
+	// The decode matrix-vector products on the tensor cores (matvec_mma.k), each the twin
+	// of a SIMT kernel of the same arguments (MMAMatvecTwin).
+	KernelMatvecMMAQ4               = "matvec_mma_q4"
+	KernelMatvecFusedMMAQ4          = "matvec_fused_mma_q4"
+	KernelExpertMVSwiGLUMMAQ4       = "expert_matvec_swiglu_mma_q4"
+	KernelExpertMVSwiGLUSharedMMAQ4 = "expert_matvec_swiglu_shared_mma_q4"
 )
+
+// MMAMatvecTwin maps each q4 matrix-vector kernel that has a tensor-core twin to it: the
+// same argument struct and grid y, grid x ceil(M / MMAMatvecRows), MMAThreads threads.
+var MMAMatvecTwin = map[string]string{
+	KernelMatvecQ4:               KernelMatvecMMAQ4,
+	KernelMatvecFusedQ4:          KernelMatvecFusedMMAQ4,
+	KernelExpertMVSwiGLUQ4:       KernelExpertMVSwiGLUMMAQ4,
+	KernelExpertMVSwiGLUSharedQ4: KernelExpertMVSwiGLUSharedMMAQ4,
+}
 
 // The shared expert as one more slot of the routed experts' decode kernels
 // (fuse-shared-expert).
@@ -106,7 +122,8 @@ var Names = []string{
 }
 
 // CUDANames lists the kernels of CUDAFamilies.
-var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64}
+var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64,
+	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4}
 
 // NamesFor lists every kernel a backend's source declares.
 func NamesFor(backend string) []string {
@@ -128,6 +145,7 @@ const (
 	MMATileN          = 64  // MMA_TN: matmul_mma's activation rows per group
 	MMASplitKTileM    = 32  // MMA_SK_M: matmul_mma_splitk's weight rows per group
 	MMASplitKTileN    = 16  // MMA_SK_N: matmul_mma_splitk's activation rows per group
+	MMAMatvecRows     = 16  // MVM_ROWS: the tensor-core matrix-vector kernels' weight rows per group
 	AttnMaxD          = 256 // ATT_MAX_D
 	AttnSIMDs         = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
 	AttnMaxSplits     = 64  // attention_gqa's most key ranges of the equal-length split

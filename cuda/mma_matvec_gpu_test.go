@@ -1,0 +1,145 @@
+//go:build linux
+
+package cuda
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"pistil/gpu"
+	"pistil/graph"
+	"pistil/ops"
+	"pistil/ops/kernels"
+	"pistil/plan"
+)
+
+// mmaMatvecCases are the decode matrix-vector products marked for their tensor-core twins
+// (the mma-matvec pass): row counts that are not multiples of a group's 16, k-steps fewer
+// than the four warps (K 128), not a multiple of them (192, 640) and several batches per
+// warp (2048, 4096), the gates and modes of matvec_fused_q4, routed slots of one and of
+// several tokens, the shared expert narrower and wider than the routed ones, and
+// activations of large and small magnitude (the three-part split is exact at any scale).
+func mmaMatvecCases() []opCase {
+	r := rand.New(rand.NewPCG(21, 22))
+	routed := func(T, k, E int) *ops.Tensor {
+		v := make([]int32, T*k)
+		for i := 0; i < T; i++ {
+			perm := r.Perm(E)
+			for j := 0; j < k; j++ {
+				v[i*k+j] = int32(perm[j])
+			}
+		}
+		return ids(v, T, k)
+	}
+	q4 := func(shape ...int) *ops.Tensor { return randQuant(r, graph.Q4, shape...) }
+	cases := []opCase{
+		{name: "qmatmul 128 to 40", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), q4(40, 128)}},
+		{name: "qmatmul 192 to 72", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 192), q4(72, 192)}},
+		{name: "qmatmul 640 to 33", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 640), q4(33, 640)}},
+		{name: "qmatmul 2048 to 300", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 2048), q4(300, 2048)}},
+		{name: "qmatmul 4096 to 48", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 4096), q4(48, 4096)}},
+		{name: "qmatmul 256 to 40, activations x1000", op: "qmatmul", in: []*ops.Tensor{scaled(randF32(r, 1, 256), 1000), q4(40, 256)}},
+		{name: "qmatmul 256 to 40, activations x1e-3", op: "qmatmul", in: []*ops.Tensor{scaled(randF32(r, 1, 256), 1e-3), q4(40, 256)}},
+		{name: "matmuls 128 to 40, 24, 72", op: "matmuls", in: []*ops.Tensor{randF32(r, 1, 128), q4(40, 128), q4(24, 128), q4(72, 128)}},
+		{name: "matmuls 2048 to 8192, 4096, 32, 32", op: "matmuls", in: []*ops.Tensor{randF32(r, 1, 2048), q4(8192, 2048), q4(4096, 2048), q4(32, 2048), q4(32, 2048)}},
+		{name: "matmul_swiglu 2048 to 40", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 2048), q4(40, 2048), q4(40, 2048)}},
+		{name: "matmul_swiglu 192 to 24", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 192), q4(24, 192), q4(24, 192)}},
+		{name: "matmul_gated_add 256 to 40", op: "matmul_gated_add", in: []*ops.Tensor{randF32(r, 1, 256), q4(40, 256), randF32(r, 1, 1), randF32(r, 1, 40)}},
+		{name: "sigmoid_gate_matmul 4096 to 40", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 1, 4096), randF32(r, 1, 4096), q4(40, 4096)}},
+		{name: "expert_matmul_swiglu decode", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 128), q4(8, 40, 128), q4(8, 40, 128), routed(1, 4, 8)}},
+		{name: "expert_matmul_swiglu 3 tokens", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 3, 192), q4(8, 24, 192), q4(8, 24, 192), routed(3, 4, 8)}},
+		{name: "expert_matmul_swiglu per-slot x", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 2, 4, 128), q4(8, 40, 128), q4(8, 40, 128), routed(2, 4, 8)}},
+		{name: "expert_matmul_swiglu_shared decode narrow", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randF32(r, 1, 128),
+			q4(8, 40, 128), q4(8, 40, 128), routed(1, 4, 8), q4(24, 128), q4(24, 128)}},
+		{name: "expert_matmul_swiglu_shared decode wide", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randF32(r, 1, 2048),
+			q4(16, 36, 2048), q4(16, 36, 2048), routed(1, 8, 16), q4(72, 2048), q4(72, 2048)}},
+	}
+	for i := range cases {
+		cases[i].attrs = graph.Attrs{gpu.AttrMMAMatvec: true}
+	}
+	return cases
+}
+
+// The tensor-core matrix-vector kernels match the CPU references within the SIMT
+// kernels' bound (runOpCase): codes enter the mma exactly and the activations in three
+// bf16 parts that sum to them exactly, so what is left is float32 accumulation. Under
+// cuda/emu the mma is its exact emulation with PTX's fragment layout, so a mistake in the
+// k permutation shared by the weight words and the staged activations fails here.
+func TestMMAMatvecKernelsMatchReferences(t *testing.T) {
+	g := openGPU(t)
+	for _, c := range mmaMatvecCases() {
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+}
+
+// The cases are valid ops, the pass's shape test takes them, and they lower to the
+// twins of the SIMT kernels they would otherwise run; the lowering refuses the mark
+// where it cannot honour it (a target without tensor cores, q8 weights, K not a
+// multiple of the 64-k step, a qmatmul of several rows).
+func TestMMAMatvecCasesLowerToTheTwins(t *testing.T) {
+	operands := func(ts []*ops.Tensor) []gpu.Operand {
+		in := make([]gpu.Operand, len(ts))
+		for i, tns := range ts {
+			in[i] = denseOperand(uint64(i+1)<<40, tns.DType, tns.Shape)
+			in[i].W.Group = int32(tns.Group)
+		}
+		return in
+	}
+	for _, c := range mmaMatvecCases() {
+		types, _, err := referenceOf(c)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		in := operands(c.in)
+		var outs []gpu.Operand
+		for i, ty := range types {
+			outs = append(outs, denseOperand(uint64(20+i)<<40, ty.DType, ty.Shape.Eval(graph.Bindings{})))
+		}
+		if !gpu.CUDA.MMAMatvecShape(c.op, in) {
+			t.Errorf("%s: MMAMatvecShape says no", c.name)
+		}
+		plain, err := gpu.CUDA.Lower(&plan.Dispatch{Op: c.op}, in, outs, 30<<40)
+		if err != nil {
+			t.Errorf("%s unmarked: %v", c.name, err)
+			continue
+		}
+		l, err := gpu.CUDA.Lower(&plan.Dispatch{Op: c.op, Attrs: c.attrs}, in, outs, 30<<40)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if want := kernels.MMAMatvecTwin[plain.Kernel]; l.Kernel != want || want == "" {
+			t.Errorf("%s: lowered to %s, want the twin of %s (%q)", c.name, l.Kernel, plain.Kernel, want)
+		}
+		if l.Block != kernels.MMAThreads || l.Grid[1] != plain.Grid[1] {
+			t.Errorf("%s: grid %v block %d, want grid y %d and %d threads", c.name, l.Grid, l.Block, plain.Grid[1], kernels.MMAThreads)
+		}
+		if gpu.Metal.MMAMatvecShape(c.op, in) {
+			t.Errorf("%s: Metal takes the tensor-core twins", c.name)
+		}
+		if _, err := gpu.Metal.Lower(&plan.Dispatch{Op: c.op, Attrs: c.attrs}, in, outs, 30<<40); err == nil {
+			t.Errorf("%s: Metal lowered a dispatch marked %s", c.name, gpu.AttrMMAMatvec)
+		}
+	}
+	r := rand.New(rand.NewPCG(23, 24))
+	marked := graph.Attrs{gpu.AttrMMAMatvec: true}
+	for _, c := range []struct {
+		name string
+		op   string
+		in   []*ops.Tensor
+	}{
+		{"q8 weights", "qmatmul", []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q8, 40, 128)}},
+		{"K 96", "qmatmul", []*ops.Tensor{randF32(r, 1, 96), randQuant(r, graph.Q4, 40, 96)}},
+		{"two rows", "qmatmul", []*ops.Tensor{randF32(r, 2, 128), randQuant(r, graph.Q4, 40, 128)}},
+	} {
+		in := operands(c.in)
+		outs := []gpu.Operand{denseOperand(20<<40, graph.F32, []int{c.in[0].Shape[0], 40})}
+		if gpu.CUDA.MMAMatvecShape(c.op, in) {
+			t.Errorf("%s: MMAMatvecShape takes it", c.name)
+		}
+		if _, err := gpu.CUDA.Lower(&plan.Dispatch{Op: c.op, Attrs: marked}, in, outs, 30<<40); err == nil {
+			t.Errorf("%s: lowered although marked %s", c.name, gpu.AttrMMAMatvec)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package gpu
+
+import (
+	"fmt"
+
+	"pistil/graph"
+	"pistil/ops/kernels"
+	"pistil/plan"
+)
+
+// The decode matrix-vector products on the tensor cores (ops/kernels/matvec_mma.k): the
+// mma-matvec pass marks a dispatch whose q4 matrix-vector kernel has a tensor-core twin
+// (kernels.MMAMatvecTwin) with AttrMMAMatvec, and the lowering launches the twin: the
+// same arguments, 16 weight rows per group of four warps that share out K.
+
+// AttrMMAMatvec (bool) runs a decode q4 matrix-vector dispatch on its kernel's
+// tensor-core twin (the mma-matvec pass; MMAMatvecShape).
+const AttrMMAMatvec = "mma_matvec"
+
+// mmaMatvecOps names, for each op whose decode kernel has a tensor-core twin, which of
+// its inputs are weights and whether the op takes the matrix-vector kernel at all with
+// these operands (a qmatmul only at one row; the fused ops where their kernel supports
+// them, otherwise expand-for-backend has split them).
+var mmaMatvecOps = map[string]struct {
+	weights []int
+	takes   func(in []Operand) bool
+}{
+	"matmul":                      {[]int{1}, oneRowQ4},
+	"qmatmul":                     {[]int{1}, oneRowQ4},
+	"matmuls":                     {nil, func(in []Operand) bool { return supportsMatmuls(nil, in, nil) }},
+	"matmul_swiglu":               {[]int{1, 2}, func(in []Operand) bool { return supportsMatmulSwiGLU(nil, in, nil) }},
+	"matmul_gated_add":            {[]int{1}, func(in []Operand) bool { return len(in) == 4 && decodeQ4(in[0], in[1]) }},
+	"sigmoid_gate_matmul":         {[]int{2}, func(in []Operand) bool { return len(in) == 3 && decodeQ4(in[0], in[2]) }},
+	"expert_matmul_swiglu":        {[]int{1, 2}, func(in []Operand) bool { return supportsExpertMatmulSwiGLU(nil, in, nil) }},
+	"expert_matmul_swiglu_shared": {[]int{1, 2, 4, 5}, func(in []Operand) bool { return supportsExpertSwiGLUShared(nil, in, nil) }},
+}
+
+func oneRowQ4(in []Operand) bool {
+	if len(in) < 2 || len(in[1].Shape) != 2 {
+		return false
+	}
+	K := in[1].Shape[1]
+	return K > 0 && prod(in[0].Shape) == K && q4Matvec(in[1], K)
+}
+
+// MMAMatvecShape says whether a dispatch of op with these operands runs a q4 matrix-vector
+// kernel that the tensor-core twin can replace: on a target with tensor cores, every
+// weight q4 in quantization groups of a multiple of the mma k-step, K a multiple of it.
+func (t *Target) MMAMatvecShape(op string, in []Operand) bool {
+	spec, ok := mmaMatvecOps[op]
+	if !t.TensorCores || !ok || len(in) < 2 || !spec.takes(in) {
+		return false
+	}
+	idx := spec.weights
+	if idx == nil { // matmuls: every input after x
+		for i := 1; i < len(in); i++ {
+			idx = append(idx, i)
+		}
+	}
+	ws := make([]Operand, 0, len(idx))
+	for _, i := range idx {
+		if i >= len(in) {
+			return false
+		}
+		ws = append(ws, in[i])
+	}
+	K := ws[0].Shape[len(ws[0].Shape)-1]
+	return mmaMatvecWeights(K, ws...)
+}
+
+func mmaMatvecWeights(K int, ws ...Operand) bool {
+	if K <= 0 || K%mmaTileK != 0 || len(ws) == 0 {
+		return false
+	}
+	for _, w := range ws {
+		if w.DType != graph.Q4 || w.W.Group%mmaTileK != 0 || w.Shape[len(w.Shape)-1] != K {
+			return false
+		}
+	}
+	return true
+}
+
+// matvecLaunch launches the q4 matrix-vector kernel name over M rows of K inputs with y
+// groups along GROUP_ID_Y, or, for a dispatch marked AttrMMAMatvec, its tensor-core twin;
+// ws are the weights, which the twin needs in mma k-steps.
+func matvecLaunch[A any](c *ctx, d *plan.Dispatch, name string, M, K, y int, args A, ws ...Operand) (*Launch, error) {
+	if !d.Attrs.Bool(AttrMMAMatvec) {
+		return newKernel(name, matvecGrid(M, K, y), kernels.MatvecThreads, args)
+	}
+	twin, ok := kernels.MMAMatvecTwin[name]
+	switch {
+	case !c.t.TensorCores:
+		return nil, fmt.Errorf("%s: marked %s but the %s target has no tensor-core kernels", d.Op, AttrMMAMatvec, c.t.Name)
+	case !ok:
+		return nil, fmt.Errorf("%s: marked %s but its kernel %s has no tensor-core twin", d.Op, AttrMMAMatvec, name)
+	case !mmaMatvecWeights(K, ws...):
+		return nil, fmt.Errorf("%s: marked %s for weights it does not take (q4 in groups of a multiple of %d, K = %d a multiple of it)", d.Op, AttrMMAMatvec, mmaTileK, K)
+	}
+	return newKernel(twin, [3]int{ceilDiv(M, kernels.MMAMatvecRows), y, 1}, kernels.MMAThreads, args)
+}

@@ -1,0 +1,59 @@
+package passes_test
+
+import (
+	"testing"
+
+	"pistil/gpu"
+	"pistil/models/qwen35moe"
+	"pistil/ops"
+	"pistil/ops/kernels"
+	"pistil/passes"
+)
+
+// On the 35B-A3B's decode plan, mma-matvec gives every q4 matrix-vector dispatch whose
+// kernel has a tensor-core twin that twin (the projections of all 40 layers, the routed
+// experts' gate/up with the shared expert, the lm_head) and leaves the rest alone; off,
+// nothing runs a twin; Metal, without tensor cores, never gets one.
+func TestMMAMatvecMarksDecodeMatvecs(t *testing.T) {
+	cfg := qwen35moe.Default()
+	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	twins := map[string]bool{}
+	for _, twin := range kernels.MMAMatvecTwin {
+		twins[twin] = true
+	}
+	for _, c := range []struct {
+		backend string
+		on      bool
+	}{{"cuda", true}, {"cuda", false}, {"metal", true}} {
+		decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1, Backend: c.backend},
+			passes.Config{Off: map[string]bool{"mma-matvec": !c.on}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		marked, simt := 0, 0
+		for _, d := range decode.Dispatches {
+			isTwin := twins[d.Kernel]
+			if isTwin != d.Attrs.Bool(gpu.AttrMMAMatvec) {
+				t.Errorf("%s on=%v: %s %s runs %s, marked %v", c.backend, c.on, d.Op, d.Label, d.Kernel, d.Attrs.Bool(gpu.AttrMMAMatvec))
+			}
+			if isTwin {
+				marked++
+			}
+			if _, ok := kernels.MMAMatvecTwin[d.Kernel]; ok {
+				simt++
+			}
+		}
+		// 30 GDN input projections + 10 attention q/k/v, 40 output projections, 40 routed +
+		// shared gate/up, 1 lm_head.
+		want := 0
+		if c.on && c.backend == "cuda" {
+			want = 121
+		}
+		if marked != want {
+			t.Errorf("%s on=%v: %d dispatches on tensor-core twins, want %d (%d left on twinned SIMT kernels)", c.backend, c.on, marked, want, simt)
+		}
+	}
+}

@@ -145,7 +145,7 @@ var Passes = []Pass{
 		Doc: "tensor-core matmuls whose 64x64 tiles would not fill the GPU run with each tile's k-steps shared out among its warps (matmul_mma_splitk)"},
 	{Name: "expert-tiles", Fn: expertTiles,
 		Doc: "the mma expert tiles' height (16, 32 or 64 routed rows) from the rows each expert receives; off: 16"},
-	{Name: "mma-matvec", Fn: mmaMatvec, DefaultOff: true,
+	{Name: "mma-matvec", Fn: mmaMatvec,
 		Doc: "a GPU target with tensor cores: the q4 matrix-vector products (decode's projections, routed and shared experts' gate/up, lm_head) run on their tensor-core twins"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,
 		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},

@@ -64,20 +64,22 @@ func (t *Target) MMAMatvecShape(op string, in []Operand) bool {
 		}
 		ws = append(ws, in[i])
 	}
-	K := ws[0].Shape[len(ws[0].Shape)-1]
-	return mmaMatvecWeights(K, ws...)
+	return mmaMatvecWeights(ws...)
 }
 
-func mmaMatvecWeights(K int, ws ...Operand) bool {
-	if K <= 0 || K%mmaTileK != 0 || len(ws) == 0 {
-		return false
-	}
+// mmaMatvecWeights says whether the twins take these weights: q4 in quantization groups
+// of a multiple of the mma k-step, rows of a multiple of it.
+func mmaMatvecWeights(ws ...Operand) bool {
 	for _, w := range ws {
-		if w.DType != graph.Q4 || w.W.Group%mmaTileK != 0 || w.Shape[len(w.Shape)-1] != K {
+		if len(w.Shape) == 0 {
+			return false
+		}
+		K := w.Shape[len(w.Shape)-1]
+		if w.DType != graph.Q4 || w.W.Group <= 0 || w.W.Group%mmaTileK != 0 || K <= 0 || K%mmaTileK != 0 {
 			return false
 		}
 	}
-	return true
+	return len(ws) > 0
 }
 
 // matvecLaunch launches the q4 matrix-vector kernel name over M rows of K inputs with y
@@ -93,7 +95,7 @@ func matvecLaunch[A any](c *ctx, d *plan.Dispatch, name string, M, K, y int, arg
 		return nil, fmt.Errorf("%s: marked %s but the %s target has no tensor-core kernels", d.Op, AttrMMAMatvec, c.t.Name)
 	case !ok:
 		return nil, fmt.Errorf("%s: marked %s but its kernel %s has no tensor-core twin", d.Op, AttrMMAMatvec, name)
-	case !mmaMatvecWeights(K, ws...):
+	case !mmaMatvecWeights(ws...):
 		return nil, fmt.Errorf("%s: marked %s for weights it does not take (q4 in groups of a multiple of %d, K = %d a multiple of it)", d.Op, AttrMMAMatvec, mmaTileK, K)
 	}
 	grid := [3]int{ceilDiv(M, kernels.MMAMatvecRows), y, 1}

@@ -12,7 +12,7 @@ import (
 
 // On the 35B-A3B's decode plan, mma-matvec gives every q4 matrix-vector dispatch whose
 // kernel has a tensor-core twin that twin (the projections of all 40 layers, the routed
-// experts' gate/up with the shared expert, the lm_head) and leaves the rest alone; off,
+// experts' gate/up with the shared expert's, the lm_head) and leaves the rest alone; off,
 // nothing runs a twin; Metal, without tensor cores, never gets one.
 func TestMMAMatvecMarksDecodeMatvecs(t *testing.T) {
 	cfg := qwen35moe.Default()
@@ -47,7 +47,8 @@ func TestMMAMatvecMarksDecodeMatvecs(t *testing.T) {
 			}
 		}
 		// 30 GDN input projections + 10 attention q/k/v, 40 output projections, 40 routed +
-		// shared gate/up, 1 lm_head.
+		// shared gate/up, 1 lm_head (the routed and shared down projections keep
+		// expert_matvec_combine_shared_q4, which was faster than a twin: cuda/README.md).
 		want := 0
 		if c.on && c.backend == "cuda" {
 			want = 121

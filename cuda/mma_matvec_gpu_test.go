@@ -21,16 +21,7 @@ import (
 // activations of large and small magnitude (the three-part split is exact at any scale).
 func mmaMatvecCases() []opCase {
 	r := rand.New(rand.NewPCG(21, 22))
-	routed := func(T, k, E int) *ops.Tensor {
-		v := make([]int32, T*k)
-		for i := 0; i < T; i++ {
-			perm := r.Perm(E)
-			for j := 0; j < k; j++ {
-				v[i*k+j] = int32(perm[j])
-			}
-		}
-		return ids(v, T, k)
-	}
+	routed := func(T, k, E int) *ops.Tensor { return routedIDs(r, T, k, E) }
 	q4 := func(shape ...int) *ops.Tensor { return randQuant(r, graph.Q4, shape...) }
 	cases := []opCase{
 		{name: "qmatmul 128 to 40", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), q4(40, 128)}},

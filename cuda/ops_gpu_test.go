@@ -210,18 +210,21 @@ func TestOpCasesAreValid(t *testing.T) {
 	}
 }
 
+// routedIDs is a [T, k] routing of T tokens to k distinct experts of E each, drawn from r.
+func routedIDs(r *rand.Rand, T, k, E int) *ops.Tensor {
+	v := make([]int32, T*k)
+	for i := 0; i < T; i++ {
+		perm := r.Perm(E)
+		for j := 0; j < k; j++ {
+			v[i*k+j] = int32(perm[j])
+		}
+	}
+	return ids(v, T, k)
+}
+
 func opCases() []opCase {
 	r := rand.New(rand.NewPCG(1, 2))
-	routed := func(T, k, E int) *ops.Tensor {
-		v := make([]int32, T*k)
-		for i := 0; i < T; i++ {
-			perm := r.Perm(E)
-			for j := 0; j < k; j++ {
-				v[i*k+j] = int32(perm[j])
-			}
-		}
-		return ids(v, T, k)
-	}
+	routed := func(T, k, E int) *ops.Tensor { return routedIDs(r, T, k, E) }
 	kcache := func(dt graph.DType) *ops.Tensor {
 		if dt == graph.BF16 {
 			return randBF16(r, 16, 2, 64)

@@ -63,22 +63,10 @@ func mmaSplitK(u *Unit) error {
 // Off, they run on the portable SIMT matrix-vector kernels.
 func mmaMatvec(u *Unit) error {
 	t, err := TargetFor(u.Phase.Backend)
-	if err != nil || t.GPU == nil || !t.GPU.TensorCores || u.Plan == nil {
+	if err != nil || t.GPU == nil {
 		return err
 	}
-	for i := range u.Plan.Dispatches {
-		d := &u.Plan.Dispatches[i]
-		if d.Attrs.Bool(gpu.AttrTensorCores) || d.Attrs.Bool(gpu.AttrBatchedMatvec) || d.Attrs.Bool(gpu.AttrExpertPerSlot) {
-			continue
-		}
-		in, _ := dispatchOperands(u.Plan, d)
-		if !t.GPU.MMAMatvecShape(d.Op, in) {
-			continue
-		}
-		setAttr(d, gpu.AttrMMAMatvec, true)
-		u.count("mma-matvec: "+d.Op, 1)
-	}
-	return nil
+	return markUnclaimed(u, "mma-matvec", gpu.AttrMMAMatvec, t.GPU.MMAMatvecShape)
 }
 
 // expertTiles sizes the mma expert tiles by expert load: the height (routed rows per
@@ -130,8 +118,18 @@ func expertPerSlot(u *Unit) error {
 }
 
 func markShortStep(u *Unit, pass, attr string, shape func(op string, in []gpu.Operand) bool) error {
+	if u.Plan == nil || u.Plan.Tokens < 2 {
+		return nil
+	}
+	return markUnclaimed(u, pass, attr, shape)
+}
+
+// markUnclaimed marks with attr, for a GPU target, every dispatch of the plan whose
+// operands shape takes and that no earlier kernel-choice pass has claimed (tensor cores,
+// a batched or per-slot matrix-vector kernel).
+func markUnclaimed(u *Unit, pass, attr string, shape func(op string, in []gpu.Operand) bool) error {
 	t, err := TargetFor(u.Phase.Backend)
-	if err != nil || t.GPU == nil || u.Plan == nil || u.Plan.Tokens < 2 {
+	if err != nil || t.GPU == nil || u.Plan == nil {
 		return err
 	}
 	for i := range u.Plan.Dispatches {

@@ -32,6 +32,16 @@ func q4Int8Dot1AVX512(codes []byte, scales, biases []uint16, blocks int, acts []
 }
 
 //go:noescape
+func q4Int8Dot1AVX2Asm(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32)
+
+// q4Int8Dot1AVX2 is the one-row AVX2 kernel (qmatmul_int8_avx2_amd64.s) behind the length
+// checks: decode under activations = "int8-all" on machines without AVX-512 VNNI.
+func q4Int8Dot1AVX2(codes []byte, scales, biases []uint16, blocks int, acts []byte, out []float32) {
+	checkInt8RowCall(codes, scales, biases, blocks, acts, out)
+	q4Int8Dot1AVX2Asm(&codes[0], &scales[0], &biases[0], blocks, len(out), &acts[0], &out[0])
+}
+
+//go:noescape
 func quantizeGroupAVX512(x *float32, block *byte, lane int)
 
 func init() {
@@ -46,7 +56,7 @@ func init() {
 	}
 	// VPMADDUBSW, VPMADDWD and VPERMD on 256-bit registers, and the float32 FMAs.
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		addInt8Kernel("avx2", q4Int8Dot8AVX2, nil) // no row kernel: decode stays float32
+		addInt8Kernel("avx2", q4Int8Dot8AVX2, q4Int8Dot1AVX2)
 	}
 	// VPDPBUSD on 512-bit registers, VPERMW (BW) and the mask registers.
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI {

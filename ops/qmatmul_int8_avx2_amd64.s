@@ -41,10 +41,9 @@ DATA spreadHi<>+24(SB)/4, $7
 DATA spreadHi<>+28(SB)/4, $7
 GLOBL spreadHi<>(SB), RODATA|NOPTR, $32
 
-// HALF transposes groups ga gb gc gd (their code rows' 32-byte addresses) into the
-// nibble vectors Y0-Y7 (Y2k: low nibbles of T_k, Y2k+1: high) and spreads the block's
-// scales and biases over the half's lanes with the VPERMD index idx.
-#define HALF(ga, gb, gc, gd, idx) \
+// HALFCODES transposes groups ga gb gc gd (their code rows' 32-byte addresses) into the
+// nibble vectors Y0-Y7 (Y2k: low nibbles of T_k, Y2k+1: high); Y8 is scratch.
+#define HALFCODES(ga, gb, gc, gd) \
 	VMOVDQU     ga, Y4; \
 	VMOVDQU     gb, Y5; \
 	VMOVDQU     gc, Y6; \
@@ -68,7 +67,12 @@ GLOBL spreadHi<>(SB), RODATA|NOPTR, $32
 	VPAND       Y14, Y5, Y5; \
 	VPSRLW      $4, Y7, Y8; \
 	VPAND       Y14, Y7, Y6; \
-	VPAND       Y14, Y8, Y7; \
+	VPAND       Y14, Y8, Y7
+
+// HALF is HALFCODES, then spreads the block's scales and biases over the half's lanes
+// with the VPERMD index idx.
+#define HALF(ga, gb, gc, gd, idx) \
+	HALFCODES(ga, gb, gc, gd); \
 	VMOVDQU     idx, Y12; \
 	VPMOVZXWD   (R8), Y9; \
 	VPSLLD      $16, Y9, Y9; \
@@ -191,5 +195,115 @@ q4i8avx2block:
 	VADDPS       16(DX), X4, X4
 	VMOVUPS      X0, (DX)
 	VMOVUPS      X4, 16(DX)
+	VZEROUPPER
+	RET
+
+// dot1Order<> is the VPERMD index that puts eight float32 group values (natural order)
+// in the order of the one-row kernel's group sums: 0 4 2 6 1 5 3 7.
+DATA dot1Order<>+0(SB)/4, $0
+DATA dot1Order<>+4(SB)/4, $4
+DATA dot1Order<>+8(SB)/4, $2
+DATA dot1Order<>+12(SB)/4, $6
+DATA dot1Order<>+16(SB)/4, $1
+DATA dot1Order<>+20(SB)/4, $5
+DATA dot1Order<>+24(SB)/4, $3
+DATA dot1Order<>+28(SB)/4, $7
+GLOBL dot1Order<>(SB), RODATA|NOPTR, $32
+
+// DOT1 meets Y0-Y7 with the one activation row's half block (a0..a7) and leaves the
+// half's int32 sums in dst (dword lanes 2j and 2j+1 both of the half's group j).
+#define DOT1(a0, a1, a2, a3, a4, a5, a6, a7, dst) \
+	VPMADDUBSW a0, Y0, Y8; \
+	VPMADDUBSW a1, Y1, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a2, Y2, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a3, Y3, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a4, Y4, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a5, Y5, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a6, Y6, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a7, Y7, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDWD   Y10, Y8, dst
+
+// func q4Int8Dot1AVX2Asm(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32)
+//
+// out[r] = the dot of one activation row (acts, blocks blocks in the int8 layout) with
+// each of rows consecutive weight rows of blocks blocks: q4Int8Dot1VNNI's work for
+// machines without AVX-512 VNNI. Per block the two halves are transposed and multiplied
+// as in q4Int8Dot8AVX2Asm, for one row, so the accumulator stays in a register (Y13).
+// The halves' int32 sums are then folded pairwise (VPHADDD: lanes 2j and 2j+1 hold the
+// same group), which leaves one sum per group in the order 0 4 2 6 1 5 3 7; the
+// activation scales and halved sums come out of their tables in that order with one
+// VSHUFPS and one VHADDPS, the weights' scales and biases with one VPERMD each, so one
+// conversion and two FMAs cover the block.
+TEXT ·q4Int8Dot1AVX2Asm(SB), NOSPLIT, $0-56
+	MOVQ codes+0(FP), SI
+	MOVQ scales+8(FP), R8
+	MOVQ biases+16(FP), R9
+	MOVQ rows+32(FP), BX
+	MOVQ out+48(FP), DX
+
+	MOVL         $0x0f0f0f0f, AX
+	MOVQ         AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $0x00010001, AX
+	MOVQ         AX, X10
+	VPBROADCASTD X10, Y10
+
+q4i8avx2d1row:
+	MOVQ  blocks+24(FP), CX
+	MOVQ  acts+40(FP), DI
+	VPXOR Y13, Y13, Y13
+
+q4i8avx2d1block:
+	// Eight blocks ahead, as q4Int8Dot1VNNI.
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
+	PREFETCHT0 2240(SI)
+
+	HALFCODES((SI), 128(SI), 32(SI), 160(SI))
+	DOT1(0(DI), 64(DI), 128(DI), 192(DI), 256(DI), 320(DI), 384(DI), 448(DI), Y11)
+	HALFCODES(64(SI), 192(SI), 96(SI), 224(SI))
+	DOT1(32(DI), 96(DI), 160(DI), 224(DI), 288(DI), 352(DI), 416(DI), 480(DI), Y12)
+
+	VPHADDD      Y12, Y11, Y0 // groups 0 4 2 6 | 1 5 3 7
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      512(DI), Y1
+	VSHUFPS      $0x88, 544(DI), Y1, Y1 // sx of table lanes 0 2 8 10 | 4 6 12 14
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      576(DI), Y2
+	VHADDPS      608(DI), Y2, Y2 // sx·Σxq: the two halved lanes of each group added
+	VMOVDQU      dot1Order<>(SB), Y4
+	VPMOVZXWD    (R8), Y3
+	VPSLLD       $16, Y3, Y3
+	VPERMD       Y3, Y4, Y3
+	VPMOVZXWD    (R9), Y5
+	VPSLLD       $16, Y5, Y5
+	VPERMD       Y5, Y4, Y5
+	VFMADD231PS  Y3, Y0, Y13
+	VFMADD231PS  Y5, Y2, Y13
+
+	ADDQ $256, SI
+	ADDQ $16, R8
+	ADDQ $16, R9
+	ADDQ $640, DI
+	DECQ CX
+	JNZ  q4i8avx2d1block
+
+	VEXTRACTF128 $1, Y13, X0
+	VADDPS       X13, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	MOVSS        X0, (DX)
+	ADDQ         $4, DX
+	DECQ         BX
+	JNZ          q4i8avx2d1row
+
 	VZEROUPPER
 	RET

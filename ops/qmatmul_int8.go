@@ -145,8 +145,8 @@ func int8Fits(env *Env, w weightRows, P int) bool {
 	if int8Kernel == nil || w.t.DType != graph.Q4 || w.t.Group != int8Group || !env.int8Activations() {
 		return false
 	}
-	if P == 1 { // decode: whole blocks only, so that the row kernel needs no padded tail
-		return env.int8Decode() && int8RowKernel != nil && (w.cols/int8Group)%int8Groups == 0
+	if P == 1 { // decode
+		return env.int8Decode() && int8RowKernel != nil
 	}
 	return P > 1
 }
@@ -327,7 +327,12 @@ func mulQuantInt8Row(a *quantActs, w weightRows, rowBase, lo, hi int, store func
 
 // mulQuantInt8RowTo is mulQuantInt8Row writing row r's result to dst[r-lo].
 func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32) {
-	blocks := a.K / int8Group / int8Groups
+	G := a.K / int8Group
+	blocks := G / int8Groups
+	if blocks*int8Groups < G {
+		mulQuantInt8RowTail(a, w, rowBase, lo, hi, dst)
+		return
+	}
 	for r0 := lo; r0 < hi; {
 		n := min(int8RowRun, hi-r0)
 		if w.t.Stride0 != 0 {
@@ -336,6 +341,26 @@ func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []fl
 		codes, scales, biases := w.locateRun(rowBase+r0, n)
 		int8RowKernel(codes, scales, biases, blocks, a.int8, dst[r0-lo:r0-lo+n])
 		r0 += n
+	}
+}
+
+// mulQuantInt8RowTo for rows that end in a partial block (the tiny models' K = 192): rows
+// are then not whole blocks apart, so the row kernel takes one row at a time, its whole
+// blocks and then its last block copied into a zero-padded one, as mulQuantInt8 does.
+func mulQuantInt8RowTail(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32) {
+	full := a.K / int8Group / int8Groups
+	var tail int8Tail
+	var last [1]float32
+	for r := lo; r < hi; r++ {
+		codes, scales, biases := w.locate(rowBase + r)
+		out := dst[r-lo : r-lo+1]
+		out[0] = 0
+		if full > 0 {
+			int8RowKernel(codes, scales, biases, full, a.int8, out)
+		}
+		tail.fill(codes[full*int8CodeBytes:], scales[full*int8Groups:], biases[full*int8Groups:])
+		int8RowKernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, a.int8[full*int8Block:], last[:])
+		out[0] += last[0]
 	}
 }
 

@@ -112,14 +112,13 @@ func TestInt8RowKernelIntegerPartExact(t *testing.T) {
 
 // Decode's matmuls under "int8-all" are the product of the rounded activation row with
 // the weights (qmatmul and the routed experts' expert_qmatmul, rows in runs longer than
-// the row kernel's and strided stacks), where the kernel in use has a row kernel and the
-// row is whole blocks (every kernel has one: VNNI, AVX2, go); otherwise (a partial block)
-// decode keeps the float32 kernels, which TestQMatmulKernelsMatchTensorRow holds to the
-// exact product.
+// the row kernel's and strided stacks), with every int8 kernel of the machine (each has a
+// row kernel: VNNI, AVX2, go), rows of whole blocks and rows ending in a partial one
+// (G = 3: no whole block; G = 11: one whole block and a partial one).
 func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 	rng := rand.New(rand.NewSource(32))
 	env := &Env{Workers: 2, Kernels: KernelsFast, Activations: ActivationsInt8All}
-	for _, G := range []int{3, 8, 32} {
+	for _, G := range []int{3, 8, 11, 32} {
 		K := G * int8Group
 		const E, M, k = 5, 150, 3
 		w := quantize(randTensor(rng, 0.1, E, M, K), 4, int8Group)
@@ -128,7 +127,6 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 		for g := 0; g < G; g++ {
 			x.F32()[g*int8Group+rng.Intn(int8Group)] *= 8 // an outlier per group, as real rows have
 		}
-		whole := G%int8Groups == 0
 		rounded := roundedActs(x.F32())
 		ids := NewTensor(graph.I32, 1, k)
 		copy(ids.I32(), []int32{4, 0, 2})
@@ -138,11 +136,10 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 		}
 		infoE, _ := Default.Info("expert_qmatmul")
 		forEachInt8Kernel(t, func(name string) {
-			int8Row := whole && int8RowKernel != nil
-			acts := x.F32()
-			if int8Row {
-				acts = rounded
+			if int8RowKernel == nil {
+				t.Fatalf("int8 kernel %s has no row kernel", name)
 			}
+			acts := rounded
 			got := NewTensor(graph.F32, 1, k, M)
 			if err := infoE.Ref(env, ge.Values[3], []*Tensor{x, w, ids}, []*Tensor{got}); err != nil {
 				t.Fatal(err)
@@ -157,8 +154,8 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 						mag += math.Abs(float64(x.F32()[i]) * float64(wE[m*K+i]))
 					}
 					if d := math.Abs(float64(v - want[m])); d > 1e-6*mag {
-						t.Fatalf("%s G=%d int8 %v expert %d row %d = %v, want %v: |diff| %.3g > %.3g",
-							name, G, int8Row, e, m, v, want[m], d, 1e-6*mag)
+						t.Fatalf("%s G=%d expert %d row %d = %v, want %v: |diff| %.3g > %.3g",
+							name, G, e, m, v, want[m], d, 1e-6*mag)
 					}
 				}
 			}

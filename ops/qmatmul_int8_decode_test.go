@@ -181,25 +181,49 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 	}
 }
 
-// BenchmarkInt8RowKernel times each one-row kernel alone on one core, side by side: l2,
-// 256 q4 rows of 2048 (in the L2 cache), beside the float32 dot1 of BenchmarkQuantKernels;
-// stream, 2^17 rows of 2048 (151 MB, several times the L3 cache) swept in order, as decode
-// streams a matrix from memory (not the portable kernel: it is far below memory speed).
-// MB/s is weight bytes (codes, scales, biases) per second.
+// BenchmarkInt8RowKernel times each one-row kernel alone on one core, side by side with
+// the float32 one-row kernels decode runs under "f32" (f32/avx2 is what a machine without
+// AVX-512 decodes with): l2, 256 q4 rows of 2048 (in the L2 cache); stream, 2^17 rows of
+// 2048 (151 MB, several times the L3 cache) swept in order, as decode streams a matrix
+// from memory (not the portable kernels: they are far below memory speed). MB/s is
+// weight bytes (codes, scales, biases) per second.
 //
-//	go test ./ops/ -run X -bench 'Int8RowKernel|QuantKernels/.*/q4/dot1'
+//	go test ./ops/ -run X -bench Int8RowKernel
 func BenchmarkInt8RowKernel(b *testing.B) {
 	rng := rand.New(rand.NewSource(1))
 	const K = 2048
 	G := K / int8Group
+	x := randF32(rng, K, 1)
 	acts := make([]byte, int8RowBytes(G))
-	quantizeInt8Row(randF32(rng, K, 1), G, acts)
+	quantizeInt8Row(x, G, acts)
 	out := make([]float32, int8RowRun)
 	for _, size := range []struct {
 		name string
 		M    int
 	}{{"l2", 256}, {"stream", 1 << 17}} {
 		wt := randQuantized(rng, 4, int8Group, size.M, K)
+		w, err := newWeightRows(wt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ks := range quantKernelSets {
+			if ks == goQuantKernels {
+				continue
+			}
+			saved := fastKernels
+			fastKernels = ks
+			one := prepareActs(nil, w, x, 1)
+			fastKernels = saved
+			b.Run(size.name+"/f32-"+ks.name, func(b *testing.B) {
+				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+				for b.Loop() {
+					for r := 0; r < size.M; r++ {
+						data, scales, biases := w.locate(r)
+						ks.dot1[0](data, scales, biases, int8Group, one.x, one.xsum)
+					}
+				}
+			})
+		}
 		for _, name := range int8RowKernelNames() {
 			if size.name == "stream" && name == "go" {
 				continue

@@ -107,6 +107,11 @@ var (
 	int8RowKernelSets = map[string]int8Dot1{"go": q4Int8Dot1Go}
 )
 
+// int8Quantizers lists the vector quantizers (quantizeGroupFast) by the name of the int8
+// kernel they come with: a kernel choice brings its machine's quantizer, so that
+// PISTIL_CPU_INT8_KERNEL=avx2 runs what a machine without AVX-512 runs ("go": the loop).
+var int8Quantizers = map[string]func(xs []float32, block []byte, j int){}
+
 // Int8KernelName names the int8 kernel the int8 activations run on this machine, "" where
 // there is none (the float32 kernels then run).
 func Int8KernelName() string { return int8KernelName }
@@ -126,18 +131,24 @@ func SetInt8Kernel(name string) error {
 	}
 	int8Kernel, int8KernelName = k, name
 	int8RowKernel = int8RowKernelSets[name]
+	quantizeGroupFast = int8Quantizers[name]
 	return nil
 }
 
-// addInt8Kernel lists a kernel of this machine and makes it the one in use (the amd64
-// init adds them slowest first).
-func addInt8Kernel(name string, k int8Dot, row int8Dot1) {
+// addInt8Kernel lists a kernel of this machine, with its row kernel and its quantizer
+// (either may be nil), and makes it the one in use (the amd64 init adds them slowest
+// first).
+func addInt8Kernel(name string, k int8Dot, row int8Dot1, quantize func(xs []float32, block []byte, j int)) {
 	int8KernelSets[name] = k
 	int8Kernel, int8KernelName = k, name
 	if row != nil {
 		int8RowKernelSets[name] = row
 	}
 	int8RowKernel = row
+	if quantize != nil {
+		int8Quantizers[name] = quantize
+	}
+	quantizeGroupFast = quantize
 }
 
 // int8Fits reports whether the int8 path takes P rows against w under env.
@@ -197,9 +208,10 @@ func quantizeInt8Row(x []float32, G int, dst []byte) {
 	}
 }
 
-// quantizeGroupFast, where the machine has it, is quantizeInt8Row's work for one group
-// (xs, 64 elements) into lane j of its block (int8Block bytes, cleared), in vector
-// registers: the same bytes and floats as the loop (TestQuantizeInt8GroupFastMatchesGo).
+// quantizeGroupFast, where the int8 kernel in use has one (int8Quantizers), is
+// quantizeInt8Row's work for one group (xs, 64 elements) into lane j of its block
+// (int8Block bytes, cleared), in vector registers: the same bytes and floats as the loop
+// (TestQuantizeInt8GroupFastMatchesGo).
 var quantizeGroupFast func(xs []float32, block []byte, j int)
 
 // int8Lane is the qword lane that holds group g (0..7) of a block: the inverse of

@@ -307,3 +307,111 @@ q4i8avx2d1block:
 
 	VZEROUPPER
 	RET
+
+// evenOddAVX2<> is the VPSHUFB index that puts the 16 bytes of a quantized run of 16
+// elements as its 8 even elements, then its 8 odd ones.
+DATA evenOddAVX2<>+0(SB)/8, $0x0e0c0a0806040200
+DATA evenOddAVX2<>+8(SB)/8, $0x0f0d0b0907050301
+GLOBL evenOddAVX2<>(SB), RODATA|NOPTR, $16
+
+DATA quantAVX2Const<>+0(SB)/4, $0x7fffffff // |x| mask
+DATA quantAVX2Const<>+4(SB)/4, $0x42fe0000 // 127
+DATA quantAVX2Const<>+8(SB)/4, $0x3f000000 // 1/2
+GLOBL quantAVX2Const<>(SB), RODATA|NOPTR, $12
+
+// QRUN2 quantizes run k of 16 elements (ya: its first 8, yb: its last 8, times inv in
+// Y12), adds their int32 values to Y14, and stores their even and odd bytes at vectors
+// 2k and 2k+1 of the block, lane j (DI points at byte 8j of vector 0). VPACKSSDW packs
+// within 128-bit halves, so VPERMQ puts the sixteen int16 back in element order before
+// the last pack; nothing saturates (|v| <= 127).
+#define QRUN2(ya, xa, yb, off) \
+	VMULPS       Y12, ya, ya; \
+	VMULPS       Y12, yb, yb; \
+	VCVTPS2DQ    ya, ya; \
+	VCVTPS2DQ    yb, yb; \
+	VPADDD       ya, Y14, Y14; \
+	VPADDD       yb, Y14, Y14; \
+	VPACKSSDW    yb, ya, ya; \
+	VPERMQ       $0xd8, ya, ya; \
+	VEXTRACTI128 $1, ya, X10; \
+	VPACKSSWB    X10, xa, xa; \
+	VPSHUFB      X11, xa, xa; \
+	VMOVQ        xa, off(DI); \
+	VPEXTRQ      $1, xa, off+64(DI)
+
+// func quantizeGroupAVX2(x *float32, block *byte, lane int)
+//
+// quantizeGroupAVX512's work (quantizeInt8Row for one group of 64) on 256-bit registers,
+// for machines without AVX-512: the same float steps in the same order (max|x|, 127/amax,
+// x·inv rounded to even by VCVTPS2DQ, amax/127, float32(qsum)·sx/2), so the same bytes
+// and floats as the Go loop.
+TEXT ·quantizeGroupAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ block+8(FP), DX
+	MOVQ lane+16(FP), BX
+
+	VMOVUPS      (SI), Y0
+	VMOVUPS      32(SI), Y1
+	VMOVUPS      64(SI), Y2
+	VMOVUPS      96(SI), Y3
+	VMOVUPS      128(SI), Y4
+	VMOVUPS      160(SI), Y5
+	VMOVUPS      192(SI), Y6
+	VMOVUPS      224(SI), Y7
+	VBROADCASTSS quantAVX2Const<>+0(SB), Y8
+	VANDPS       Y8, Y0, Y9
+	VANDPS       Y8, Y1, Y10
+	VMAXPS       Y10, Y9, Y9
+	VANDPS       Y8, Y2, Y10
+	VANDPS       Y8, Y3, Y11
+	VMAXPS       Y11, Y10, Y10
+	VMAXPS       Y10, Y9, Y9
+	VANDPS       Y8, Y4, Y10
+	VANDPS       Y8, Y5, Y11
+	VMAXPS       Y11, Y10, Y10
+	VMAXPS       Y10, Y9, Y9
+	VANDPS       Y8, Y6, Y10
+	VANDPS       Y8, Y7, Y11
+	VMAXPS       Y11, Y10, Y10
+	VMAXPS       Y10, Y9, Y9
+	VEXTRACTF128 $1, Y9, X10
+	VMAXPS       X10, X9, X9
+	VPERMILPS    $0x4e, X9, X10
+	VMAXPS       X10, X9, X9
+	VPERMILPS    $0xb1, X9, X10
+	VMAXPS       X10, X9, X9 // amax in every lane of X9
+	VXORPS       X10, X10, X10
+	VUCOMISS     X10, X9
+	JEQ          q8avx2zero
+
+	VMOVSS       quantAVX2Const<>+4(SB), X11
+	VDIVSS       X9, X11, X12 // inv = 127 / amax
+	VBROADCASTSS X12, Y12
+	VDIVSS       X11, X9, X13 // sx = amax / 127
+	VPXOR        Y14, Y14, Y14
+	VMOVDQU      evenOddAVX2<>(SB), X11
+	LEAQ         (DX)(BX*8), DI
+	QRUN2(Y0, X0, Y1, 0)
+	QRUN2(Y2, X2, Y3, 128)
+	QRUN2(Y4, X4, Y5, 256)
+	QRUN2(Y6, X6, Y7, 384)
+
+	// qsum: the lane sum of Y14; the tables take sx and float32(qsum)·sx/2 twice each.
+	VEXTRACTI128 $1, Y14, X10
+	VPADDD       X10, X14, X14
+	VPSHUFD      $0x4e, X14, X10
+	VPADDD       X10, X14, X14
+	VPSHUFD      $0xb1, X14, X10
+	VPADDD       X10, X14, X14
+	VCVTDQ2PS    X14, X14
+	VMULSS       X13, X14, X14
+	VMULSS       quantAVX2Const<>+8(SB), X14, X14
+	SHLQ         $3, BX // lane j: floats 2j and 2j+1 of each table, 8 bytes
+	VMOVSS       X13, 512(DX)(BX*1)
+	VMOVSS       X13, 516(DX)(BX*1)
+	VMOVSS       X14, 576(DX)(BX*1)
+	VMOVSS       X14, 580(DX)(BX*1)
+
+q8avx2zero:
+	VZEROUPPER
+	RET

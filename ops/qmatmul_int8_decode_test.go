@@ -286,11 +286,28 @@ func BenchmarkQMatmulStreamInt8(b *testing.B) {
 // random activations with an outlier per group, all-zero groups, values that land on
 // halves of a step (rounded to even), tiny and huge magnitudes, partial last blocks.
 func TestQuantizeInt8GroupFastMatchesGo(t *testing.T) {
-	fast := quantizeGroupFast
-	if fast == nil {
+	if len(int8Quantizers) == 0 {
 		t.Skip("no vector quantizer on this machine: the Go loop runs")
 	}
-	defer func() { quantizeGroupFast = fast }()
+	saved := quantizeGroupFast
+	defer func() { quantizeGroupFast = saved }()
+	for _, name := range int8QuantizerNames() {
+		t.Run(name, func(t *testing.T) { quantizeGroupMatchesGo(t, int8Quantizers[name]) })
+	}
+}
+
+// int8QuantizerNames lists the vector quantizers of this machine, sorted.
+func int8QuantizerNames() []string {
+	var names []string
+	for name := range int8Quantizers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// quantizeGroupMatchesGo is TestQuantizeInt8GroupFastMatchesGo for one vector quantizer.
+func quantizeGroupMatchesGo(t *testing.T, fast func(xs []float32, block []byte, j int)) {
 	rng := rand.New(rand.NewSource(33))
 	for _, G := range []int{1, 8, 11, 32} {
 		x := randF32(rng, G*int8Group, 3)
@@ -330,20 +347,23 @@ func TestQuantizeInt8GroupFastMatchesGo(t *testing.T) {
 }
 
 // BenchmarkQuantizeInt8Row: one activation row of 2048 (a decode step's projection
-// input) into the int8 layout, the vector quantizer and the Go loop.
+// input) into the int8 layout, each vector quantizer (named by its int8 kernel) and the
+// Go loop.
 func BenchmarkQuantizeInt8Row(b *testing.B) {
 	const G = 32
 	x := randF32(rand.New(rand.NewSource(1)), G*int8Group, 1)
 	dst := make([]byte, int8RowBytes(G))
-	fast := quantizeGroupFast
-	defer func() { quantizeGroupFast = fast }()
-	for _, c := range []struct {
+	saved := quantizeGroupFast
+	defer func() { quantizeGroupFast = saved }()
+	type quantizer struct {
 		name string
 		q    func(xs []float32, block []byte, j int)
-	}{{"vector", fast}, {"go", nil}} {
-		if c.name == "vector" && fast == nil {
-			continue
-		}
+	}
+	var cases []quantizer
+	for _, name := range int8QuantizerNames() {
+		cases = append(cases, quantizer{name, int8Quantizers[name]})
+	}
+	for _, c := range append(cases, quantizer{"go", nil}) {
 		b.Run(c.name, func(b *testing.B) {
 			quantizeGroupFast = c.q
 			b.SetBytes(4 * G * int8Group)

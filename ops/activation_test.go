@@ -26,8 +26,18 @@ func TestFastActivations(t *testing.T) {
 }
 
 // TestSiLUGateKernels: siluGate's fast and reference paths agree, split over workers or
-// not, with and without the up operand.
+// not, with and without the up operand, with each vector SiLU of the machine (its tail
+// in the scalar loop) and with none.
 func TestSiLUGateKernels(t *testing.T) {
+	saved := siluMulFast
+	defer func() { siluMulFast = saved }()
+	for _, set := range append(siluMulSets, siluMulSet{name: "scalar"}) {
+		siluMulFast = set.fn
+		siluGateKernels(t)
+	}
+}
+
+func siluGateKernels(t *testing.T) {
 	for _, n := range []int{37, 1 << 17} {
 		g, u := make([]float32, n), make([]float32, n)
 		for i := range g {
@@ -42,20 +52,27 @@ func TestSiLUGateKernels(t *testing.T) {
 	}
 }
 
-// TestSiLUVectorKernel: the machine's vector SiLU (siluMulFast), with and without the up
-// operand, against the float64 reference over the range activations take, at
-// TestFastActivations' bound, saturating at ±200 as the scalar one does; a short tail it
-// leaves to the scalar loop.
+// TestSiLUVectorKernel: each vector SiLU of the machine (siluMulSets: AVX-512, AVX2), with
+// and without the up operand, against the float64 reference over the range activations
+// take, at TestFastActivations' bound, saturating at ±200 as the scalar one does; a short
+// tail it leaves to the scalar loop.
 func TestSiLUVectorKernel(t *testing.T) {
-	if siluMulFast == nil {
+	if len(siluMulSets) == 0 {
 		t.Skip("no vector SiLU on this machine: siluGate runs the scalar loop")
 	}
+	for _, set := range siluMulSets {
+		t.Run(set.name, func(t *testing.T) { siluVectorKernel(t, set) })
+	}
+}
+
+func siluVectorKernel(t *testing.T, set siluMulSet) {
+	siluMulFast := set.fn
 	var g []float32
 	for x := float32(-100); x <= 100; x += 0.0371 {
 		g = append(g, x)
 	}
 	g = append(g, 200, -200, 0, float32(math.Copysign(0, -1)), 1e-30, -1e-30)
-	g = g[:len(g)&^15]
+	g = g[:len(g)&^(set.lanes-1)]
 	u := make([]float32, len(g))
 	for i := range u {
 		u[i] = float32(i%13) - 6.5
@@ -79,13 +96,14 @@ func TestSiLUVectorKernel(t *testing.T) {
 			t.Fatalf("siluMulFast wrote past its elements")
 		}
 	}
-	if n := siluMulFast(make([]float32, 15), g[:15], nil); n != 0 {
-		t.Fatalf("siluMulFast took %d of 15 elements, want 0 (the scalar loop's)", n)
+	short := set.lanes - 1
+	if n := siluMulFast(make([]float32, short), g[:short], nil); n != 0 {
+		t.Fatalf("siluMulFast took %d of %d elements, want 0 (the scalar loop's)", n, short)
 	}
 }
 
 // BenchmarkSiLUGate: the routed experts' SwiGLU of a 512-token chunk (512 x 8 rows of
-// 512), one worker, with the vector SiLU and with the scalar loop alone.
+// 512), one worker, with each vector SiLU (avx512, avx2) and with the scalar loop alone.
 func BenchmarkSiLUGate(b *testing.B) {
 	const n = 512 * 8 * 512
 	g, u, y := make([]float32, n), make([]float32, n), make([]float32, n)
@@ -94,15 +112,9 @@ func BenchmarkSiLUGate(b *testing.B) {
 	}
 	saved := siluMulFast
 	defer func() { siluMulFast = saved }()
-	for _, c := range []struct {
-		name string
-		fast func(y, g, u []float32) int
-	}{{"vector", saved}, {"scalar", nil}} {
-		if c.name == "vector" && saved == nil {
-			continue
-		}
+	for _, c := range append(siluMulSets, siluMulSet{name: "scalar"}) {
 		b.Run(c.name, func(b *testing.B) {
-			siluMulFast = c.fast
+			siluMulFast = c.fn
 			b.SetBytes(3 * 4 * n)
 			for b.Loop() {
 				siluGate(&Env{Workers: 1}, y, g, u)

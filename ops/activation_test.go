@@ -1,8 +1,12 @@
 package ops
 
 import (
+	"fmt"
 	"math"
+	"math/rand"
 	"testing"
+
+	"pistil/graph"
 )
 
 // TestFastActivations: the float32 sigmoid and SiLU against the float64 references over
@@ -118,6 +122,63 @@ func BenchmarkSiLUGate(b *testing.B) {
 			b.SetBytes(3 * 4 * n)
 			for b.Loop() {
 				siluGate(&Env{Workers: 1}, y, g, u)
+			}
+		})
+	}
+}
+
+// gated_rms_norm's fast path (the SiLU through each vector SiLU of the machine, the row's
+// tail in the scalar loop, and the scalar loop alone) agrees with the reference at
+// siluGate's bound: a decode row of the 35B-A3B's GDN (32 heads of 128), rows of 100 (a
+// tail past the vector lanes), and the output written over z (the scalar path).
+func TestGatedRMSNormFastPaths(t *testing.T) {
+	rng := rand.New(rand.NewSource(41))
+	saved := siluMulFast
+	defer func() { siluMulFast = saved }()
+	for _, shape := range [][]int{{1, 32, 128}, {3, 5, 100}} {
+		x := randTensor(rng, 2, shape...)
+		z := randTensor(rng, 6, shape...)
+		w := randTensor(rng, 1, shape[2:]...)
+		v := &graph.Value{Op: "gated_rms_norm", Attrs: graph.Attrs{"eps": 1e-6}}
+		want := NewTensor(graph.F32, shape...)
+		if err := refGatedRMSNorm(&Env{Kernels: KernelsReference}, v, []*Tensor{x, z, w}, []*Tensor{want}); err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range append(siluMulSets, siluMulSet{name: "scalar"}) {
+			siluMulFast = set.fn
+			got := NewTensor(graph.F32, shape...)
+			if err := refGatedRMSNorm(&Env{Workers: 2}, v, []*Tensor{x, z, w}, []*Tensor{got}); err != nil {
+				t.Fatal(err)
+			}
+			near(t, fmt.Sprintf("gated_rms_norm %v %s", shape, set.name), got.F32(), want.F32(), 1e-6)
+			over := FromF32(append([]float32(nil), z.F32()...), shape...)
+			if err := refGatedRMSNorm(&Env{Workers: 2}, v, []*Tensor{x, over, w}, []*Tensor{over}); err != nil {
+				t.Fatal(err)
+			}
+			near(t, fmt.Sprintf("gated_rms_norm %v %s over z", shape, set.name), over.F32(), want.F32(), 1e-6)
+		}
+	}
+}
+
+// BenchmarkGatedRMSNorm: one decode step's GDN gated norm at the 35B-A3B's shapes (32
+// heads of 128), with each vector SiLU and the scalar loop.
+func BenchmarkGatedRMSNorm(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	shape := []int{1, 32, 128}
+	x := randTensor(rng, 2, shape...)
+	z := randTensor(rng, 6, shape...)
+	w := randTensor(rng, 1, shape[2:]...)
+	v := &graph.Value{Op: "gated_rms_norm", Attrs: graph.Attrs{"eps": 1e-6}}
+	y := NewTensor(graph.F32, shape...)
+	saved := siluMulFast
+	defer func() { siluMulFast = saved }()
+	for _, c := range append(siluMulSets, siluMulSet{name: "scalar"}) {
+		b.Run(c.name, func(b *testing.B) {
+			siluMulFast = c.fn
+			for b.Loop() {
+				if err := refGatedRMSNorm(&Env{Workers: 2}, v, []*Tensor{x, z, w}, []*Tensor{y}); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -26,9 +26,19 @@ func siluFor(env *Env) func(float32) float32 {
 }
 
 // siluMulFast, where the machine has it, is siluGate's fast loop in vector registers
-// (activation_amd64.s): it sets y[i] = silu(g[i])·u[i] (silu(g[i]) where u is nil) for a
-// prefix of the elements and returns its length (a multiple of 16; 0 when it took none).
-var siluMulFast func(y, g, u []float32) int
+// (activation_amd64.s: AVX-512, else AVX2): it sets y[i] = silu(g[i])·u[i] (silu(g[i])
+// where u is nil) for a prefix of the elements and returns its length (a multiple of its
+// lanes, 16 or 8; 0 when it took none). siluMulSets lists every one the machine has.
+var (
+	siluMulFast func(y, g, u []float32) int
+	siluMulSets []siluMulSet
+)
+
+type siluMulSet struct {
+	name  string
+	lanes int
+	fn    func(y, g, u []float32) int
+}
 
 // siluGate sets y[i] = silu(g[i])·u[i], or silu(g[i]) where u is nil (y may be g).
 func siluGate(env *Env, y, g, u []float32) {

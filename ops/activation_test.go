@@ -1,8 +1,12 @@
 package ops
 
 import (
+	"fmt"
 	"math"
+	"math/rand"
 	"testing"
+
+	"pistil/graph"
 )
 
 // TestFastActivations: the float32 sigmoid and SiLU against the float64 references over
@@ -26,8 +30,18 @@ func TestFastActivations(t *testing.T) {
 }
 
 // TestSiLUGateKernels: siluGate's fast and reference paths agree, split over workers or
-// not, with and without the up operand.
+// not, with and without the up operand, with each vector SiLU of the machine (its tail
+// in the scalar loop) and with none.
 func TestSiLUGateKernels(t *testing.T) {
+	saved := siluMulFast
+	defer func() { siluMulFast = saved }()
+	for _, set := range append(siluMulSets, siluMulSet{name: "scalar"}) {
+		siluMulFast = set.fn
+		siluGateKernels(t)
+	}
+}
+
+func siluGateKernels(t *testing.T) {
 	for _, n := range []int{37, 1 << 17} {
 		g, u := make([]float32, n), make([]float32, n)
 		for i := range g {
@@ -42,20 +56,27 @@ func TestSiLUGateKernels(t *testing.T) {
 	}
 }
 
-// TestSiLUVectorKernel: the machine's vector SiLU (siluMulFast), with and without the up
-// operand, against the float64 reference over the range activations take, at
-// TestFastActivations' bound, saturating at ±200 as the scalar one does; a short tail it
-// leaves to the scalar loop.
+// TestSiLUVectorKernel: each vector SiLU of the machine (siluMulSets: AVX-512, AVX2), with
+// and without the up operand, against the float64 reference over the range activations
+// take, at TestFastActivations' bound, saturating at ±200 as the scalar one does; a short
+// tail it leaves to the scalar loop.
 func TestSiLUVectorKernel(t *testing.T) {
-	if siluMulFast == nil {
+	if len(siluMulSets) == 0 {
 		t.Skip("no vector SiLU on this machine: siluGate runs the scalar loop")
 	}
+	for _, set := range siluMulSets {
+		t.Run(set.name, func(t *testing.T) { siluVectorKernel(t, set) })
+	}
+}
+
+func siluVectorKernel(t *testing.T, set siluMulSet) {
+	siluMulFast := set.fn
 	var g []float32
 	for x := float32(-100); x <= 100; x += 0.0371 {
 		g = append(g, x)
 	}
 	g = append(g, 200, -200, 0, float32(math.Copysign(0, -1)), 1e-30, -1e-30)
-	g = g[:len(g)&^15]
+	g = g[:len(g)&^(set.lanes-1)]
 	u := make([]float32, len(g))
 	for i := range u {
 		u[i] = float32(i%13) - 6.5
@@ -79,13 +100,14 @@ func TestSiLUVectorKernel(t *testing.T) {
 			t.Fatalf("siluMulFast wrote past its elements")
 		}
 	}
-	if n := siluMulFast(make([]float32, 15), g[:15], nil); n != 0 {
-		t.Fatalf("siluMulFast took %d of 15 elements, want 0 (the scalar loop's)", n)
+	short := set.lanes - 1
+	if n := siluMulFast(make([]float32, short), g[:short], nil); n != 0 {
+		t.Fatalf("siluMulFast took %d of %d elements, want 0 (the scalar loop's)", n, short)
 	}
 }
 
 // BenchmarkSiLUGate: the routed experts' SwiGLU of a 512-token chunk (512 x 8 rows of
-// 512), one worker, with the vector SiLU and with the scalar loop alone.
+// 512), one worker, with each vector SiLU (avx512, avx2) and with the scalar loop alone.
 func BenchmarkSiLUGate(b *testing.B) {
 	const n = 512 * 8 * 512
 	g, u, y := make([]float32, n), make([]float32, n), make([]float32, n)
@@ -94,18 +116,69 @@ func BenchmarkSiLUGate(b *testing.B) {
 	}
 	saved := siluMulFast
 	defer func() { siluMulFast = saved }()
-	for _, c := range []struct {
-		name string
-		fast func(y, g, u []float32) int
-	}{{"vector", saved}, {"scalar", nil}} {
-		if c.name == "vector" && saved == nil {
-			continue
-		}
+	for _, c := range append(siluMulSets, siluMulSet{name: "scalar"}) {
 		b.Run(c.name, func(b *testing.B) {
-			siluMulFast = c.fast
+			siluMulFast = c.fn
 			b.SetBytes(3 * 4 * n)
 			for b.Loop() {
 				siluGate(&Env{Workers: 1}, y, g, u)
+			}
+		})
+	}
+}
+
+// gated_rms_norm's fast path (the SiLU through each vector SiLU of the machine, the row's
+// tail in the scalar loop, and the scalar loop alone) agrees with the reference at
+// siluGate's bound: a decode row of the 35B-A3B's GDN (32 heads of 128), rows of 100 (a
+// tail past the vector lanes), and the output written over z (the scalar path).
+func TestGatedRMSNormFastPaths(t *testing.T) {
+	rng := rand.New(rand.NewSource(41))
+	saved := siluMulFast
+	defer func() { siluMulFast = saved }()
+	for _, shape := range [][]int{{1, 32, 128}, {3, 5, 100}} {
+		x := randTensor(rng, 2, shape...)
+		z := randTensor(rng, 6, shape...)
+		w := randTensor(rng, 1, shape[2:]...)
+		v := &graph.Value{Op: "gated_rms_norm", Attrs: graph.Attrs{"eps": 1e-6}}
+		want := NewTensor(graph.F32, shape...)
+		if err := refGatedRMSNorm(&Env{Kernels: KernelsReference}, v, []*Tensor{x, z, w}, []*Tensor{want}); err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range append(siluMulSets, siluMulSet{name: "scalar"}) {
+			siluMulFast = set.fn
+			got := NewTensor(graph.F32, shape...)
+			if err := refGatedRMSNorm(&Env{Workers: 2}, v, []*Tensor{x, z, w}, []*Tensor{got}); err != nil {
+				t.Fatal(err)
+			}
+			near(t, fmt.Sprintf("gated_rms_norm %v %s", shape, set.name), got.F32(), want.F32(), 1e-6)
+			over := FromF32(append([]float32(nil), z.F32()...), shape...)
+			if err := refGatedRMSNorm(&Env{Workers: 2}, v, []*Tensor{x, over, w}, []*Tensor{over}); err != nil {
+				t.Fatal(err)
+			}
+			near(t, fmt.Sprintf("gated_rms_norm %v %s over z", shape, set.name), over.F32(), want.F32(), 1e-6)
+		}
+	}
+}
+
+// BenchmarkGatedRMSNorm: one decode step's GDN gated norm at the 35B-A3B's shapes (32
+// heads of 128), with each vector SiLU and the scalar loop.
+func BenchmarkGatedRMSNorm(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	shape := []int{1, 32, 128}
+	x := randTensor(rng, 2, shape...)
+	z := randTensor(rng, 6, shape...)
+	w := randTensor(rng, 1, shape[2:]...)
+	v := &graph.Value{Op: "gated_rms_norm", Attrs: graph.Attrs{"eps": 1e-6}}
+	y := NewTensor(graph.F32, shape...)
+	saved := siluMulFast
+	defer func() { siluMulFast = saved }()
+	for _, c := range append(siluMulSets, siluMulSet{name: "scalar"}) {
+		b.Run(c.name, func(b *testing.B) {
+			siluMulFast = c.fn
+			for b.Loop() {
+				if err := refGatedRMSNorm(&Env{Workers: 2}, v, []*Tensor{x, z, w}, []*Tensor{y}); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -275,9 +275,11 @@ func refGatedDeltaStep(env *Env, v *graph.Value, in, out []*Tensor) error {
 
 	y, done := scratchF32(T, CD)
 	defer done()
-	if _, err := convolve(env, x, state, in[stepConvW], y); err != nil {
+	_, release, err := convolve(env, x, state, in[stepConvW], y)
+	if err != nil {
 		return err
 	}
+	release()
 	ys := y.F32()
 	siluGate(env, ys, ys, nil)
 

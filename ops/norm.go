@@ -166,9 +166,19 @@ func refGatedRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 	eps := float32(v.Attrs.Float("eps"))
 	x, z, y, D := in[0].F32(), in[1].F32(), out[0].F32(), len(w)
 	act := siluFor(env)
+	vector := siluMulFast != nil && !env.referenceKernels() && (len(z) == 0 || len(y) == 0 || &y[0] != &z[0])
 	normRows(env, len(x)/D, D, func(r int) {
 		xr, zr, yr := x[r*D:(r+1)*D], z[r*D:(r+1)*D], y[r*D:(r+1)*D]
 		inv := invRMS(xr, eps)
+		if vector { // the SiLU in vector registers, over the normed row (y is not z)
+			for i, xv := range xr {
+				yr[i] = w[i] * (xv * inv)
+			}
+			for i := siluMulFast(yr, zr, yr); i < D; i++ {
+				yr[i] *= act(zr[i])
+			}
+			return
+		}
 		for i, xv := range xr {
 			yr[i] = w[i] * (xv * inv) * act(zr[i])
 		}

@@ -107,6 +107,11 @@ var (
 	int8RowKernelSets = map[string]int8Dot1{"go": q4Int8Dot1Go}
 )
 
+// int8Quantizers lists the vector quantizers (quantizeGroupFast) by the name of the int8
+// kernel they come with: a kernel choice brings its machine's quantizer, so that
+// PISTIL_CPU_INT8_KERNEL=avx2 runs what a machine without AVX-512 runs ("go": the loop).
+var int8Quantizers = map[string]func(xs []float32, block []byte, j int){}
+
 // Int8KernelName names the int8 kernel the int8 activations run on this machine, "" where
 // there is none (the float32 kernels then run).
 func Int8KernelName() string { return int8KernelName }
@@ -126,18 +131,24 @@ func SetInt8Kernel(name string) error {
 	}
 	int8Kernel, int8KernelName = k, name
 	int8RowKernel = int8RowKernelSets[name]
+	quantizeGroupFast = int8Quantizers[name]
 	return nil
 }
 
-// addInt8Kernel lists a kernel of this machine and makes it the one in use (the amd64
-// init adds them slowest first).
-func addInt8Kernel(name string, k int8Dot, row int8Dot1) {
+// addInt8Kernel lists a kernel of this machine, with its row kernel and its quantizer
+// (either may be nil), and makes it the one in use (the amd64 init adds them slowest
+// first).
+func addInt8Kernel(name string, k int8Dot, row int8Dot1, quantize func(xs []float32, block []byte, j int)) {
 	int8KernelSets[name] = k
 	int8Kernel, int8KernelName = k, name
 	if row != nil {
 		int8RowKernelSets[name] = row
 	}
 	int8RowKernel = row
+	if quantize != nil {
+		int8Quantizers[name] = quantize
+	}
+	quantizeGroupFast = quantize
 }
 
 // int8Fits reports whether the int8 path takes P rows against w under env.
@@ -145,8 +156,8 @@ func int8Fits(env *Env, w weightRows, P int) bool {
 	if int8Kernel == nil || w.t.DType != graph.Q4 || w.t.Group != int8Group || !env.int8Activations() {
 		return false
 	}
-	if P == 1 { // decode: whole blocks only, so that the row kernel needs no padded tail
-		return env.int8Decode() && int8RowKernel != nil && (w.cols/int8Group)%int8Groups == 0
+	if P == 1 { // decode
+		return env.int8Decode() && int8RowKernel != nil
 	}
 	return P > 1
 }
@@ -197,9 +208,10 @@ func quantizeInt8Row(x []float32, G int, dst []byte) {
 	}
 }
 
-// quantizeGroupFast, where the machine has it, is quantizeInt8Row's work for one group
-// (xs, 64 elements) into lane j of its block (int8Block bytes, cleared), in vector
-// registers: the same bytes and floats as the loop (TestQuantizeInt8GroupFastMatchesGo).
+// quantizeGroupFast, where the int8 kernel in use has one (int8Quantizers), is
+// quantizeInt8Row's work for one group (xs, 64 elements) into lane j of its block
+// (int8Block bytes, cleared), in vector registers: the same bytes and floats as the loop
+// (TestQuantizeInt8GroupFastMatchesGo).
 var quantizeGroupFast func(xs []float32, block []byte, j int)
 
 // int8Lane is the qword lane that holds group g (0..7) of a block: the inverse of
@@ -327,7 +339,12 @@ func mulQuantInt8Row(a *quantActs, w weightRows, rowBase, lo, hi int, store func
 
 // mulQuantInt8RowTo is mulQuantInt8Row writing row r's result to dst[r-lo].
 func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32) {
-	blocks := a.K / int8Group / int8Groups
+	G := a.K / int8Group
+	blocks := G / int8Groups
+	if blocks*int8Groups < G {
+		mulQuantInt8RowTail(a, w, rowBase, lo, hi, dst)
+		return
+	}
 	for r0 := lo; r0 < hi; {
 		n := min(int8RowRun, hi-r0)
 		if w.t.Stride0 != 0 {
@@ -336,6 +353,26 @@ func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []fl
 		codes, scales, biases := w.locateRun(rowBase+r0, n)
 		int8RowKernel(codes, scales, biases, blocks, a.int8, dst[r0-lo:r0-lo+n])
 		r0 += n
+	}
+}
+
+// mulQuantInt8RowTo for rows that end in a partial block (the tiny models' K = 192): rows
+// are then not whole blocks apart, so the row kernel takes one row at a time, its whole
+// blocks and then its last block copied into a zero-padded one, as mulQuantInt8 does.
+func mulQuantInt8RowTail(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32) {
+	full := a.K / int8Group / int8Groups
+	var tail int8Tail
+	var last [1]float32
+	for r := lo; r < hi; r++ {
+		codes, scales, biases := w.locate(rowBase + r)
+		out := dst[r-lo : r-lo+1]
+		out[0] = 0
+		if full > 0 {
+			int8RowKernel(codes, scales, biases, full, a.int8, out)
+		}
+		tail.fill(codes[full*int8CodeBytes:], scales[full*int8Groups:], biases[full*int8Groups:])
+		int8RowKernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, a.int8[full*int8Block:], last[:])
+		out[0] += last[0]
 	}
 }
 

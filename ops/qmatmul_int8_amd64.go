@@ -32,24 +32,42 @@ func q4Int8Dot1AVX512(codes []byte, scales, biases []uint16, blocks int, acts []
 }
 
 //go:noescape
+func q4Int8Dot1AVX2Asm(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32)
+
+// q4Int8Dot1AVX2 is the one-row AVX2 kernel (qmatmul_int8_avx2_amd64.s) behind the length
+// checks: decode under activations = "int8-all" on machines without AVX-512 VNNI.
+func q4Int8Dot1AVX2(codes []byte, scales, biases []uint16, blocks int, acts []byte, out []float32) {
+	checkInt8RowCall(codes, scales, biases, blocks, acts, out)
+	q4Int8Dot1AVX2Asm(&codes[0], &scales[0], &biases[0], blocks, len(out), &acts[0], &out[0])
+}
+
+//go:noescape
 func quantizeGroupAVX512(x *float32, block *byte, lane int)
 
-func init() {
-	// VPMOVSDB and VPSHUFB on the upper sixteen registers (BW, VL).
-	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL {
-		quantizeGroupFast = func(xs []float32, block []byte, j int) {
-			if len(xs) < int8Group || len(block) < int8Block || j < 0 || j >= int8Groups {
-				panic("ops: quantizeGroupFast called with a short group or block")
-			}
-			quantizeGroupAVX512(&xs[0], &block[0], j)
-		}
+//go:noescape
+func quantizeGroupAVX2(x *float32, block *byte, lane int)
+
+// checkQuantizeGroup panics unless a vector quantizer's slices hold what it touches.
+func checkQuantizeGroup(xs []float32, block []byte, j int) {
+	if len(xs) < int8Group || len(block) < int8Block || j < 0 || j >= int8Groups {
+		panic("ops: quantizeGroupFast called with a short group or block")
 	}
+}
+
+func init() {
 	// VPMADDUBSW, VPMADDWD and VPERMD on 256-bit registers, and the float32 FMAs.
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		addInt8Kernel("avx2", q4Int8Dot8AVX2, nil) // no row kernel: decode stays float32
+		addInt8Kernel("avx2", q4Int8Dot8AVX2, q4Int8Dot1AVX2, func(xs []float32, block []byte, j int) {
+			checkQuantizeGroup(xs, block, j)
+			quantizeGroupAVX2(&xs[0], &block[0], j)
+		})
 	}
-	// VPDPBUSD on 512-bit registers, VPERMW (BW) and the mask registers.
-	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI {
-		addInt8Kernel("avx512vnni", q4Int8Dot8AVX512, q4Int8Dot1AVX512)
+	// VPDPBUSD on 512-bit registers, VPERMW (BW) and the mask registers; the quantizer's
+	// VPMOVSDB and VPSHUFB on the upper sixteen registers (BW, VL).
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
+		addInt8Kernel("avx512vnni", q4Int8Dot8AVX512, q4Int8Dot1AVX512, func(xs []float32, block []byte, j int) {
+			checkQuantizeGroup(xs, block, j)
+			quantizeGroupAVX512(&xs[0], &block[0], j)
+		})
 	}
 }

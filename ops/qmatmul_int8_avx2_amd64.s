@@ -41,10 +41,9 @@ DATA spreadHi<>+24(SB)/4, $7
 DATA spreadHi<>+28(SB)/4, $7
 GLOBL spreadHi<>(SB), RODATA|NOPTR, $32
 
-// HALF transposes groups ga gb gc gd (their code rows' 32-byte addresses) into the
-// nibble vectors Y0-Y7 (Y2k: low nibbles of T_k, Y2k+1: high) and spreads the block's
-// scales and biases over the half's lanes with the VPERMD index idx.
-#define HALF(ga, gb, gc, gd, idx) \
+// HALFCODES transposes groups ga gb gc gd (their code rows' 32-byte addresses) into the
+// nibble vectors Y0-Y7 (Y2k: low nibbles of T_k, Y2k+1: high); Y8 is scratch.
+#define HALFCODES(ga, gb, gc, gd) \
 	VMOVDQU     ga, Y4; \
 	VMOVDQU     gb, Y5; \
 	VMOVDQU     gc, Y6; \
@@ -68,7 +67,12 @@ GLOBL spreadHi<>(SB), RODATA|NOPTR, $32
 	VPAND       Y14, Y5, Y5; \
 	VPSRLW      $4, Y7, Y8; \
 	VPAND       Y14, Y7, Y6; \
-	VPAND       Y14, Y8, Y7; \
+	VPAND       Y14, Y8, Y7
+
+// HALF is HALFCODES, then spreads the block's scales and biases over the half's lanes
+// with the VPERMD index idx.
+#define HALF(ga, gb, gc, gd, idx) \
+	HALFCODES(ga, gb, gc, gd); \
 	VMOVDQU     idx, Y12; \
 	VPMOVZXWD   (R8), Y9; \
 	VPSLLD      $16, Y9, Y9; \
@@ -191,5 +195,223 @@ q4i8avx2block:
 	VADDPS       16(DX), X4, X4
 	VMOVUPS      X0, (DX)
 	VMOVUPS      X4, 16(DX)
+	VZEROUPPER
+	RET
+
+// dot1Order<> is the VPERMD index that puts eight float32 group values (natural order)
+// in the order of the one-row kernel's group sums: 0 4 2 6 1 5 3 7.
+DATA dot1Order<>+0(SB)/4, $0
+DATA dot1Order<>+4(SB)/4, $4
+DATA dot1Order<>+8(SB)/4, $2
+DATA dot1Order<>+12(SB)/4, $6
+DATA dot1Order<>+16(SB)/4, $1
+DATA dot1Order<>+20(SB)/4, $5
+DATA dot1Order<>+24(SB)/4, $3
+DATA dot1Order<>+28(SB)/4, $7
+GLOBL dot1Order<>(SB), RODATA|NOPTR, $32
+
+// DOT1 meets Y0-Y7 with the one activation row's half block (a0..a7) and leaves the
+// half's int32 sums in dst (dword lanes 2j and 2j+1 both of the half's group j).
+#define DOT1(a0, a1, a2, a3, a4, a5, a6, a7, dst) \
+	VPMADDUBSW a0, Y0, Y8; \
+	VPMADDUBSW a1, Y1, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a2, Y2, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a3, Y3, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a4, Y4, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a5, Y5, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a6, Y6, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDUBSW a7, Y7, Y9; \
+	VPADDW     Y9, Y8, Y8; \
+	VPMADDWD   Y10, Y8, dst
+
+// func q4Int8Dot1AVX2Asm(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32)
+//
+// out[r] = the dot of one activation row (acts, blocks blocks in the int8 layout) with
+// each of rows consecutive weight rows of blocks blocks: q4Int8Dot1VNNI's work for
+// machines without AVX-512 VNNI. Per block the two halves are transposed and multiplied
+// as in q4Int8Dot8AVX2Asm, for one row, so the accumulator stays in a register (Y13).
+// The halves' int32 sums are then folded pairwise (VPHADDD: lanes 2j and 2j+1 hold the
+// same group), which leaves one sum per group in the order 0 4 2 6 1 5 3 7; the
+// activation scales and halved sums come out of their tables in that order with one
+// VSHUFPS and one VHADDPS, the weights' scales and biases with one VPERMD each, so one
+// conversion and two FMAs cover the block.
+TEXT ·q4Int8Dot1AVX2Asm(SB), NOSPLIT, $0-56
+	MOVQ codes+0(FP), SI
+	MOVQ scales+8(FP), R8
+	MOVQ biases+16(FP), R9
+	MOVQ rows+32(FP), BX
+	MOVQ out+48(FP), DX
+
+	MOVL         $0x0f0f0f0f, AX
+	MOVQ         AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $0x00010001, AX
+	MOVQ         AX, X10
+	VPBROADCASTD X10, Y10
+
+q4i8avx2d1row:
+	MOVQ  blocks+24(FP), CX
+	MOVQ  acts+40(FP), DI
+	VPXOR Y13, Y13, Y13
+
+q4i8avx2d1block:
+	// Eight blocks ahead, as q4Int8Dot1VNNI.
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
+	PREFETCHT0 2240(SI)
+
+	HALFCODES((SI), 128(SI), 32(SI), 160(SI))
+	DOT1(0(DI), 64(DI), 128(DI), 192(DI), 256(DI), 320(DI), 384(DI), 448(DI), Y11)
+	HALFCODES(64(SI), 192(SI), 96(SI), 224(SI))
+	DOT1(32(DI), 96(DI), 160(DI), 224(DI), 288(DI), 352(DI), 416(DI), 480(DI), Y12)
+
+	VPHADDD      Y12, Y11, Y0 // groups 0 4 2 6 | 1 5 3 7
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      512(DI), Y1
+	VSHUFPS      $0x88, 544(DI), Y1, Y1 // sx of table lanes 0 2 8 10 | 4 6 12 14
+	VMULPS       Y1, Y0, Y0
+	VMOVUPS      576(DI), Y2
+	VHADDPS      608(DI), Y2, Y2 // sx·Σxq: the two halved lanes of each group added
+	VMOVDQU      dot1Order<>(SB), Y4
+	VPMOVZXWD    (R8), Y3
+	VPSLLD       $16, Y3, Y3
+	VPERMD       Y3, Y4, Y3
+	VPMOVZXWD    (R9), Y5
+	VPSLLD       $16, Y5, Y5
+	VPERMD       Y5, Y4, Y5
+	VFMADD231PS  Y3, Y0, Y13
+	VFMADD231PS  Y5, Y2, Y13
+
+	ADDQ $256, SI
+	ADDQ $16, R8
+	ADDQ $16, R9
+	ADDQ $640, DI
+	DECQ CX
+	JNZ  q4i8avx2d1block
+
+	VEXTRACTF128 $1, Y13, X0
+	VADDPS       X13, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	MOVSS        X0, (DX)
+	ADDQ         $4, DX
+	DECQ         BX
+	JNZ          q4i8avx2d1row
+
+	VZEROUPPER
+	RET
+
+// evenOddAVX2<> is the VPSHUFB index that puts the 16 bytes of a quantized run of 16
+// elements as its 8 even elements, then its 8 odd ones.
+DATA evenOddAVX2<>+0(SB)/8, $0x0e0c0a0806040200
+DATA evenOddAVX2<>+8(SB)/8, $0x0f0d0b0907050301
+GLOBL evenOddAVX2<>(SB), RODATA|NOPTR, $16
+
+DATA quantAVX2Const<>+0(SB)/4, $0x7fffffff // |x| mask
+DATA quantAVX2Const<>+4(SB)/4, $0x42fe0000 // 127
+DATA quantAVX2Const<>+8(SB)/4, $0x3f000000 // 1/2
+GLOBL quantAVX2Const<>(SB), RODATA|NOPTR, $12
+
+// QRUN2 quantizes run k of 16 elements (ya: its first 8, yb: its last 8, times inv in
+// Y12), adds their int32 values to Y14, and stores their even and odd bytes at vectors
+// 2k and 2k+1 of the block, lane j (DI points at byte 8j of vector 0). VPACKSSDW packs
+// within 128-bit halves, so VPERMQ puts the sixteen int16 back in element order before
+// the last pack; nothing saturates (|v| <= 127).
+#define QRUN2(ya, xa, yb, off) \
+	VMULPS       Y12, ya, ya; \
+	VMULPS       Y12, yb, yb; \
+	VCVTPS2DQ    ya, ya; \
+	VCVTPS2DQ    yb, yb; \
+	VPADDD       ya, Y14, Y14; \
+	VPADDD       yb, Y14, Y14; \
+	VPACKSSDW    yb, ya, ya; \
+	VPERMQ       $0xd8, ya, ya; \
+	VEXTRACTI128 $1, ya, X10; \
+	VPACKSSWB    X10, xa, xa; \
+	VPSHUFB      X11, xa, xa; \
+	VMOVQ        xa, off(DI); \
+	VPEXTRQ      $1, xa, off+64(DI)
+
+// func quantizeGroupAVX2(x *float32, block *byte, lane int)
+//
+// quantizeGroupAVX512's work (quantizeInt8Row for one group of 64) on 256-bit registers,
+// for machines without AVX-512: the same float steps in the same order (max|x|, 127/amax,
+// x·inv rounded to even by VCVTPS2DQ, amax/127, float32(qsum)·sx/2), so the same bytes
+// and floats as the Go loop.
+TEXT ·quantizeGroupAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ block+8(FP), DX
+	MOVQ lane+16(FP), BX
+
+	VMOVUPS      (SI), Y0
+	VMOVUPS      32(SI), Y1
+	VMOVUPS      64(SI), Y2
+	VMOVUPS      96(SI), Y3
+	VMOVUPS      128(SI), Y4
+	VMOVUPS      160(SI), Y5
+	VMOVUPS      192(SI), Y6
+	VMOVUPS      224(SI), Y7
+	VBROADCASTSS quantAVX2Const<>+0(SB), Y8
+	VANDPS       Y8, Y0, Y9
+	VANDPS       Y8, Y1, Y10
+	VMAXPS       Y10, Y9, Y9
+	VANDPS       Y8, Y2, Y10
+	VANDPS       Y8, Y3, Y11
+	VMAXPS       Y11, Y10, Y10
+	VMAXPS       Y10, Y9, Y9
+	VANDPS       Y8, Y4, Y10
+	VANDPS       Y8, Y5, Y11
+	VMAXPS       Y11, Y10, Y10
+	VMAXPS       Y10, Y9, Y9
+	VANDPS       Y8, Y6, Y10
+	VANDPS       Y8, Y7, Y11
+	VMAXPS       Y11, Y10, Y10
+	VMAXPS       Y10, Y9, Y9
+	VEXTRACTF128 $1, Y9, X10
+	VMAXPS       X10, X9, X9
+	VPERMILPS    $0x4e, X9, X10
+	VMAXPS       X10, X9, X9
+	VPERMILPS    $0xb1, X9, X10
+	VMAXPS       X10, X9, X9 // amax in every lane of X9
+	VXORPS       X10, X10, X10
+	VUCOMISS     X10, X9
+	JEQ          q8avx2zero
+
+	VMOVSS       quantAVX2Const<>+4(SB), X11
+	VDIVSS       X9, X11, X12 // inv = 127 / amax
+	VBROADCASTSS X12, Y12
+	VDIVSS       X11, X9, X13 // sx = amax / 127
+	VPXOR        Y14, Y14, Y14
+	VMOVDQU      evenOddAVX2<>(SB), X11
+	LEAQ         (DX)(BX*8), DI
+	QRUN2(Y0, X0, Y1, 0)
+	QRUN2(Y2, X2, Y3, 128)
+	QRUN2(Y4, X4, Y5, 256)
+	QRUN2(Y6, X6, Y7, 384)
+
+	// qsum: the lane sum of Y14; the tables take sx and float32(qsum)·sx/2 twice each.
+	VEXTRACTI128 $1, Y14, X10
+	VPADDD       X10, X14, X14
+	VPSHUFD      $0x4e, X14, X10
+	VPADDD       X10, X14, X14
+	VPSHUFD      $0xb1, X14, X10
+	VPADDD       X10, X14, X14
+	VCVTDQ2PS    X14, X14
+	VMULSS       X13, X14, X14
+	VMULSS       quantAVX2Const<>+8(SB), X14, X14
+	SHLQ         $3, BX // lane j: floats 2j and 2j+1 of each table, 8 bytes
+	VMOVSS       X13, 512(DX)(BX*1)
+	VMOVSS       X13, 516(DX)(BX*1)
+	VMOVSS       X14, 576(DX)(BX*1)
+	VMOVSS       X14, 580(DX)(BX*1)
+
+q8avx2zero:
 	VZEROUPPER
 	RET

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"sort"
 	"testing"
 
 	"pistil/graph"
@@ -12,8 +13,9 @@ import (
 // Tests of the one-row int8 kernels (decode under activations = "int8-all").
 
 // The portable row kernel is q4Int8Dot8Go's sum for one activation row, and every row
-// kernel of this machine gives the portable one's result (1..5 blocks, 1..70 rows: runs
-// of rows back to back, as the weights store them), to float32 summation order.
+// kernel of this machine (AVX-512 VNNI, AVX2) gives the portable one's result (1..5
+// blocks, odd row counts and runs longer than int8RowRun: rows back to back, as the
+// weights store them), to float32 summation order.
 func TestInt8RowKernelsMatchGo(t *testing.T) {
 	rng := rand.New(rand.NewSource(31))
 	for name := range int8RowKernelSets {
@@ -22,7 +24,7 @@ func TestInt8RowKernelsMatchGo(t *testing.T) {
 	for blocks := 1; blocks <= 5; blocks++ {
 		G := blocks * int8Groups
 		K := G * int8Group
-		for _, rows := range []int{1, 3, 70} {
+		for _, rows := range []int{1, 3, 7, 65, 70} {
 			w := quantize(randTensor(rng, 0.1, rows, K), 4, int8Group)
 			codes, scales, biases := w.Data, u16(w.Scales), u16(w.Biases)
 			acts := make([]byte, int8RowBytes(G))
@@ -56,15 +58,67 @@ func TestInt8RowKernelsMatchGo(t *testing.T) {
 	}
 }
 
+// The row kernels' integer part is exact, saturating extremes included: with unit scales,
+// zero biases and integer activations whose every group reaches ±127 (an activation
+// scale of exactly 1), each returns the exact integer Σ q·x for weight rows of random
+// codes, all 15s (every 16-bit lane of the AVX2 kernel's VPMADDUBSW sums at its largest,
+// 8·2·15·127 = 30,480, against activations all +127 or all -127) and alternating 0/15
+// nibbles.
+func TestInt8RowKernelIntegerPartExact(t *testing.T) {
+	rng := rand.New(rand.NewSource(34))
+	const blocks, rows = 3, 3
+	G := blocks * int8Groups
+	K := G * int8Group
+	codes := make([]byte, rows*K/2)
+	for i := 0; i < K/2; i++ {
+		codes[i], codes[K/2+i], codes[K+i] = byte(rng.Intn(256)), 0xff, 0xf0
+	}
+	one := F32ToBF16(1)
+	scales, biases := make([]uint16, rows*G), make([]uint16, rows*G)
+	for g := range scales {
+		scales[g] = one
+	}
+	random := make([]float32, K)
+	for i := range random {
+		random[i] = float32(rng.Intn(255) - 127)
+	}
+	for g := 0; g < G; g++ {
+		random[g*int8Group+rng.Intn(int8Group)] = float32(127 * (1 - 2*rng.Intn(2)))
+	}
+	plus, minus := make([]float32, K), make([]float32, K)
+	for i := range plus {
+		plus[i], minus[i] = 127, -127
+	}
+	for _, x := range [][]float32{random, plus, minus} {
+		acts := make([]byte, int8RowBytes(G))
+		quantizeInt8Row(x, G, acts)
+		var want [rows]int64
+		for r := range want {
+			for i, v := range x {
+				want[r] += int64(codes[r*K/2+i/2]>>(4*(i%2))&15) * int64(v)
+			}
+		}
+		for name, kernel := range int8RowKernelSets {
+			got := make([]float32, rows)
+			kernel(codes, scales, biases, blocks, acts, got)
+			for r := range got {
+				if int64(got[r]) != want[r] || float32(int64(got[r])) != got[r] {
+					t.Fatalf("%s, activations from %v: weight row %d = %v, want exactly %d", name, x[:2], r, got[r], want[r])
+				}
+			}
+		}
+	}
+}
+
 // Decode's matmuls under "int8-all" are the product of the rounded activation row with
 // the weights (qmatmul and the routed experts' expert_qmatmul, rows in runs longer than
-// the row kernel's and strided stacks), where the kernel in use has a row kernel and the
-// row is whole blocks; otherwise (a partial block, the AVX2 kernel) decode keeps the
-// float32 kernels, which TestQMatmulKernelsMatchTensorRow holds to the exact product.
+// the row kernel's and strided stacks), with every int8 kernel of the machine (each has a
+// row kernel: VNNI, AVX2, go), rows of whole blocks and rows ending in a partial one
+// (G = 3: no whole block; G = 11: one whole block and a partial one).
 func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 	rng := rand.New(rand.NewSource(32))
 	env := &Env{Workers: 2, Kernels: KernelsFast, Activations: ActivationsInt8All}
-	for _, G := range []int{3, 8, 32} {
+	for _, G := range []int{3, 8, 11, 32} {
 		K := G * int8Group
 		const E, M, k = 5, 150, 3
 		w := quantize(randTensor(rng, 0.1, E, M, K), 4, int8Group)
@@ -73,7 +127,6 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 		for g := 0; g < G; g++ {
 			x.F32()[g*int8Group+rng.Intn(int8Group)] *= 8 // an outlier per group, as real rows have
 		}
-		whole := G%int8Groups == 0
 		rounded := roundedActs(x.F32())
 		ids := NewTensor(graph.I32, 1, k)
 		copy(ids.I32(), []int32{4, 0, 2})
@@ -83,11 +136,10 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 		}
 		infoE, _ := Default.Info("expert_qmatmul")
 		forEachInt8Kernel(t, func(name string) {
-			int8Row := whole && int8RowKernel != nil
-			acts := x.F32()
-			if int8Row {
-				acts = rounded
+			if int8RowKernel == nil {
+				t.Fatalf("int8 kernel %s has no row kernel", name)
 			}
+			acts := rounded
 			got := NewTensor(graph.F32, 1, k, M)
 			if err := infoE.Ref(env, ge.Values[3], []*Tensor{x, w, ids}, []*Tensor{got}); err != nil {
 				t.Fatal(err)
@@ -102,8 +154,8 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 						mag += math.Abs(float64(x.F32()[i]) * float64(wE[m*K+i]))
 					}
 					if d := math.Abs(float64(v - want[m])); d > 1e-6*mag {
-						t.Fatalf("%s G=%d int8 %v expert %d row %d = %v, want %v: |diff| %.3g > %.3g",
-							name, G, int8Row, e, m, v, want[m], d, 1e-6*mag)
+						t.Fatalf("%s G=%d expert %d row %d = %v, want %v: |diff| %.3g > %.3g",
+							name, G, e, m, v, want[m], d, 1e-6*mag)
 					}
 				}
 			}
@@ -129,31 +181,76 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 	}
 }
 
-// BenchmarkInt8RowKernel times each one-row kernel alone on one core against 256 q4 rows
-// of 2048 (in the L2 cache), beside the float32 dot1 of BenchmarkQuantKernels. MB/s is
+// BenchmarkInt8RowKernel times each one-row kernel alone on one core, side by side with
+// the float32 one-row kernels decode runs under "f32" (f32/avx2 is what a machine without
+// AVX-512 decodes with): l2, 256 q4 rows of 2048 (in the L2 cache); stream, 2^17 rows of
+// 2048 (151 MB, several times the L3 cache) swept in order, as decode streams a matrix
+// from memory (not the portable kernels: they are far below memory speed). MB/s is
 // weight bytes (codes, scales, biases) per second.
 //
-//	go test ./ops/ -run X -bench 'Int8RowKernel|QuantKernels/.*/q4/dot1'
+//	go test ./ops/ -run X -bench Int8RowKernel
 func BenchmarkInt8RowKernel(b *testing.B) {
 	rng := rand.New(rand.NewSource(1))
-	const M, K = 256, 2048
+	const K = 2048
 	G := K / int8Group
-	wt := randQuantized(rng, 4, int8Group, M, K)
+	x := randF32(rng, K, 1)
 	acts := make([]byte, int8RowBytes(G))
-	quantizeInt8Row(randF32(rng, K, 1), G, acts)
+	quantizeInt8Row(x, G, acts)
 	out := make([]float32, int8RowRun)
-	for name, kernel := range int8RowKernelSets {
-		b.Run(name, func(b *testing.B) {
-			b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
-			rowBytes, rowGroups := K/2, G
-			for b.Loop() {
-				for r := 0; r < M; r += int8RowRun {
-					kernel(wt.Data[r*rowBytes:(r+int8RowRun)*rowBytes], u16(wt.Scales)[r*rowGroups:(r+int8RowRun)*rowGroups],
-						u16(wt.Biases)[r*rowGroups:(r+int8RowRun)*rowGroups], G/int8Groups, acts, out)
-				}
+	for _, size := range []struct {
+		name string
+		M    int
+	}{{"l2", 256}, {"stream", 1 << 17}} {
+		wt := randQuantized(rng, 4, int8Group, size.M, K)
+		w, err := newWeightRows(wt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ks := range quantKernelSets {
+			if ks == goQuantKernels {
+				continue
 			}
-		})
+			saved := fastKernels
+			fastKernels = ks
+			one := prepareActs(nil, w, x, 1)
+			fastKernels = saved
+			b.Run(size.name+"/f32-"+ks.name, func(b *testing.B) {
+				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+				for b.Loop() {
+					for r := 0; r < size.M; r++ {
+						data, scales, biases := w.locate(r)
+						ks.dot1[0](data, scales, biases, int8Group, one.x, one.xsum)
+					}
+				}
+			})
+		}
+		for _, name := range int8RowKernelNames() {
+			if size.name == "stream" && name == "go" {
+				continue
+			}
+			kernel := int8RowKernelSets[name]
+			b.Run(size.name+"/"+name, func(b *testing.B) {
+				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+				rowBytes, rowGroups := K/2, G
+				for b.Loop() {
+					for r := 0; r < size.M; r += int8RowRun {
+						kernel(wt.Data[r*rowBytes:(r+int8RowRun)*rowBytes], u16(wt.Scales)[r*rowGroups:(r+int8RowRun)*rowGroups],
+							u16(wt.Biases)[r*rowGroups:(r+int8RowRun)*rowGroups], G/int8Groups, acts, out)
+					}
+				}
+			})
+		}
 	}
+}
+
+// int8RowKernelNames lists the row kernels of this machine, sorted.
+func int8RowKernelNames() []string {
+	var names []string
+	for name := range int8RowKernelSets {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // BenchmarkQMatmulStreamInt8 is BenchmarkQMatmulStream with activations = "int8-all":
@@ -189,11 +286,28 @@ func BenchmarkQMatmulStreamInt8(b *testing.B) {
 // random activations with an outlier per group, all-zero groups, values that land on
 // halves of a step (rounded to even), tiny and huge magnitudes, partial last blocks.
 func TestQuantizeInt8GroupFastMatchesGo(t *testing.T) {
-	fast := quantizeGroupFast
-	if fast == nil {
+	if len(int8Quantizers) == 0 {
 		t.Skip("no vector quantizer on this machine: the Go loop runs")
 	}
-	defer func() { quantizeGroupFast = fast }()
+	saved := quantizeGroupFast
+	defer func() { quantizeGroupFast = saved }()
+	for _, name := range int8QuantizerNames() {
+		t.Run(name, func(t *testing.T) { quantizeGroupMatchesGo(t, int8Quantizers[name]) })
+	}
+}
+
+// int8QuantizerNames lists the vector quantizers of this machine, sorted.
+func int8QuantizerNames() []string {
+	var names []string
+	for name := range int8Quantizers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// quantizeGroupMatchesGo is TestQuantizeInt8GroupFastMatchesGo for one vector quantizer.
+func quantizeGroupMatchesGo(t *testing.T, fast func(xs []float32, block []byte, j int)) {
 	rng := rand.New(rand.NewSource(33))
 	for _, G := range []int{1, 8, 11, 32} {
 		x := randF32(rng, G*int8Group, 3)
@@ -233,20 +347,23 @@ func TestQuantizeInt8GroupFastMatchesGo(t *testing.T) {
 }
 
 // BenchmarkQuantizeInt8Row: one activation row of 2048 (a decode step's projection
-// input) into the int8 layout, the vector quantizer and the Go loop.
+// input) into the int8 layout, each vector quantizer (named by its int8 kernel) and the
+// Go loop.
 func BenchmarkQuantizeInt8Row(b *testing.B) {
 	const G = 32
 	x := randF32(rand.New(rand.NewSource(1)), G*int8Group, 1)
 	dst := make([]byte, int8RowBytes(G))
-	fast := quantizeGroupFast
-	defer func() { quantizeGroupFast = fast }()
-	for _, c := range []struct {
+	saved := quantizeGroupFast
+	defer func() { quantizeGroupFast = saved }()
+	type quantizer struct {
 		name string
 		q    func(xs []float32, block []byte, j int)
-	}{{"vector", fast}, {"go", nil}} {
-		if c.name == "vector" && fast == nil {
-			continue
-		}
+	}
+	var cases []quantizer
+	for _, name := range int8QuantizerNames() {
+		cases = append(cases, quantizer{name, int8Quantizers[name]})
+	}
+	for _, c := range append(cases, quantizer{"go", nil}) {
 		b.Run(c.name, func(b *testing.B) {
 			quantizeGroupFast = c.q
 			b.SetBytes(4 * G * int8Group)

@@ -104,9 +104,9 @@ func copyCheckpoint(t *testing.T, edit func(name string, shape []int, data []byt
 
 // TestCheckInt8AtItsTolerance: with int8 activations, check holds the golden mlx-q4 fixture
 // to the int8 tolerance in every prefill mode, with each int8 kernel this machine has
-// (the AVX2 one forced through cpu.Int8KernelEnv on an AVX-512 VNNI machine), and (where
-// an int8 kernel runs at all) the exact tolerance fails: the flag is not a way around
-// the test.
+// (the AVX2 one, its row kernel included under "int8-all", forced through
+// cpu.Int8KernelEnv on an AVX-512 VNNI machine), and (where an int8 kernel runs at all)
+// the exact tolerance fails: the flag is not a way around the test.
 func TestCheckInt8AtItsTolerance(t *testing.T) {
 	for _, activations := range []string{ops.ActivationsInt8, ops.ActivationsInt8All} {
 		t.Run(activations, func(t *testing.T) { checkInt8AtItsTolerance(t, activations) })
@@ -144,6 +144,13 @@ func checkInt8AtItsTolerance(t *testing.T, activations string) {
 		}
 		if err := runCheck(append(base, "--chunk", "7")); err == nil || !strings.Contains(err.Error(), "FAIL") {
 			t.Errorf("int8 (%s) at the exact tolerance: check said %v, want a FAIL", kernel, err)
+		}
+		// Every --chunk 1 step is one-row matmuls: under "int8-all" the kernel's row kernel
+		// runs them, so exact fails there too (it would pass on a kernel without one).
+		if activations == ops.ActivationsInt8All {
+			if err := runCheck(append(base, "--chunk", "1")); err == nil || !strings.Contains(err.Error(), "FAIL") {
+				t.Errorf("int8-all (%s) --chunk 1 at the exact tolerance: check said %v, want a FAIL", kernel, err)
+			}
 		}
 	}
 	t.Setenv(cpu.Int8KernelEnv, "avx9")

@@ -141,6 +141,22 @@ func BenchmarkQuantKernels(b *testing.B) {
 // [8192, 2048] matrices (377 MB, more than the caches) so the weights come from memory,
 // as the 1.67 GB of a real decode step do.
 func BenchmarkQMatmulStream(b *testing.B) {
+	var envs []namedEnv
+	for _, kernels := range benchKernels {
+		envs = append(envs, namedEnv{kernels, &Env{Workers: 2, Kernels: kernels}})
+	}
+	benchQMatmulStream(b, envs)
+}
+
+// namedEnv is one sub-benchmark's environment.
+type namedEnv struct {
+	name string
+	env  *Env
+}
+
+// benchQMatmulStream runs BenchmarkQMatmulStream's streaming qmatmul under each env, one
+// sub-benchmark each, reporting the weight bytes per second.
+func benchQMatmulStream(b *testing.B, envs []namedEnv) {
 	rng := rand.New(rand.NewSource(1))
 	ws := make([]*Tensor, 40)
 	for i := range ws {
@@ -150,13 +166,12 @@ func BenchmarkQMatmulStream(b *testing.B) {
 	g, _ := opGraph("qmatmul", nil, x, ws[0])
 	info, _ := Default.Info("qmatmul")
 	out := []*Tensor{NewTensor(graph.F32, 1, 8192)}
-	for _, kernels := range benchKernels {
-		b.Run(kernels, func(b *testing.B) {
-			env := &Env{Workers: 2, Kernels: kernels}
+	for _, e := range envs {
+		b.Run(e.name, func(b *testing.B) {
 			b.SetBytes(int64(len(ws[0].Data) + len(ws[0].Scales) + len(ws[0].Biases)))
 			i := 0
 			for b.Loop() {
-				if err := info.Ref(env, g.Values[2], []*Tensor{x, ws[i%len(ws)]}, out); err != nil {
+				if err := info.Ref(e.env, g.Values[2], []*Tensor{x, ws[i%len(ws)]}, out); err != nil {
 					b.Fatal(err)
 				}
 				i++

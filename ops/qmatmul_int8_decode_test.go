@@ -256,30 +256,13 @@ func int8RowKernelNames() []string {
 // BenchmarkQMatmulStreamInt8 is BenchmarkQMatmulStream with activations = "int8-all":
 // a decode-shaped q4 qmatmul whose weights come from memory, on one and two workers.
 func BenchmarkQMatmulStreamInt8(b *testing.B) {
-	rng := rand.New(rand.NewSource(1))
-	ws := make([]*Tensor, 40)
-	for i := range ws {
-		ws[i] = randQuantized(rng, 4, 64, 8192, 2048)
-	}
-	x := randTensor(rng, 1, 1, 2048)
-	g, _ := opGraph("qmatmul", nil, x, ws[0])
-	info, _ := Default.Info("qmatmul")
-	out := []*Tensor{NewTensor(graph.F32, 1, 8192)}
+	var envs []namedEnv
 	for _, act := range []string{ActivationsF32, ActivationsInt8All} {
 		for _, workers := range []int{1, 2} {
-			b.Run(fmt.Sprintf("%s/workers=%d", act, workers), func(b *testing.B) {
-				env := &Env{Workers: workers, Kernels: KernelsFast, Activations: act}
-				b.SetBytes(int64(len(ws[0].Data) + len(ws[0].Scales) + len(ws[0].Biases)))
-				i := 0
-				for b.Loop() {
-					if err := info.Ref(env, g.Values[2], []*Tensor{x, ws[i%len(ws)]}, out); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-			})
+			envs = append(envs, namedEnv{fmt.Sprintf("%s/workers=%d", act, workers), &Env{Workers: workers, Kernels: KernelsFast, Activations: act}})
 		}
 	}
+	benchQMatmulStream(b, envs)
 }
 
 // The vector quantizer (quantizeGroupFast) writes the bytes the Go loop writes: rows of

@@ -274,16 +274,17 @@ q4i8d1block:
 	VZEROUPPER
 	RET
 
-// evenOdd16<> is the VPSHUFB index that puts the 16 bytes of a quantized run of 16
-// elements as its 8 even elements, then its 8 odd ones.
-DATA evenOdd16<>+0(SB)/8, $0x0e0c0a0806040200
-DATA evenOdd16<>+8(SB)/8, $0x0f0d0b0907050301
-GLOBL evenOdd16<>(SB), RODATA|NOPTR, $16
+// ·int8EvenOdd16 is the VPSHUFB index that puts the 16 bytes of a quantized run of 16
+// elements as its 8 even elements, then its 8 odd ones; ·int8QuantConst the quantizers'
+// constants. Both quantizers use them (this file's and qmatmul_int8_avx2_amd64.s's).
+DATA ·int8EvenOdd16+0(SB)/8, $0x0e0c0a0806040200
+DATA ·int8EvenOdd16+8(SB)/8, $0x0f0d0b0907050301
+GLOBL ·int8EvenOdd16(SB), RODATA|NOPTR, $16
 
-DATA quantConst<>+0(SB)/4, $0x7fffffff // |x| mask
-DATA quantConst<>+4(SB)/4, $0x42fe0000 // 127
-DATA quantConst<>+8(SB)/4, $0x3f000000 // 1/2
-GLOBL quantConst<>(SB), RODATA|NOPTR, $12
+DATA ·int8QuantConst+0(SB)/4, $0x7fffffff // |x| mask
+DATA ·int8QuantConst+4(SB)/4, $0x42fe0000 // 127
+DATA ·int8QuantConst+8(SB)/4, $0x3f000000 // 1/2
+GLOBL ·int8QuantConst(SB), RODATA|NOPTR, $12
 
 // QRUN quantizes the 16 elements of run k (in zk, times inv in Z20) and stores their even
 // and odd bytes at vectors 2k and 2k+1 of the block, lane j (DI points at byte 8j of
@@ -313,7 +314,7 @@ TEXT ·quantizeGroupAVX512(SB), NOSPLIT, $0-24
 	VMOVUPS      64(SI), Z1
 	VMOVUPS      128(SI), Z2
 	VMOVUPS      192(SI), Z3
-	VBROADCASTSS quantConst<>+0(SB), Z5
+	VBROADCASTSS ·int8QuantConst+0(SB), Z5
 	VANDPS       Z5, Z0, Z6
 	VANDPS       Z5, Z1, Z7
 	VANDPS       Z5, Z2, Z8
@@ -333,12 +334,12 @@ TEXT ·quantizeGroupAVX512(SB), NOSPLIT, $0-24
 	VUCOMISS     X7, X6
 	JEQ          zero
 
-	MOVSS        quantConst<>+4(SB), X8
+	MOVSS        ·int8QuantConst+4(SB), X8
 	VDIVSS       X6, X8, X9   // inv = 127 / amax
 	VBROADCASTSS X9, Z20
 	VDIVSS       X8, X6, X10  // sx = amax / 127
 	VPXORD       Z21, Z21, Z21
-	VMOVDQU64    evenOdd16<>(SB), X22
+	VMOVDQU64    ·int8EvenOdd16(SB), X22
 	LEAQ         (DX)(BX*8), DI
 	QRUN(Z0, 0)
 	QRUN(Z1, 128)
@@ -356,7 +357,7 @@ TEXT ·quantizeGroupAVX512(SB), NOSPLIT, $0-24
 	VPADDD        X12, X11, X11
 	VCVTDQ2PS     X11, X11
 	VMULSS        X10, X11, X11
-	VMULSS        quantConst<>+8(SB), X11, X11
+	VMULSS        ·int8QuantConst+8(SB), X11, X11
 	SHLQ          $3, BX // lane j: floats 2j and 2j+1 of each table, 8 bytes
 	MOVSS         X10, 512(DX)(BX*1)
 	MOVSS         X10, 516(DX)(BX*1)

@@ -308,17 +308,6 @@ q4i8avx2d1block:
 	VZEROUPPER
 	RET
 
-// evenOddAVX2<> is the VPSHUFB index that puts the 16 bytes of a quantized run of 16
-// elements as its 8 even elements, then its 8 odd ones.
-DATA evenOddAVX2<>+0(SB)/8, $0x0e0c0a0806040200
-DATA evenOddAVX2<>+8(SB)/8, $0x0f0d0b0907050301
-GLOBL evenOddAVX2<>(SB), RODATA|NOPTR, $16
-
-DATA quantAVX2Const<>+0(SB)/4, $0x7fffffff // |x| mask
-DATA quantAVX2Const<>+4(SB)/4, $0x42fe0000 // 127
-DATA quantAVX2Const<>+8(SB)/4, $0x3f000000 // 1/2
-GLOBL quantAVX2Const<>(SB), RODATA|NOPTR, $12
-
 // QRUN2 quantizes run k of 16 elements (ya: its first 8, yb: its last 8, times inv in
 // Y12), adds their int32 values to Y14, and stores their even and odd bytes at vectors
 // 2k and 2k+1 of the block, lane j (DI points at byte 8j of vector 0). VPACKSSDW packs
@@ -358,7 +347,7 @@ TEXT ·quantizeGroupAVX2(SB), NOSPLIT, $0-24
 	VMOVUPS      160(SI), Y5
 	VMOVUPS      192(SI), Y6
 	VMOVUPS      224(SI), Y7
-	VBROADCASTSS quantAVX2Const<>+0(SB), Y8
+	VBROADCASTSS ·int8QuantConst+0(SB), Y8
 	VANDPS       Y8, Y0, Y9
 	VANDPS       Y8, Y1, Y10
 	VMAXPS       Y10, Y9, Y9
@@ -384,12 +373,12 @@ TEXT ·quantizeGroupAVX2(SB), NOSPLIT, $0-24
 	VUCOMISS     X10, X9
 	JEQ          q8avx2zero
 
-	VMOVSS       quantAVX2Const<>+4(SB), X11
+	VMOVSS       ·int8QuantConst+4(SB), X11
 	VDIVSS       X9, X11, X12 // inv = 127 / amax
 	VBROADCASTSS X12, Y12
 	VDIVSS       X11, X9, X13 // sx = amax / 127
 	VPXOR        Y14, Y14, Y14
-	VMOVDQU      evenOddAVX2<>(SB), X11
+	VMOVDQU      ·int8EvenOdd16(SB), X11
 	LEAQ         (DX)(BX*8), DI
 	QRUN2(Y0, X0, Y1, 0)
 	QRUN2(Y2, X2, Y3, 128)
@@ -405,7 +394,7 @@ TEXT ·quantizeGroupAVX2(SB), NOSPLIT, $0-24
 	VPADDD       X10, X14, X14
 	VCVTDQ2PS    X14, X14
 	VMULSS       X13, X14, X14
-	VMULSS       quantAVX2Const<>+8(SB), X14, X14
+	VMULSS       ·int8QuantConst+8(SB), X14, X14
 	SHLQ         $3, BX // lane j: floats 2j and 2j+1 of each table, 8 bytes
 	VMOVSS       X13, 512(DX)(BX*1)
 	VMOVSS       X13, 516(DX)(BX*1)

@@ -4,7 +4,9 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -101,13 +103,25 @@ func newDevice() (*device, error) {
 	return g, nil
 }
 
+// tuningDefines are the kernel tuning macros of PISTIL_CUDA_DEFINES (space-separated
+// NAME=VALUE, e.g. "MMA_SK_PREFETCH=1"), passed to NVRTC as -D options: a developer's
+// way to time a kernel variant against the default in one binary and one device call.
+// Unset, the kernels build with their defaults.
+func tuningDefines() []string {
+	var opts []string
+	for _, d := range strings.Fields(os.Getenv("PISTIL_CUDA_DEFINES")) {
+		opts = append(opts, "-D"+d)
+	}
+	return opts
+}
+
 // loadKernels compiles the dialect kernels for the device and resolves every function.
 func (g *device) loadKernels() error {
 	n, err := loadNVRTC()
 	if err != nil {
 		return err
 	}
-	cubin, _, err := n.compile(kernels.CUDASource(), "pistil_kernels.cu", g.arch, nil)
+	cubin, _, err := n.compile(kernels.CUDASource(), "pistil_kernels.cu", g.arch, tuningDefines())
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"pistil/gpu"
@@ -51,14 +52,23 @@ func mmaCases() []opCase {
 		split.attrs = graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrMMASplitK: true}
 		cases = append(cases, split)
 	}
-	for _, tile := range gpu.ExpertTiles {
+	// Each expert tile height, and the split-k tile (16 routed rows, 32 weight rows, the
+	// k-steps shared out among the warps: fewer steps than warps at K 64 and 128).
+	for _, tile := range append(slices.Clone(gpu.ExpertTiles), 0) {
 		at := graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(tile)}
+		name := fmt.Sprintf("tile %d", tile)
+		if tile == 0 {
+			name = "split k"
+			at = graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(kernels.MMASplitKTileN), gpu.AttrExpertSplitK: true}
+			cases = append(cases, opCase{name: "expert q4 split k, 50 rows per expert, K 512", op: "expert_qmatmul", attrs: at,
+				in: []*ops.Tensor{randF32(r, 100, 512), randQuant(r, graph.Q4, 8, 100, 512), routed(100, 4, 8, 8)}})
+		}
 		cases = append(cases,
-			opCase{name: fmt.Sprintf("expert q4 tile %d", tile), op: "expert_qmatmul", attrs: at,
+			opCase{name: "expert q4 "+name, op: "expert_qmatmul", attrs: at,
 				in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16, 16)}},
-			opCase{name: fmt.Sprintf("expert q8 tile %d, 10 of 16 experts empty", tile), op: "expert_qmatmul", attrs: at,
+			opCase{name: "expert q8 "+name+", 10 of 16 experts empty", op: "expert_qmatmul", attrs: at,
 				in: []*ops.Tensor{randF32(r, 30, 64), randQuant(r, graph.Q8, 16, 200, 64), routed(30, 4, 16, 6)}},
-			opCase{name: fmt.Sprintf("expert bf16 per-slot x tile %d, K 192", tile), op: "expert_matmul", attrs: at,
+			opCase{name: "expert bf16 per-slot x "+name+", K 192", op: "expert_matmul", attrs: at,
 				in: []*ops.Tensor{randF32(r, 100, 2, 192), randBF16(r, 5, 33, 192), routed(100, 2, 5, 3)}},
 		)
 	}
@@ -100,6 +110,9 @@ func TestMMACasesLowerToTensorCores(t *testing.T) {
 		}
 		if c.op == "expert_qmatmul" || c.op == "expert_matmul" {
 			want = map[int]string{16: kernels.KernelExpertMMA16, 32: kernels.KernelExpertMMA32, 64: kernels.KernelExpertMMA64}[c.attrs.Int(gpu.AttrExpertTile)]
+			if c.attrs.Bool(gpu.AttrExpertSplitK) {
+				want = kernels.KernelExpertMMASplitK
+			}
 		}
 		if l.Kernel != want {
 			t.Errorf("%s: lowered to %s, want %s", c.name, l.Kernel, want)

@@ -341,6 +341,12 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: expert tile of %d routed rows (the mma kernels have %v)", d.Op, tile, ExpertTiles)
 		}
+		if d.Attrs.Bool(AttrExpertSplitK) {
+			if tile != kernels.MMASplitKTileN {
+				return nil, fmt.Errorf("%s: marked %s with an expert tile of %d routed rows (the split-k tiles hold %d)", d.Op, AttrExpertSplitK, tile, kernels.MMASplitKTileN)
+			}
+			kernel, rowsPerGroup = kernels.KernelExpertMMASplitK, kernels.MMASplitKTileM
+		}
 		if E > 65535 {
 			return nil, fmt.Errorf("%s: %d experts exceed the grid", d.Op, E)
 		}
@@ -393,6 +399,10 @@ const (
 	// AttrMMASplitK (bool) runs a tensor-core matmul on matmul_mma_splitk, the k-steps
 	// shared out among a group's warps (mma-split-k; MMASplitKShape).
 	AttrMMASplitK = "mma_split_k"
+	// AttrExpertSplitK (bool) runs a tensor-core routed-expert matmul whose tile is
+	// MMASplitKTileN routed rows on expert_mma_splitk: tiles of MMASplitKTileM weight rows,
+	// the k-steps shared out among a group's warps (expert-split-k; ExpertSplitKShape).
+	AttrExpertSplitK = "expert_split_k"
 )
 
 // BatchedMatvecMaxRows is the most activation rows of a q4 qmatmul, and
@@ -525,6 +535,22 @@ func (t *Target) MMASplitKShape(op string, in []Operand) bool {
 	M, K := in[1].Shape[0], in[1].Shape[1]
 	rows := prod(in[0].Shape) / K
 	return ceilDiv(M, kernels.MMATileM)*ceilDiv(rows, kernels.MMATileN) < t.ParallelGroups
+}
+
+// ExpertSplitKShape says whether a routed-expert matmul marked for the tensor cores
+// gains from expert_mma_splitk over expert_mma16: when its experts receive at most
+// MMASplitKTileN rows on average (T·k/E; 512 tokens of the full model give 16), so each
+// expert is one tile of few rows and a group of 128 weight rows walking all of K, with
+// two group barriers a step, sets the time (H200 profile of a 512-token chunk: 634 µs per
+// launch, 0.24 TB/s of weights).
+func (t *Target) ExpertSplitKShape(op string, in []Operand) bool {
+	if (op != "expert_matmul" && op != "expert_qmatmul") || !t.TensorCoreShape(op, in) {
+		return false
+	}
+	if len(in) < 3 || len(in[1].Shape) != 3 {
+		return false
+	}
+	return ExpertTileFor(prod(in[2].Shape), in[1].Shape[0]) == kernels.MMASplitKTileN
 }
 
 // mmaTileK is MMA_KS, the mma kernels' k-step: each lane reads 16 consecutive weights of

@@ -58,3 +58,39 @@ func TestMMAMatvecMarksDecodeMatvecs(t *testing.T) {
 		}
 	}
 }
+
+// On the 35B-A3B's prefill plans, expert-split-k gives the routed experts' matmuls the
+// split-k tile exactly when their experts receive at most 16 rows on average: chunks of
+// 512 tokens (T·k/E = 16) but not 4,096 (128); off, or on Metal, none.
+func TestExpertSplitKMarksSmallExpertTiles(t *testing.T) {
+	cfg := qwen35moe.Default()
+	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		backend string
+		tokens  int
+		on      bool
+		want    int
+	}{{"cuda", 512, true, 120}, {"cuda", 512, false, 0}, {"cuda", 4096, true, 0}, {"metal", 512, true, 0}} {
+		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: c.tokens, Backend: c.backend},
+			passes.Config{Off: map[string]bool{"expert-split-k": !c.on}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		marked := 0
+		for _, d := range p.Dispatches {
+			split := d.Kernel == kernels.KernelExpertMMASplitK
+			if split != d.Attrs.Bool(gpu.AttrExpertSplitK) {
+				t.Errorf("%s T=%d: %s %s runs %s, marked %v", c.backend, c.tokens, d.Op, d.Label, d.Kernel, d.Attrs.Bool(gpu.AttrExpertSplitK))
+			}
+			if split {
+				marked++
+			}
+		}
+		if marked != c.want {
+			t.Errorf("%s T=%d on=%v: %d routed-expert dispatches on expert_mma_splitk, want %d", c.backend, c.tokens, c.on, marked, c.want)
+		}
+	}
+}

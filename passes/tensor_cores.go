@@ -2,6 +2,7 @@ package passes
 
 import (
 	"pistil/gpu"
+	"pistil/ops/kernels"
 	"pistil/plan"
 )
 
@@ -52,6 +53,30 @@ func mmaSplitK(u *Unit) error {
 		}
 		setAttr(d, gpu.AttrMMASplitK, true)
 		u.count("mma-split-k: "+d.Op, 1)
+	}
+	return nil
+}
+
+// expertSplitK gives the tensor-core routed-expert matmuls whose experts receive at most
+// 16 rows on average (gpu.Target.ExpertSplitKShape: prefill chunks of up to 512 tokens of
+// the full model) the kernel that shares each tile's k-steps out among its warps,
+// expert_mma_splitk, in tiles of 32 weight rows. Off, they run on expert_mma16.
+func expertSplitK(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || u.Plan == nil {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if !d.Attrs.Bool(gpu.AttrTensorCores) || d.Attrs.Int(gpu.AttrExpertTile) > kernels.MMASplitKTileN {
+			continue
+		}
+		in, _ := dispatchOperands(u.Plan, d)
+		if !t.GPU.ExpertSplitKShape(d.Op, in) {
+			continue
+		}
+		setAttr(d, gpu.AttrExpertSplitK, true)
+		u.count("expert-split-k: "+d.Op, 1)
 	}
 	return nil
 }

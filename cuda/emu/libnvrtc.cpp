@@ -15,7 +15,7 @@ struct Prog { std::string src, log, path; };
 extern "C" {
 int nvrtcVersion(int* a, int* b) { *a = 12; *b = 8; return 0; }
 int nvrtcCreateProgram(Prog** p, const char* src, const char*, int, const char* const*, const char* const*) { *p = new Prog{src, "", ""}; return 0; }
-int nvrtcCompileProgram(Prog* p, int, const char* const*) {
+int nvrtcCompileProgram(Prog* p, int nopts, const char* const* opts) {
 	Dl_info self;
 	dladdr((void*)&nvrtcCompileProgram, &self);
 	std::string lib = self.dli_fname, dir = lib.substr(0, lib.rfind('/'));
@@ -33,7 +33,13 @@ int nvrtcCompileProgram(Prog* p, int, const char* const*) {
 	}
 	std::string cpp = out + "/kernels.cpp", so = out + "/kernels.so";
 	std::ofstream(cpp) << "#include \"emu_rt.h\"\n" << src << "\n" << w.str();
-	std::string cmd = "g++ -O2 -std=c++17 -fPIC -shared -w -I" + dir + " " + cpp + " -o " + so + " 2>&1";
+	// Macro definitions (-DNAME=VALUE, the tuning macros) reach g++ as they reach NVRTC;
+	// the other options (architecture, -lineinfo) mean nothing here.
+	std::string defines;
+	for (int i = 0; i < nopts; i++) {
+		if (std::strncmp(opts[i], "-D", 2) == 0) defines += " '" + std::string(opts[i]) + "'";
+	}
+	std::string cmd = "g++ -O2 -std=c++17 -fPIC -shared -w" + defines + " -I" + dir + " " + cpp + " -o " + so + " 2>&1";
 	FILE* f = popen(cmd.c_str(), "r");
 	char buf[4096]; size_t n;
 	while ((n = fread(buf, 1, sizeof buf, f)) > 0) p->log.append(buf, n);

@@ -82,6 +82,7 @@ const (
 	KernelExpertMMA16     = "expert_mma16"
 	KernelExpertMMA32     = "expert_mma32"
 	KernelExpertMMA64     = "expert_mma64"
+	KernelExpertMMASplitK = "expert_mma_splitk"
 
 	// The decode matrix-vector products on the tensor cores (matvec_mma.k), each the twin
 	// of a SIMT kernel of the same arguments (MMAMatvecTwin).
@@ -123,7 +124,7 @@ var Names = []string{
 }
 
 // CUDANames lists the kernels of CUDAFamilies.
-var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64,
+var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64, KernelExpertMMASplitK,
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4}
 
 // NamesFor lists every kernel a backend's source declares.

@@ -64,11 +64,11 @@ func mmaCases() []opCase {
 				in: []*ops.Tensor{randF32(r, 100, 512), randQuant(r, graph.Q4, 8, 100, 512), routed(100, 4, 8, 8)}})
 		}
 		cases = append(cases,
-			opCase{name: "expert q4 "+name, op: "expert_qmatmul", attrs: at,
+			opCase{name: "expert q4 " + name, op: "expert_qmatmul", attrs: at,
 				in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16, 16)}},
-			opCase{name: "expert q8 "+name+", 10 of 16 experts empty", op: "expert_qmatmul", attrs: at,
+			opCase{name: "expert q8 " + name + ", 10 of 16 experts empty", op: "expert_qmatmul", attrs: at,
 				in: []*ops.Tensor{randF32(r, 30, 64), randQuant(r, graph.Q8, 16, 200, 64), routed(30, 4, 16, 6)}},
-			opCase{name: "expert bf16 per-slot x "+name+", K 192", op: "expert_matmul", attrs: at,
+			opCase{name: "expert bf16 per-slot x " + name + ", K 192", op: "expert_matmul", attrs: at,
 				in: []*ops.Tensor{randF32(r, 100, 2, 192), randBF16(r, 5, 33, 192), routed(100, 2, 5, 3)}},
 		)
 	}

@@ -35,14 +35,23 @@ h = rows[hdr]; data = [r for r in rows[hdr + 2:] if len(r) == len(h)]
 ki, ti = h.index('Kernel Name'), h.index('gpu__time_duration.sum')
 ri, wi = h.index('dram__bytes_read.sum'), h.index('dram__bytes_write.sum')
 # The plan's dispatches in order: "gNN dN op name [kernel grid ...]", matched launch by launch.
-plan = [m.group(1) for m in (re.match(r'\s+g\d+ d\d+ (\S+) ', l) for l in open(sys.argv[2])) if m]
+# (op, label with the layer number dropped; the op where a dispatch has no label)
+plan = [(m.group(1), re.sub(r'layers\.\d+\.', '', m.group(2)) if m.group(2)[0] not in '([' else m.group(1))
+        for m in (re.match(r'\s+g\d+ d\d+ (\S+) (\S+)', l) for l in open(sys.argv[2])) if m]
 def num(s): return float(s.replace(',', '')) if s else 0.0
 agg = collections.defaultdict(lambda: [0, 0.0, 0.0])
+bylabel = collections.defaultdict(lambda: [0, 0.0, 0.0])
 for i, r in enumerate(data):
-    op = plan[i] if i < len(plan) else '?'
-    a = agg[(op, r[ki].split('(')[0])]; a[0] += 1; a[1] += num(r[ti]); a[2] += num(r[ri]) + num(r[wi])
+    op, label = plan[i] if i < len(plan) else ('?', '?')
+    t, b = num(r[ti]), num(r[ri]) + num(r[wi])
+    for a in (agg[(op, r[ki].split('(')[0])], bylabel[(label, r[ki].split('(')[0])]):
+        a[0] += 1; a[1] += t; a[2] += b
 total = sum(a[1] for a in agg.values())
 print(f"{len(data)} kernels ({len(plan)} planned dispatches), {total/1e6:.2f} ms in kernels")
 for (op, k), (n, t, b) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print(f"{op:24s} {k:28s} {n:4d} x {t/n/1e3:8.1f} us = {t/1e6:7.2f} ms {b/t if t else 0:8.1f} GB/s {100*t/total:5.1f}%")
+# The same by dispatch label across layers (gate, up and down projections apart).
+print("by dispatch (layers merged):")
+for (label, k), (n, t, b) in sorted(bylabel.items(), key=lambda kv: -kv[1][1])[:24]:
+    print(f"{label:40s} {k:28s} {n:4d} x {t/n/1e3:8.1f} us = {t/1e6:7.2f} ms {b/t if t else 0:8.1f} GB/s {100*t/total:5.1f}%")
 PY

@@ -278,6 +278,12 @@ func opCases() []opCase {
 			alias: map[int]int{1: 5}},
 		{name: "conv1d", op: "conv1d", in: []*ops.Tensor{randF32(r, 5, 96), randF32(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
 		{name: "conv1d decode bf16 state", op: "conv1d", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
+		// Eight token slices per group: of 2 tokens at 13 (later slices' windows reach back
+		// across two slices and into the state, the last slice holds 1), and of 67 at 530
+		// (several load batches, a partial one); channels not a multiple of a group's 32;
+		// a 3-tap kernel (K - 1 = 2 state rows).
+		{name: "conv1d 13 tokens in 8 slices", op: "conv1d", in: []*ops.Tensor{randF32(r, 13, 70), randF32(r, 3, 70), randBF16(r, 70, 4)}, alias: map[int]int{1: 1}},
+		{name: "conv1d_silu 530 tokens, 3 taps", op: "conv1d_silu", in: []*ops.Tensor{randF32(r, 530, 40), randBF16(r, 2, 40), randBF16(r, 40, 3)}, alias: map[int]int{1: 1}},
 		{name: "gated_delta", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
 			in:    []*ops.Tensor{randF32(r, 3, 2, 32), randF32(r, 3, 2, 32), randF32(r, 3, 4, 64), randF32(r, 3, 4), randF32(r, 3, 4), randF32(r, 4, 32, 64)},
 			alias: map[int]int{1: 5}},

@@ -832,7 +832,9 @@ func lowerConv1D(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newKernel(kernels.KernelConv1D, [3]int{ceilDiv(Ch, 128), 1, 1}, 128, kernels.Conv1DArgs{
+	// SIMD_WIDTH channels per group, one SIMD group per slice of the tokens (conv.k).
+	slices := min(max(T, 1), kernels.ConvTokenSlices)
+	return newKernel(kernels.KernelConv1D, [3]int{ceilDiv(Ch, kernels.SIMDWidth), 1, 1}, kernels.SIMDWidth*slices, kernels.Conv1DArgs{
 		X: x.Addr, State: out[1].Addr, Y: out[0].Addr, W: w.W, T: int32(T), Ch: int32(Ch), K: int32(K), StateDType: dt})
 }
 

@@ -155,6 +155,8 @@ const (
 	AttnMaxRanges       = 512 // ATT_MAX_RANGES: attention_merge's most ranges (the fixed-block split's)
 	AttnKeyBlock        = 16  // ATT_KEY_BLOCK: attention_gqa's key ranges are whole blocks of this many keys
 	ConvMaxK            = 8   // CONV_MAX_K
+	ConvTokenSlices     = 8   // conv1d's most SIMD groups per group, each over a slice of the tokens
+	SIMDWidth           = 32  // SIMD_WIDTH
 	DeltaMaxDk          = 128 // DELTA_LANES * DELTA_MAX_ROWS
 	DeltaLanes          = 8   // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
 	MatvecThreads       = 128 // MV_THREADS: the q4 matrix-vector kernels' group size

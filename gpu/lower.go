@@ -832,10 +832,14 @@ func lowerConv1D(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	// SIMD_WIDTH channels per group, one SIMD group per slice of the tokens (conv.k).
-	slices := min(max(T, 1), kernels.ConvTokenSlices)
-	return newKernel(kernels.KernelConv1D, [3]int{ceilDiv(Ch, kernels.SIMDWidth), 1, 1}, kernels.SIMDWidth*slices, kernels.Conv1DArgs{
-		X: x.Addr, State: out[1].Addr, Y: out[0].Addr, W: w.W, T: int32(T), Ch: int32(Ch), K: int32(K), StateDType: dt})
+	// A multi-token step: SIMD_WIDTH channels per group, one SIMD group per slice of the
+	// tokens; a decode step: 4 x SIMD_WIDTH channels per group, one token (conv.k).
+	args := kernels.Conv1DArgs{X: x.Addr, State: out[1].Addr, Y: out[0].Addr, W: w.W, T: int32(T), Ch: int32(Ch), K: int32(K), StateDType: dt, Slices: 1}
+	if T == 1 {
+		return newKernel(kernels.KernelConv1D, [3]int{ceilDiv(Ch, 4*kernels.SIMDWidth), 1, 1}, 4*kernels.SIMDWidth, args)
+	}
+	args.Slices = int32(min(T, kernels.ConvTokenSlices))
+	return newKernel(kernels.KernelConv1D, [3]int{ceilDiv(Ch, kernels.SIMDWidth), 1, 1}, kernels.SIMDWidth*int(args.Slices), args)
 }
 
 func lowerGatedDelta(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {

@@ -217,6 +217,9 @@ type Conv1DArgs struct {
 	T, Ch, K    int32
 	StateDType  int32
 	SiLU        int32 // apply silu to the output (conv1d_silu)
+	// Slices is how many slices of the tokens a group's SIMD groups share out (a divisor
+	// of them): one for a decode step, whose groups are 4 x 32 channels.
+	Slices int32
 }
 
 // GDNGatesArgs: the Gated DeltaNet gates per (t, head): G = -exp(ALog)·softplus(A +

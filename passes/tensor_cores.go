@@ -38,6 +38,24 @@ func tensorCores(u *Unit) error {
 // shares each tile's k-steps out among its warps, matmul_mma_splitk. Off, every marked
 // matmul runs on matmul_mma.
 func mmaSplitK(u *Unit) error {
+	return markTensorCoreKernel(u, "mma-split-k", gpu.AttrMMASplitK, func(t *gpu.Target, d *plan.Dispatch, in []gpu.Operand) bool {
+		return t.MMASplitKShape(d.Op, in)
+	})
+}
+
+// expertSplitK gives the tensor-core routed-expert matmuls whose experts receive at most
+// 16 rows on average (gpu.Target.ExpertSplitKShape: prefill chunks of up to 512 tokens of
+// the full model) the kernel that shares each tile's k-steps out among its warps,
+// expert_mma_splitk, in tiles of 32 weight rows. Off, they run on expert_mma16.
+func expertSplitK(u *Unit) error {
+	return markTensorCoreKernel(u, "expert-split-k", gpu.AttrExpertSplitK, func(t *gpu.Target, d *plan.Dispatch, in []gpu.Operand) bool {
+		return d.Attrs.Int(gpu.AttrExpertTile) <= kernels.MMASplitKTileN && t.ExpertSplitKShape(d.Op, in)
+	})
+}
+
+// markTensorCoreKernel sets attr on the dispatches marked for the tensor cores that want
+// it (a choice among their kernels), counting them under the pass's name.
+func markTensorCoreKernel(u *Unit, pass, attr string, wants func(t *gpu.Target, d *plan.Dispatch, in []gpu.Operand) bool) error {
 	t, err := TargetFor(u.Phase.Backend)
 	if err != nil || t.GPU == nil || u.Plan == nil {
 		return err
@@ -47,36 +65,10 @@ func mmaSplitK(u *Unit) error {
 		if !d.Attrs.Bool(gpu.AttrTensorCores) {
 			continue
 		}
-		in, _ := dispatchOperands(u.Plan, d)
-		if !t.GPU.MMASplitKShape(d.Op, in) {
-			continue
+		if in, _ := dispatchOperands(u.Plan, d); wants(t.GPU, d, in) {
+			setAttr(d, attr, true)
+			u.count(pass+": "+d.Op, 1)
 		}
-		setAttr(d, gpu.AttrMMASplitK, true)
-		u.count("mma-split-k: "+d.Op, 1)
-	}
-	return nil
-}
-
-// expertSplitK gives the tensor-core routed-expert matmuls whose experts receive at most
-// 16 rows on average (gpu.Target.ExpertSplitKShape: prefill chunks of up to 512 tokens of
-// the full model) the kernel that shares each tile's k-steps out among its warps,
-// expert_mma_splitk, in tiles of 32 weight rows. Off, they run on expert_mma16.
-func expertSplitK(u *Unit) error {
-	t, err := TargetFor(u.Phase.Backend)
-	if err != nil || t.GPU == nil || u.Plan == nil {
-		return err
-	}
-	for i := range u.Plan.Dispatches {
-		d := &u.Plan.Dispatches[i]
-		if !d.Attrs.Bool(gpu.AttrTensorCores) || d.Attrs.Int(gpu.AttrExpertTile) > kernels.MMASplitKTileN {
-			continue
-		}
-		in, _ := dispatchOperands(u.Plan, d)
-		if !t.GPU.ExpertSplitKShape(d.Op, in) {
-			continue
-		}
-		setAttr(d, gpu.AttrExpertSplitK, true)
-		u.count("expert-split-k: "+d.Op, 1)
 	}
 	return nil
 }

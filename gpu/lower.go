@@ -832,14 +832,9 @@ func lowerConv1D(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A multi-token step: SIMD_WIDTH channels per group, one SIMD group per slice of the
-	// tokens; a decode step: 4 x SIMD_WIDTH channels per group, one token (conv.k).
-	args := kernels.Conv1DArgs{X: x.Addr, State: out[1].Addr, Y: out[0].Addr, W: w.W, T: int32(T), Ch: int32(Ch), K: int32(K), StateDType: dt, Slices: 1}
-	if T == 1 {
-		return newKernel(kernels.KernelConv1D, [3]int{ceilDiv(Ch, 4*kernels.SIMDWidth), 1, 1}, 4*kernels.SIMDWidth, args)
-	}
-	args.Slices = int32(min(T, kernels.ConvTokenSlices))
-	return newKernel(kernels.KernelConv1D, [3]int{ceilDiv(Ch, kernels.SIMDWidth), 1, 1}, kernels.SIMDWidth*int(args.Slices), args)
+	groups, threads, slices := kernels.Conv1DGeometry(T, Ch)
+	return newKernel(kernels.KernelConv1D, [3]int{groups, 1, 1}, threads, kernels.Conv1DArgs{
+		X: x.Addr, State: out[1].Addr, Y: out[0].Addr, W: w.W, T: int32(T), Ch: int32(Ch), K: int32(K), StateDType: dt, Slices: slices})
 }
 
 func lowerGatedDelta(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {

@@ -169,8 +169,9 @@ func Cases() []Case {
 		return func(e *env) []Launch {
 			x, st, w := e.in[0], e.in[1], e.in[2]
 			T, Ch, K := x.shape[0], x.shape[1], w.shape[1]
-			return []Launch{{kernels.KernelConv1D, [3]int{ceilDiv(Ch, 128), 1, 1}, 128, kernels.Conv1DArgs{
-				X: x.addr, State: st.addr, Y: e.out[0].addr, W: w.w, T: int32(T), Ch: int32(Ch), K: int32(K), StateDType: st.w.DType, SiLU: silu}}}
+			groups, threads, slices := kernels.Conv1DGeometry(T, Ch)
+			return []Launch{{kernels.KernelConv1D, [3]int{groups, 1, 1}, threads, kernels.Conv1DArgs{
+				X: x.addr, State: st.addr, Y: e.out[0].addr, W: w.w, T: int32(T), Ch: int32(Ch), K: int32(K), StateDType: st.w.DType, SiLU: silu, Slices: slices}}}
 		}
 	}
 	gatedDelta := func(e *env) []Launch {
@@ -366,6 +367,9 @@ func Cases() []Case {
 			in: []*ops.Tensor{randF32(r, 2, 4, 256), cache(graph.F32, 12, 2, 256), cache(graph.F32, 12, 2, 256)}, C: 9, launch: attentionGQA(0.0625, 1)},
 		{name: "conv1d bf16 state", op: "conv1d", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}, launch: conv(0)},
 		{name: "conv1d_silu", op: "conv1d_silu", in: []*ops.Tensor{randF32(r, 5, 384), randF32(r, 3, 384), randBF16(r, 384, 4)}, alias: map[int]int{1: 1}, launch: conv(1)},
+		// Eight token slices of 2 (windows reaching back across slices into the state) and
+		// channels not a multiple of a group's 32.
+		{name: "conv1d 13 tokens in 8 slices", op: "conv1d", in: []*ops.Tensor{randF32(r, 13, 70), randF32(r, 3, 70), randBF16(r, 70, 4)}, alias: map[int]int{1: 1}, launch: conv(0)},
 		{name: "gated_delta", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
 			in:    []*ops.Tensor{scaled(randF32(r, 3, 2, 32), 0.2), scaled(randF32(r, 3, 2, 32), 0.2), randF32(r, 3, 4, 64), scaled(randF32(r, 3, 4), 0.1), randF32(r, 3, 4), randF32(r, 4, 32, 64)},
 			alias: map[int]int{1: 5}, launch: gatedDelta},

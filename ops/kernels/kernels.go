@@ -218,6 +218,17 @@ type Tuning struct {
 	GroupMemoryLimit int
 }
 
+// Conv1DGeometry is conv1d's launch for a step of T tokens over Ch channels (conv.k): a
+// multi-token step has groups of SIMDWidth channels x up to ConvTokenSlices slices of the
+// tokens, one SIMD group each; a decode step groups of 4 x SIMDWidth channels, one token.
+func Conv1DGeometry(T, Ch int) (groups, threads int, slices int32) {
+	if T <= 1 {
+		return (Ch + 4*SIMDWidth - 1) / (4 * SIMDWidth), 4 * SIMDWidth, 1
+	}
+	s := min(T, ConvTokenSlices)
+	return (Ch + SIMDWidth - 1) / SIMDWidth, SIMDWidth * s, int32(s)
+}
+
 // CUDA and Metal are the two backends' tunings.
 var (
 	CUDA  = Tuning{Backend: "cuda", AttnTileKeys: 16, ExpertSlots: 4096, GroupMemoryLimit: 48 << 10}

@@ -18,6 +18,9 @@ func attnRowMaxAVX2(s *float32, nq, nk int, m *float32)
 //go:noescape
 func attnExp2SumAVX2(s *float32, nq, nk int, m, l *float32)
 
+//go:noescape
+func attnPrefetchRows(p *float32, stride, n, D int)
+
 var avx2AttnKernels = &attnKernels{
 	name: "avx2",
 	scores: func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
@@ -35,6 +38,10 @@ var avx2AttnKernels = &attnKernels{
 	exp2Sum: func(s []float32, nq, nk int, m, l []float32) {
 		checkAttn(nq, 16, nk, len(s) >= nk*nq && len(m) >= nq && len(l) >= nq)
 		attnExp2SumAVX2(&s[0], nq, nk, &m[0], &l[0])
+	},
+	prefetch: func(rows []float32, stride, n, D int) {
+		checkAttn(8, D, n, len(rows) >= (n-1)*stride+D)
+		attnPrefetchRows(&rows[0], stride, n, D)
 	},
 }
 

@@ -293,3 +293,29 @@ ekeys:
 	JLT     erows8
 	VZEROUPPER
 	RET
+
+// func attnPrefetchRows(p *float32, stride, n, D int)
+// PREFETCHT0 for every cache line of n rows of D floats, stride floats apart: the value
+// rows of a key block, asked for while the block's scores are computed, so the value pass
+// (which walks each 64-byte strip of the rows across all the block's keys) finds them in
+// the cache instead of waiting on one row's line after another.
+TEXT ·attnPrefetchRows(SB), NOSPLIT, $0-32
+	MOVQ p+0(FP), SI
+	MOVQ stride+8(FP), R9
+	SHLQ $2, R9
+	MOVQ n+16(FP), R10
+	MOVQ D+24(FP), R11
+	SHLQ $2, R11
+
+prow:
+	XORQ CX, CX
+
+pline:
+	PREFETCHT0 (SI)(CX*1)
+	ADDQ       $64, CX
+	CMPQ       CX, R11
+	JLT        pline
+	ADDQ       R9, SI
+	DECQ       R10
+	JNZ        prow
+	RET

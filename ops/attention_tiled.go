@@ -37,6 +37,9 @@ type attnKernels struct {
 	// exp2Sum replaces s[j*nq+i] by 2^(s[j*nq+i]-m[i]), 0 where that is below -125 (masked
 	// keys are -inf), and adds it to l[i].
 	exp2Sum func(s []float32, nq, nk int, m, l []float32)
+	// prefetch, if set, asks the cache for n rows of D floats (stride floats apart) that
+	// a later kernel reads: the value rows of a key block, while its scores are computed.
+	prefetch func(rows []float32, stride, n, D int)
 }
 
 // attnFast is the best set for this machine (the amd64 init may replace it); tests swap
@@ -227,6 +230,9 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			ho := op[kvh*rows*D : (kvh+1)*rows*D]
 			keys, kStride := cacheRows(kc, kvh, j0, nk, sc.k)
 			vals, vStride := cacheRows(vc, kvh, j0, nk, sc.v)
+			if kern.prefetch != nil && vc.DType == graph.F32 {
+				kern.prefetch(vals, vStride, nk, D) // a decoded bf16 block is already in the cache
+			}
 			s := sc.s[:nk*rows]
 			kern.scores(q, rows, D, keys, kStride, nk, s)
 			// Causal mask: key j is visible to token t when j <= C+t. Only blocks that

@@ -88,21 +88,29 @@ func TestExp2f(t *testing.T) {
 // BenchmarkAttention measures attention at the tiny synthetic model's shapes (8 query
 // heads on 1 KV head of 64) and the 35B-A3B's (16 on 2 of 256): decode at long contexts
 // and a prefill chunk, reference and tiled, on 2 workers. SetBytes is the KV rows read.
+// The "rotating" case cycles through four caches (67 MB at 4,096 keys, more than the L3),
+// as a decode step's ten attention layers do, so its rows come from memory.
 func BenchmarkAttention(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		attnCase
+		caches int
 	}{
-		{"tiny/decode-8192", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}},
-		{"tiny/prefill-512-at-16384", attnCase{T: 512, C: 16384, NH: 8, KVH: 1, D: 64}},
-		{"full/decode-4096", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}},
-		{"full/decode-256", attnCase{T: 1, C: 256, NH: 16, KVH: 2, D: 256}},
-		{"full/prefill-512", attnCase{T: 512, C: 0, NH: 16, KVH: 2, D: 256}},
+		{"tiny/decode-8192", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}, 1},
+		{"tiny/prefill-512-at-16384", attnCase{T: 512, C: 16384, NH: 8, KVH: 1, D: 64}, 1},
+		{"full/decode-4096", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 1},
+		{"full/decode-4096-rotating", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 4},
+		{"full/decode-256", attnCase{T: 1, C: 256, NH: 16, KVH: 2, D: 256}, 1},
+		{"full/prefill-512", attnCase{T: 512, C: 0, NH: 16, KVH: 2, D: 256}, 1},
 	} {
 		rng := rand.New(rand.NewSource(1))
 		N := c.C + c.T
 		q := randTensor(rng, 1, c.T, c.NH, c.D)
-		kc, vc := randTensor(rng, 1, N, c.KVH, c.D), randTensor(rng, 1, N, c.KVH, c.D)
+		var kcs, vcs []*Tensor
+		for range c.caches {
+			kcs = append(kcs, randTensor(rng, 1, N, c.KVH, c.D))
+			vcs = append(vcs, randTensor(rng, 1, N, c.KVH, c.D))
+		}
 		v := &graph.Value{Op: "attention", Attrs: graph.Attrs{"scale": 0.125}}
 		out := NewTensor(graph.F32, c.T, c.NH, c.D)
 		flops := costAttention(&graph.Value{Args: []*graph.Value{{Type: graph.TensorType(graph.F32, graph.D(c.T), graph.D(c.NH), graph.D(c.D))},
@@ -115,10 +123,12 @@ func BenchmarkAttention(b *testing.B) {
 			b.Run(c.name+"/"+kernels, func(b *testing.B) {
 				env := &Env{Bind: graph.Bindings{T: c.T, C: c.C, N: N}, Workers: 2, Kernels: kernels}
 				b.SetBytes(int64(2 * N * c.KVH * c.D * 4))
+				i := 0
 				for b.Loop() {
-					if err := refAttention(env, v, []*Tensor{q, kc, vc}, []*Tensor{out}); err != nil {
+					if err := refAttention(env, v, []*Tensor{q, kcs[i], vcs[i]}, []*Tensor{out}); err != nil {
 						b.Fatal(err)
 					}
+					i = (i + 1) % c.caches
 				}
 				b.ReportMetric(float64(flops)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})

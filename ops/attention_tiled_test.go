@@ -100,6 +100,7 @@ func BenchmarkAttention(b *testing.B) {
 		{"tiny/prefill-512-at-16384", attnCase{T: 512, C: 16384, NH: 8, KVH: 1, D: 64}, 1},
 		{"full/decode-4096", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 1},
 		{"full/decode-4096-rotating", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 4},
+		{"full/decode-4096-rotating-bf16", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256, dt: graph.BF16}, 4},
 		{"full/decode-256", attnCase{T: 1, C: 256, NH: 16, KVH: 2, D: 256}, 1},
 		{"full/prefill-512", attnCase{T: 512, C: 0, NH: 16, KVH: 2, D: 256}, 1},
 	} {
@@ -108,8 +109,11 @@ func BenchmarkAttention(b *testing.B) {
 		q := randTensor(rng, 1, c.T, c.NH, c.D)
 		var kcs, vcs []*Tensor
 		for range c.caches {
-			kcs = append(kcs, randTensor(rng, 1, N, c.KVH, c.D))
-			vcs = append(vcs, randTensor(rng, 1, N, c.KVH, c.D))
+			kc, vc := randTensor(rng, 1, N, c.KVH, c.D), randTensor(rng, 1, N, c.KVH, c.D)
+			if c.dt == graph.BF16 {
+				kc, vc = toBF16(kc), toBF16(vc)
+			}
+			kcs, vcs = append(kcs, kc), append(vcs, vc)
 		}
 		v := &graph.Value{Op: "attention", Attrs: graph.Attrs{"scale": 0.125}}
 		out := NewTensor(graph.F32, c.T, c.NH, c.D)
@@ -122,7 +126,7 @@ func BenchmarkAttention(b *testing.B) {
 			}
 			b.Run(c.name+"/"+kernels, func(b *testing.B) {
 				env := &Env{Bind: graph.Bindings{T: c.T, C: c.C, N: N}, Workers: 2, Kernels: kernels}
-				b.SetBytes(int64(2 * N * c.KVH * c.D * 4))
+				b.SetBytes(int64(2 * N * c.KVH * c.D * kcs[0].DType.Bits() / 8))
 				i := 0
 				for b.Loop() {
 					if err := refAttention(env, v, []*Tensor{q, kcs[i], vcs[i]}, []*Tensor{out}); err != nil {

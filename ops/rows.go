@@ -413,9 +413,7 @@ func (s stateRows) read(r int, dst []float32) {
 		copy(dst[:s.cols], s.t.F32()[r*s.cols:(r+1)*s.cols])
 		return
 	}
-	for i, h := range u16(s.t.Data)[r*s.cols : (r+1)*s.cols] {
-		dst[i] = BF16ToF32(h)
-	}
+	bf16ToF32Row(dst[:s.cols], u16(s.t.Data)[r*s.cols:(r+1)*s.cols])
 }
 
 func (s stateRows) write(r int, src []float32) {

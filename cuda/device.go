@@ -121,8 +121,12 @@ func (g *device) loadKernels() error {
 	if err != nil {
 		return err
 	}
-	cubin, _, err := n.compile(kernels.CUDASource(), "pistil_kernels.cu", g.arch, tuningDefines())
+	defines := tuningDefines()
+	cubin, _, err := n.compile(kernels.CUDASource(), "pistil_kernels.cu", g.arch, defines)
 	if err != nil {
+		if len(defines) > 0 {
+			return fmt.Errorf("%w (the kernels were compiled with PISTIL_CUDA_DEFINES=%q)", err, os.Getenv("PISTIL_CUDA_DEFINES"))
+		}
 		return err
 	}
 	if err := g.d.check("cuModuleLoadData", g.d.cuModuleLoadData(&g.module, unsafe.Pointer(&cubin[0]))); err != nil {

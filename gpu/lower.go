@@ -545,10 +545,7 @@ func (t *Target) MMASplitKShape(op string, in []Operand) bool {
 // launch, 0.24 TB/s of weights).
 func (t *Target) ExpertSplitKShape(op string, in []Operand) bool {
 	if (op != "expert_matmul" && op != "expert_qmatmul") || !t.TensorCoreShape(op, in) {
-		return false
-	}
-	if len(in) < 3 || len(in[1].Shape) != 3 {
-		return false
+		return false // (which also checks for the weights [E, M, K] and the ids)
 	}
 	return ExpertTileFor(prod(in[2].Shape), in[1].Shape[0]) == kernels.MMASplitKTileN
 }

@@ -250,19 +250,19 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		e, wk := used[i], work[i]
 		rows := rowsOf[e]
 		lo, hi := blk*expertRowBlock, min((blk+1)*expertRowBlock, M)
-		store := func(p, r int, val float32) { y[rows[p]*M+r] = val }
+		dst := func(p int) []float32 { return y[rows[p]*M : (rows[p]+1)*M] }
 		if fast && len(rows) == 1 {
 			mulQuantRow(wk.acts, w, e*M, lo, hi, y[rows[0]*M+lo:rows[0]*M+hi])
 			return
 		}
 		if fast {
-			mulQuant(wk.acts, w, e*M, lo, hi, store)
+			mulQuant(wk.acts, w, e*M, lo, hi, dst)
 			return
 		}
 		if scratch[worker] == nil {
 			scratch[worker] = newRowScratch(w, nil)
 		}
-		mulBlock(wk.x, len(rows), wk.xsums, w, e*M, lo, hi, scratch[worker], store)
+		mulBlock(wk.x, len(rows), wk.xsums, w, e*M, lo, hi, scratch[worker], dst)
 	})
 	for _, wk := range work {
 		if wk.acts != nil {

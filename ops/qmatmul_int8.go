@@ -274,11 +274,7 @@ const int8ChunkBlocks = 4
 
 // mulQuantInt8 is mulQuant for an int8-prepared a: weight rows in L2-sized tiles, eight
 // activation rows per kernel call, long rows in chunks of int8ChunkBlocks blocks.
-func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
-	if a.P == 1 {
-		mulQuantInt8Row(a, w, rowBase, lo, hi, store)
-		return
-	}
+func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) {
 	G := a.K / int8Group
 	B, full := int8Blocks(G), G/int8Groups
 	rowBytes := int8RowBytes(G)
@@ -308,12 +304,7 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p,
 					int8Kernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, acts, rowBytes, &acc[r-r0])
 				}
 			}
-			valid := min(int8RowsPerDot, a.P-p0)
-			for r := r0; r < r1; r++ {
-				for i := 0; i < valid; i++ {
-					store(p0+i, r, acc[r-r0][i])
-				}
-			}
+			storeAcc(acc, p0, min(int8RowsPerDot, a.P-p0), r0, dst)
 		}
 	}
 }
@@ -323,21 +314,9 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p,
 // rows of 288 bytes), few enough for the results to sit on the stack.
 const int8RowRun = 64
 
-// mulQuantInt8Row is mulQuantInt8 for one activation row (decode): the weight rows
-// stream through the row kernel in runs of consecutive rows, never crossing a slice of a
-// strided stack.
-func mulQuantInt8Row(a *quantActs, w weightRows, rowBase, lo, hi int, store func(p, r int, val float32)) {
-	var out [int8RowRun]float32
-	for r0 := lo; r0 < hi; r0 += int8RowRun {
-		r1 := min(r0+int8RowRun, hi)
-		mulQuantInt8RowTo(a, w, rowBase, r0, r1, out[:r1-r0])
-		for i, v := range out[:r1-r0] {
-			store(0, r0+i, v)
-		}
-	}
-}
-
-// mulQuantInt8RowTo is mulQuantInt8Row writing row r's result to dst[r-lo].
+// mulQuantInt8RowTo is mulQuantInt8 for one activation row (decode), writing weight row
+// r's result to dst[r-lo]: the weight rows stream through the row kernel in runs of
+// consecutive rows, never crossing a slice of a strided stack.
 func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32) {
 	G := a.K / int8Group
 	blocks := G / int8Groups

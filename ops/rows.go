@@ -277,17 +277,15 @@ func mulRows(env *Env, x []float32, P int, w weightRows, rowBase, M int, y []flo
 				mulQuantRow(acts, w, rowBase, lo, hi, y[lo:hi])
 				return
 			}
-			mulQuant(acts, w, rowBase, lo, hi, func(p, r int, val float32) {
-				y[p*yStride+r] = val
-			})
+			mulQuant(acts, w, rowBase, lo, hi, func(p int) []float32 { return y[p*yStride : p*yStride+M] })
 		})
 		acts.release()
 		return
 	}
 	xsums := quantGroupSums(w, x, P)
 	parallelRange(env, M, func(lo, hi int) {
-		mulBlock(x, P, xsums, w, rowBase, lo, hi, newRowScratch(w, xsums), func(p, r int, val float32) {
-			y[p*yStride+r] = val
+		mulBlock(x, P, xsums, w, rowBase, lo, hi, newRowScratch(w, xsums), func(p int) []float32 {
+			return y[p*yStride : p*yStride+M]
 		})
 	})
 }
@@ -321,24 +319,23 @@ func newRowScratch(w weightRows, xsums [][]float32) []float32 {
 	return make([]float32, rowTile*w.cols)
 }
 
-// mulBlock computes x[p] · w.row(rowBase + r) for r in [lo, hi) and every p < P and hands
-// each result to store. Decoded weight rows are reused across all P activation rows.
+// mulBlock computes x[p] · w.row(rowBase + r) for r in [lo, hi) and every p < P into
+// dst(p)[r]. Decoded weight rows are reused across all P activation rows.
 // scratch holds rowTile decoded rows (unused on the group-sum path). A quantized w not set
 // to the reference kernels (forEnv) goes to the fast kernels, which prepare x themselves:
 // callers that cover a matrix in several blocks do better with prepareActs and mulQuant.
-func mulBlock(x []float32, P int, xsums [][]float32, w weightRows, rowBase, lo, hi int, scratch []float32,
-	store func(p, r int, val float32)) {
+func mulBlock(x []float32, P int, xsums [][]float32, w weightRows, rowBase, lo, hi int, scratch []float32, dst outRows) {
 	K := w.cols
 	if w.t.DType.Quantized() && !w.reference {
 		acts := prepareActs(nil, w, x, P)
-		mulQuant(acts, w, rowBase, lo, hi, store)
+		mulQuant(acts, w, rowBase, lo, hi, dst)
 		acts.release()
 		return
 	}
 	if xsums != nil {
 		for r := lo; r < hi; r++ {
 			for p := 0; p < P; p++ {
-				store(p, r, w.dotQuant(rowBase+r, x[p*K:(p+1)*K], xsums[p]))
+				dst(p)[r] = w.dotQuant(rowBase+r, x[p*K:(p+1)*K], xsums[p])
 			}
 		}
 		return
@@ -353,9 +350,9 @@ func mulBlock(x []float32, P int, xsums [][]float32, w weightRows, rowBase, lo, 
 			}
 		}
 		for p := 0; p < P; p++ {
-			xr := x[p*K : (p+1)*K]
+			xr, out := x[p*K:(p+1)*K], dst(p)
 			for i := 0; i < n; i++ {
-				store(p, r0+i, dot(xr, tile[i]))
+				out[r0+i] = dot(xr, tile[i])
 			}
 		}
 	}

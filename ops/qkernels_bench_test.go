@@ -181,7 +181,8 @@ func benchQMatmulStream(b *testing.B, envs []namedEnv) {
 }
 
 // BenchmarkPrefillChunk is a full 512-token prefill chunk (pipeline.toml prefill_chunk)
-// with the fast kernels only (the reference takes seconds), float32 and int8 activations:
+// with the fast kernels only (the reference takes seconds), float32 and int8 activations
+// (each int8 kernel of the machine but the portable one):
 // the q4 [8192, 2048] projection, the q4 routed experts' gate/up (8 of 256 [512, 2048]
 // per token, about 16 tokens per expert) and down ([2048, 512]: rows of 8 groups).
 // GFLOP/s is 2 flops per multiply-add; MB/s is millions of multiply-adds per second.
@@ -213,12 +214,27 @@ func BenchmarkPrefillChunk(b *testing.B) {
 		{"expert_qmatmul", "expert_qmatmul", []*Tensor{x, gateUp, ids}, NewTensor(graph.F32, T, k, I), T * k * I * K},
 		{"expert_down", "expert_qmatmul", []*Tensor{xDown, down, ids}, NewTensor(graph.F32, T, k, K), T * k * K * I},
 	}
+	// int8 with every int8 kernel of the machine but the portable one (seconds a call).
+	type choice struct{ name, acts, kernel string }
+	choices := []choice{{ActivationsF32, ActivationsF32, ""}}
+	for _, name := range int8KernelNames() {
+		if name != "go" {
+			choices = append(choices, choice{ActivationsInt8 + "/" + name, ActivationsInt8, name})
+		}
+	}
+	best := int8KernelName
+	defer SetInt8Kernel(best)
 	for _, c := range cases {
-		for _, acts := range []string{ActivationsF32, ActivationsInt8} {
-			b.Run(c.name+"/"+acts, func(b *testing.B) {
+		for _, ch := range choices {
+			b.Run(c.name+"/"+ch.name, func(b *testing.B) {
+				if ch.kernel != "" {
+					if err := SetInt8Kernel(ch.kernel); err != nil {
+						b.Fatal(err)
+					}
+				}
 				g, _ := opGraph(c.op, nil, c.args...)
 				info, _ := Default.Info(c.op)
-				env := &Env{Workers: 2, Activations: acts}
+				env := &Env{Workers: 2, Activations: ch.acts}
 				b.SetBytes(c.macs)
 				for b.Loop() {
 					if err := info.Ref(env, g.Values[len(c.args)], c.args, []*Tensor{c.out}); err != nil {

@@ -91,13 +91,33 @@ type int8Dot1 func(codes []byte, scales, biases []uint16, blocks int, acts []byt
 // weight row.
 type int8Dot func(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int, out *[8]float32)
 
+// int8DotTile is the block kernel over a tile of weight rows: it adds to out[r][p] the dot
+// of activation row p (eight rows, rowStride bytes apart, from acts) with blocks blocks of
+// weight row r, for r < len(out), the rows' codes codeStride bytes apart and their scales
+// and biases groupStride groups apart (the same chunk of consecutive rows of a matrix).
+// A kernel may then share each activation load among several weight rows.
+type int8DotTile func(codes []byte, codeStride int, scales, biases []uint16, groupStride, blocks int, acts []byte, rowStride int, out [][8]float32)
+
+// int8TileOf is the tile kernel of a kernel that has none of its own: k once per row.
+func int8TileOf(k int8Dot) int8DotTile {
+	return func(codes []byte, codeStride int, scales, biases []uint16, groupStride, blocks int, acts []byte, rowStride int, out [][8]float32) {
+		checkInt8TileCall(codes, codeStride, scales, biases, groupStride, blocks, acts, rowStride, len(out))
+		for r := range out {
+			k(codes[r*codeStride:], scales[r*groupStride:], biases[r*groupStride:], blocks, acts, rowStride, &out[r])
+		}
+	}
+}
+
 // int8Kernel is the int8 kernel in use, int8KernelName its name: the fastest this machine
 // has (set by the amd64 init), nil and "" where it has none (the float32 kernels then stay
 // in use). int8KernelSets lists every kernel the machine can run, the portable one too.
+// int8TileKernel is the tile kernel that comes with it (int8TileKernelSets by name).
 var (
-	int8Kernel     int8Dot
-	int8KernelName string
-	int8KernelSets = map[string]int8Dot{"go": q4Int8Dot8Go}
+	int8Kernel         int8Dot
+	int8KernelName     string
+	int8KernelSets     = map[string]int8Dot{"go": q4Int8Dot8Go}
+	int8TileKernel     int8DotTile
+	int8TileKernelSets = map[string]int8DotTile{"go": int8TileOf(q4Int8Dot8Go)}
 )
 
 // int8RowKernel is the one-row kernel of the int8 kernel in use, nil where that kernel
@@ -130,17 +150,21 @@ func SetInt8Kernel(name string) error {
 		return fmt.Errorf("int8 kernel %q: this machine has %s", name, strings.Join(names, ", "))
 	}
 	int8Kernel, int8KernelName = k, name
+	int8TileKernel = int8TileKernelSets[name]
 	int8RowKernel = int8RowKernelSets[name]
 	quantizeGroupFast = int8Quantizers[name]
 	return nil
 }
 
-// addInt8Kernel lists a kernel of this machine, with its row kernel and its quantizer
-// (either may be nil), and makes it the one in use (the amd64 init adds them slowest
-// first).
-func addInt8Kernel(name string, k int8Dot, row int8Dot1, quantize func(xs []float32, block []byte, j int)) {
-	int8KernelSets[name] = k
-	int8Kernel, int8KernelName = k, name
+// addInt8Kernel lists a kernel of this machine, with its tile kernel (nil: k row by row),
+// its row kernel and its quantizer (either may be nil), and makes it the one in use (the
+// amd64 init adds them slowest first).
+func addInt8Kernel(name string, k int8Dot, tile int8DotTile, row int8Dot1, quantize func(xs []float32, block []byte, j int)) {
+	if tile == nil {
+		tile = int8TileOf(k)
+	}
+	int8KernelSets[name], int8TileKernelSets[name] = k, tile
+	int8Kernel, int8KernelName, int8TileKernel = k, name, tile
 	if row != nil {
 		int8RowKernelSets[name] = row
 	}
@@ -272,8 +296,9 @@ func growBytes(buf *[]byte, n int) []byte {
 // block) stay in the L1 cache while a tile of weight rows sweeps them.
 const int8ChunkBlocks = 4
 
-// mulQuantInt8 is mulQuant for an int8-prepared a: weight rows in L2-sized tiles, eight
-// activation rows per kernel call, long rows in chunks of int8ChunkBlocks blocks.
+// mulQuantInt8 is mulQuant for an int8-prepared a: weight rows in L2-sized tiles, each
+// tile through the tile kernel eight activation rows at a time (one call per run of rows
+// that lie back to back), long rows in chunks of int8ChunkBlocks blocks.
 func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) {
 	G := a.K / int8Group
 	B, full := int8Blocks(G), G/int8Groups
@@ -291,9 +316,15 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) 
 			for b0 := 0; b0 < full; b0 += int8ChunkBlocks {
 				nb := min(int8ChunkBlocks, full-b0)
 				acts := rows[b0*int8Block:]
-				for r := r0; r < r1; r++ {
-					codes, scales, biases := w.locate(rowBase + r)
-					int8Kernel(codes[b0*int8CodeBytes:], scales[b0*int8Groups:], biases[b0*int8Groups:], nb, acts, rowBytes, &acc[r-r0])
+				for r := r0; r < r1; {
+					n := r1 - r
+					if w.t.Stride0 != 0 {
+						n = min(n, w.rowsPerSlice-(rowBase+r)%w.rowsPerSlice)
+					}
+					codes, scales, biases := w.locateRun(rowBase+r, n)
+					int8TileKernel(codes[b0*int8CodeBytes:], G*int8Group/2, scales[b0*int8Groups:], biases[b0*int8Groups:], G,
+						nb, acts, rowBytes, acc[r-r0:r-r0+n])
+					r += n
 				}
 			}
 			if full < B { // a last partial block: its groups copied into a zero-padded one
@@ -411,6 +442,21 @@ func (t *int8Tail) fill(codes []byte, scales, biases []uint16) {
 	copy(t.codes[:], codes)
 	copy(t.scales[:], scales)
 	copy(t.biases[:], biases)
+}
+
+// checkInt8TileCall panics unless a tile kernel call's slices hold what it reads for
+// rows weight rows.
+func checkInt8TileCall(codes []byte, codeStride int, scales, biases []uint16, groupStride, blocks int, acts []byte, rowStride, rows int) {
+	if rows == 0 {
+		return
+	}
+	last := rows - 1
+	if codeStride < blocks*int8CodeBytes || groupStride < blocks*int8Groups ||
+		len(codes) < last*codeStride+blocks*int8CodeBytes || len(scales) < last*groupStride+blocks*int8Groups ||
+		len(biases) < last*groupStride+blocks*int8Groups {
+		panic("ops: int8 tile kernel called with short rows")
+	}
+	checkInt8Call(codes, scales, biases, blocks, acts, rowStride)
 }
 
 // checkInt8Call panics unless a kernel call's slices hold what it reads (a bug in the

@@ -217,6 +217,56 @@ func TestInt8KernelsMatchGo(t *testing.T) {
 	}
 }
 
+// Every tile kernel equals its kernel row by row, to the bit, and the portable kernel
+// within float32 rounding: odd and even row counts, a chunk of longer rows (strides past
+// the blocks read), one to five blocks, sums added to what out holds.
+func TestInt8TileKernelsMatchRowByRow(t *testing.T) {
+	rng := rand.New(rand.NewSource(26))
+	for blocks := 1; blocks <= 5; blocks++ {
+		for _, rows := range []int{1, 2, 3, 6, 7} {
+			G := blocks * int8Groups
+			rowGroups := G + int8Groups // each row one block longer than the chunk read
+			w := quantize(randTensor(rng, 0.1, rows, rowGroups*int8Group), 4, int8Group)
+			codeStride := rowGroups * int8Group / 2
+			rowStride := int8RowBytes(G) + int8Block
+			acts := make([]byte, int8RowsPerDot*rowStride)
+			x := randF32(rng, int8RowsPerDot*G*int8Group, 1)
+			for p := 0; p < int8RowsPerDot; p++ {
+				quantizeInt8Row(x[p*G*int8Group:(p+1)*G*int8Group], G, acts[p*rowStride:p*rowStride+int8RowBytes(G)])
+			}
+			scales, biases := u16(w.Scales), u16(w.Biases)
+			start := func(r int) float32 { return float32(r%5) - 2 } // the kernels add to out
+			for _, name := range int8KernelNames() {
+				got := make([][8]float32, rows)
+				for r := range got {
+					for p := range got[r] {
+						got[r][p] = start(r + p)
+					}
+				}
+				int8TileKernelSets[name](w.Data, codeStride, scales, biases, rowGroups, blocks, acts, rowStride, got)
+				for r := range got {
+					want := [8]float32{}
+					for p := range want {
+						want[p] = start(r + p)
+					}
+					int8KernelSets[name](w.Data[r*codeStride:], scales[r*rowGroups:], biases[r*rowGroups:], blocks, acts, rowStride, &want)
+					var oracle [8]float32
+					q4Int8Dot8Go(w.Data[r*codeStride:], scales[r*rowGroups:], biases[r*rowGroups:], blocks, acts, rowStride, &oracle)
+					for p := range want {
+						if got[r][p] != want[p] {
+							t.Fatalf("%s blocks=%d rows=%d: row %d act %d = %v, its kernel %v", name, blocks, rows, r, p, got[r][p], want[p])
+						}
+						o := oracle[p] + start(r+p)
+						if d := math.Abs(float64(got[r][p] - o)); d > 1e-4*math.Max(1, math.Abs(float64(o))) {
+							t.Fatalf("%s blocks=%d rows=%d: row %d act %d = %v, the Go kernel %v", name, blocks, rows, r, p, got[r][p], o)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // The integer part is exact: with unit scales, zero biases and integer activations whose
 // every group reaches ±127 (so the activation scale is exactly 1), each kernel returns the
 // exact integer Σ q·x, codes 0..15 against activations -127..127 at the extremes too.
@@ -266,6 +316,42 @@ func TestInt8KernelIntegerPartExact(t *testing.T) {
 			}
 		}
 	}
+	// The tile kernels over three weight rows: the codes above, all 15s (the largest
+	// unsigned operand against ±127), and the codes reversed.
+	rows := 3
+	tileCodes := make([]byte, rows*len(codes))
+	copy(tileCodes, codes)
+	for i := range codes {
+		tileCodes[len(codes)+i] = 0xff
+		tileCodes[2*len(codes)+i] = codes[len(codes)-1-i]
+	}
+	tileScales, tileBiases := make([]uint16, rows*G), make([]uint16, rows*G)
+	for i := range tileScales {
+		tileScales[i] = one
+	}
+	wants := make([][8]int64, rows)
+	for p := 0; p < int8RowsPerDot; p++ {
+		for r := 0; r < rows; r++ {
+			rc := tileCodes[r*len(codes) : (r+1)*len(codes)]
+			for i := 0; i < K; i++ {
+				blk, j := acts[p*rowBytes+i/(int8Group*int8Groups)*int8Block:], int8Lane(i/int8Group%int8Groups)
+				e := i % int8Group
+				xq := int64(int8(blk[(2*(e/16)+e%2)*64+8*j+e%16/2]))
+				wants[r][p] += int64(rc[i/2]>>(4*(i%2))&15) * xq
+			}
+		}
+	}
+	for _, name := range int8KernelNames() {
+		got := make([][8]float32, rows)
+		int8TileKernelSets[name](tileCodes, len(codes), tileScales, tileBiases, G, blocks, acts, rowBytes, got)
+		for r := range got {
+			for p := range got[r] {
+				if int64(got[r][p]) != wants[r][p] || float32(int64(got[r][p])) != got[r][p] {
+					t.Fatalf("%s tile row %d act %d: %v, want exactly %d", name, r, p, got[r][p], wants[r][p])
+				}
+			}
+		}
+	}
 }
 
 // Each element comes back from the layout within half a step of its value, and the
@@ -308,8 +394,7 @@ func int8KernelNames() []string {
 // BenchmarkInt8Kernel is one core's block kernels alone, L2-resident: 256 q4 rows of
 // K = 2048 (the 35B-A3B's hidden size) against eight activation rows, the float32 kernels
 // (the AVX-512 eight-row one, dequantizing in registers; the AVX2 four-row one, twice)
-// beside the int8 ones. GFLOP/s is 2 flops per
-// multiply-add.
+// beside the int8 ones. GFLOP/s is 2 flops per multiply-add.
 //
 //	go test ./ops/ -run X -bench Int8Kernel
 func BenchmarkInt8Kernel(b *testing.B) {
@@ -377,6 +462,50 @@ func BenchmarkInt8Kernel(b *testing.B) {
 			}
 			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
+	}
+}
+
+// BenchmarkInt8TileKernel is one core's int8 kernels over a tile of weight rows,
+// L2-resident, at the two row lengths of the 35B-A3B's q4 matmuls: K = 2048 (256 rows:
+// projections, experts' gate/up) and K = 512 (1024 rows: the experts' down projection,
+// one block a row), each kernel called once per row ("rows") beside its tile kernel
+// called once for all of them ("tile").
+//
+//	go test ./ops/ -run X -bench Int8TileKernel
+func BenchmarkInt8TileKernel(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	for _, shape := range []struct{ M, K int }{{256, 2048}, {1024, 512}} {
+		M, K := shape.M, shape.K
+		G := K / int8Group
+		w, err := newWeightRows(randQuantized(rng, 4, int8Group, M, K))
+		if err != nil {
+			b.Fatal(err)
+		}
+		x := randF32(rng, 8*K, 1)
+		acts := make([]byte, 8*int8RowBytes(G))
+		for p := 0; p < 8; p++ {
+			quantizeInt8Row(x[p*K:(p+1)*K], G, acts[p*int8RowBytes(G):])
+		}
+		flops := float64(2 * M * 8 * K)
+		codes, scales, biases := w.locateRun(0, M)
+		out := make([][8]float32, M)
+		for _, name := range int8KernelNames() {
+			kernel, tile := int8KernelSets[name], int8TileKernelSets[name]
+			b.Run(fmt.Sprintf("K=%d/rows/%s", K, name), func(b *testing.B) {
+				for b.Loop() {
+					for r := 0; r < M; r++ {
+						kernel(codes[r*K/2:], scales[r*G:], biases[r*G:], G/int8Groups, acts, int8RowBytes(G), &out[r])
+					}
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+			b.Run(fmt.Sprintf("K=%d/tile/%s", K, name), func(b *testing.B) {
+				for b.Loop() {
+					tile(codes, K/2, scales, biases, G, G/int8Groups, acts, int8RowBytes(G), out)
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
 	}
 }
 

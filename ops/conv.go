@@ -98,8 +98,11 @@ func convolve(env *Env, x, state, wt, out *Tensor) (X []float32, release func(),
 	copy(X[hist*Ch:], x.F32())
 	y := out.F32()
 	parallelRange(env, Ch, func(lo, hi int) {
-		if T == 1 && K == 4 && w16 != nil {
-			conv4Step(y[lo:hi], w16[lo*4:hi*4], X[lo:hi], X[Ch+lo:Ch+hi], X[2*Ch+lo:2*Ch+hi], X[3*Ch+lo:3*Ch+hi])
+		if K == 4 && w16 != nil {
+			for t := 0; t < T; t++ {
+				xt := X[t*Ch:] // rows t..t+3 of [state; x]: the token's four taps
+				conv4Step(y[t*Ch+lo:t*Ch+hi], w16[lo*4:hi*4], xt[lo:hi], xt[Ch+lo:Ch+hi], xt[2*Ch+lo:2*Ch+hi], xt[3*Ch+lo:3*Ch+hi])
+			}
 			return
 		}
 		for t := 0; t < T; t++ {
@@ -123,9 +126,10 @@ func convolve(env *Env, x, state, wt, out *Tensor) (X []float32, release func(),
 }
 
 // conv4Step is convolve's loop for one token and four bf16 taps (the Gated DeltaNet's
-// decode step) over channels y[c] = Σ_j w[4c+j]·xj[c], in the general loop's order of
-// operations (the same bits), with the rows resliced so that the loop keeps no bounds
-// checks: 3-4x the general loop (BenchmarkConv1DDecode).
+// conv, decode and prefill alike) over channels y[c] = Σ_j w[4c+j]·xj[c], in the general
+// loop's order of operations (the same bits), with the rows resliced so that the loop
+// keeps no bounds checks: 3-4x the general loop (BenchmarkConv1DDecode; prefill:
+// BenchmarkConv1DPrefill).
 func conv4Step(y []float32, w []uint16, x0, x1, x2, x3 []float32) {
 	x0, x1, x2, x3 = x0[:len(y)], x1[:len(y)], x2[:len(y)], x3[:len(y)]
 	w = w[:4*len(y)]

@@ -255,7 +255,7 @@ func mulQuantRow(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32)
 	}
 	dst = dst[:hi-lo]
 	if a.int8 != nil {
-		mulQuantInt8RowTo(a, w, rowBase, lo, hi, dst)
+		mulQuantInt8RowTo(a, 0, w, rowBase, lo, hi, dst)
 		return
 	}
 	dot1, group := a.k.dot1[a.bits], w.t.Group

@@ -128,6 +128,22 @@ var (
 	int8RowKernelSets = map[string]int8Dot1{"go": q4Int8Dot1Go}
 )
 
+// int8RowTails reports whether the kernel in use sends a last block of at most
+// int8RowTailRows valid activation rows through its row kernel, one row at a time, rather
+// than through the eight-row kernel with zero rows: the routed experts meet about 16 rows
+// each (512 tokens x 8 of 256), so about half of them end in such a block, and on Zen 4
+// the row kernel costs a quarter of the eight-row kernel per block. Kernels with a tile
+// kernel of their own do (int8RowTailSets by name).
+var (
+	int8RowTails    bool
+	int8RowTailSets = map[string]bool{}
+)
+
+// int8RowTailRows is the most valid rows of a last activation block that go through the
+// row kernel (BenchmarkInt8TileKernel: VNNI row kernel about 28 cycles per block and row,
+// eight-row kernel about 120 per block).
+const int8RowTailRows = 4
+
 // int8Quantizers lists the vector quantizers (quantizeGroupFast) by the name of the int8
 // kernel they come with: a kernel choice brings its machine's quantizer, so that
 // PISTIL_CPU_INT8_KERNEL=avx2 runs what a machine without AVX-512 runs ("go": the loop).
@@ -153,14 +169,18 @@ func SetInt8Kernel(name string) error {
 	int8Kernel, int8KernelName = k, name
 	int8TileKernel = int8TileKernelSets[name]
 	int8RowKernel = int8RowKernelSets[name]
+	int8RowTails = int8RowTailSets[name]
 	quantizeGroupFast = int8Quantizers[name]
 	return nil
 }
 
 // addInt8Kernel lists a kernel of this machine, with its tile kernel (nil: k row by row),
 // its row kernel and its quantizer (either may be nil), and makes it the one in use (the
-// amd64 init adds them slowest first).
+// amd64 init adds them slowest first). A kernel with a tile kernel and a row kernel of
+// its own takes short last blocks row by row (int8RowTails).
 func addInt8Kernel(name string, k int8Dot, tile int8DotTile, row int8Dot1, quantize func(xs []float32, block []byte, j int)) {
+	int8RowTailSets[name] = tile != nil && row != nil
+	int8RowTails = int8RowTailSets[name]
 	if tile == nil {
 		tile = int8TileOf(k)
 	}
@@ -313,6 +333,12 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) 
 	for r0 := lo; r0 < hi; r0 += tile {
 		r1 := min(r0+tile, hi)
 		for p0 := 0; p0 < a.P; p0 += int8RowsPerDot {
+			if valid := a.P - p0; int8RowTails && valid <= int8RowTailRows && full == B {
+				for p := p0; p < a.P; p++ {
+					mulQuantInt8RowTo(a, p, w, rowBase, r0, r1, dst(p)[r0:r1])
+				}
+				continue
+			}
 			rows := a.int8[p0*rowBytes:]
 			acc := acc[:r1-r0]
 			clear(acc)
@@ -363,14 +389,15 @@ func (s *int8Sums) grow(n int) [][8]float32 {
 // rows of 288 bytes), few enough for the results to sit on the stack.
 const int8RowRun = 64
 
-// mulQuantInt8RowTo is mulQuantInt8 for one activation row (decode), writing weight row
-// r's result to dst[r-lo]: the weight rows stream through the row kernel in runs of
-// consecutive rows, never crossing a slice of a strided stack.
-func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32) {
+// mulQuantInt8RowTo is mulQuantInt8 for activation row p alone (decode, and short last
+// blocks), writing weight row r's result to dst[r-lo]: the weight rows stream through the
+// row kernel in runs of consecutive rows, never crossing a slice of a strided stack.
+func mulQuantInt8RowTo(a *quantActs, p int, w weightRows, rowBase, lo, hi int, dst []float32) {
 	G := a.K / int8Group
 	blocks := G / int8Groups
+	acts := a.int8[p*int8RowBytes(G):]
 	if blocks*int8Groups < G {
-		mulQuantInt8RowTail(a, w, rowBase, lo, hi, dst)
+		mulQuantInt8RowTail(acts, a.K, w, rowBase, lo, hi, dst)
 		return
 	}
 	for r0 := lo; r0 < hi; {
@@ -379,7 +406,7 @@ func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []fl
 			n = min(n, w.rowsPerSlice-(rowBase+r0)%w.rowsPerSlice)
 		}
 		codes, scales, biases := w.locateRun(rowBase+r0, n)
-		int8RowKernel(codes, scales, biases, blocks, a.int8, dst[r0-lo:r0-lo+n])
+		int8RowKernel(codes, scales, biases, blocks, acts, dst[r0-lo:r0-lo+n])
 		r0 += n
 	}
 }
@@ -387,8 +414,8 @@ func mulQuantInt8RowTo(a *quantActs, w weightRows, rowBase, lo, hi int, dst []fl
 // mulQuantInt8RowTo for rows that end in a partial block (the tiny models' K = 192): rows
 // are then not whole blocks apart, so the row kernel takes one row at a time, its whole
 // blocks and then its last block copied into a zero-padded one, as mulQuantInt8 does.
-func mulQuantInt8RowTail(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32) {
-	full := a.K / int8Group / int8Groups
+func mulQuantInt8RowTail(acts []byte, K int, w weightRows, rowBase, lo, hi int, dst []float32) {
+	full := K / int8Group / int8Groups
 	var tail int8Tail
 	var last [1]float32
 	for r := lo; r < hi; r++ {
@@ -396,10 +423,10 @@ func mulQuantInt8RowTail(a *quantActs, w weightRows, rowBase, lo, hi int, dst []
 		out := dst[r-lo : r-lo+1]
 		out[0] = 0
 		if full > 0 {
-			int8RowKernel(codes, scales, biases, full, a.int8, out)
+			int8RowKernel(codes, scales, biases, full, acts, out)
 		}
 		tail.fill(codes[full*int8CodeBytes:], scales[full*int8Groups:], biases[full*int8Groups:])
-		int8RowKernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, a.int8[full*int8Block:], last[:])
+		int8RowKernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, acts[full*int8Block:], last[:])
 		out[0] += last[0]
 	}
 }

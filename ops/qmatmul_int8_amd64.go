@@ -22,13 +22,22 @@ func q4Int8TileAVX512(codes []byte, codeStride int, scales, biases []uint16, gro
 }
 
 //go:noescape
-func q4Int8Dot8AVX2Asm(codes *byte, scales, biases *uint16, blocks int, acts *byte, rowStride int, out *[8]float32)
+func q4Int8Dot8AVX2Asm(codes *byte, codeStride int, scales, biases *uint16, groupStride, blocks, rows int, acts *byte, rowStride int, out *[8]float32)
 
-// q4Int8Dot8AVX2 is the AVX2 kernel (qmatmul_int8_avx2_amd64.s) behind the length checks:
-// the int8 path of machines without AVX-512 VNNI.
+// q4Int8Dot8AVX2 is the AVX2 kernel (qmatmul_int8_avx2_amd64.s) for one weight row, behind
+// the length checks: the int8 path of machines without AVX-512 VNNI.
 func q4Int8Dot8AVX2(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int, out *[8]float32) {
 	checkInt8Call(codes, scales, biases, blocks, acts, rowStride)
-	q4Int8Dot8AVX2Asm(&codes[0], &scales[0], &biases[0], blocks, &acts[0], rowStride, out)
+	q4Int8Dot8AVX2Asm(&codes[0], 0, &scales[0], &biases[0], 0, blocks, 1, &acts[0], rowStride, out)
+}
+
+// q4Int8TileAVX2 is the AVX2 kernel over a tile of weight rows in one call, behind the
+// length checks.
+func q4Int8TileAVX2(codes []byte, codeStride int, scales, biases []uint16, groupStride, blocks int, acts []byte, rowStride int, out [][8]float32) {
+	checkInt8TileCall(codes, codeStride, scales, biases, groupStride, blocks, acts, rowStride, len(out))
+	if len(out) > 0 {
+		q4Int8Dot8AVX2Asm(&codes[0], codeStride, &scales[0], &biases[0], 2*groupStride, blocks, len(out), &acts[0], rowStride, &out[0])
+	}
 }
 
 //go:noescape
@@ -66,11 +75,15 @@ func checkQuantizeGroup(xs []float32, block []byte, j int) {
 
 func init() {
 	// VPMADDUBSW, VPMADDWD and VPERMD on 256-bit registers, and the float32 FMAs.
+	// "avx2-rowcalls" is the AVX2 kernel called once per weight row, as "avx512vnni-rowcalls"
+	// is the VNNI one.
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		addInt8Kernel("avx2", q4Int8Dot8AVX2, nil, q4Int8Dot1AVX2, func(xs []float32, block []byte, j int) {
+		quantize := func(xs []float32, block []byte, j int) {
 			checkQuantizeGroup(xs, block, j)
 			quantizeGroupAVX2(&xs[0], &block[0], j)
-		})
+		}
+		addInt8Kernel("avx2-rowcalls", q4Int8Dot8AVX2, nil, q4Int8Dot1AVX2, quantize)
+		addInt8Kernel("avx2", q4Int8Dot8AVX2, q4Int8TileAVX2, q4Int8Dot1AVX2, quantize)
 	}
 	// VPDPBUSD on 512-bit registers, VPERMW (BW) and the mask registers; the quantizer's
 	// VPMOVSDB and VPSHUFB on the upper sixteen registers (BW, VL).

@@ -108,27 +108,32 @@ GLOBL spreadHi<>(SB), RODATA|NOPTR, $32
 	VFMADD231PS xs, Y13, Y12; \
 	VMOVUPS     Y12, acc
 
-// func q4Int8Dot8AVX2Asm(codes *byte, scales, biases *uint16, blocks int, acts *byte, rowStride int, out *[8]float32)
-TEXT ·q4Int8Dot8AVX2Asm(SB), NOSPLIT, $256-56
-	MOVQ codes+0(FP), SI
-	MOVQ scales+8(FP), R8
-	MOVQ biases+16(FP), R9
-	MOVQ blocks+24(FP), CX
-	MOVQ acts+32(FP), DI
-	MOVQ rowStride+40(FP), BX
-	MOVQ out+48(FP), DX
-	LEAQ (DI)(BX*4), R11
-	LEAQ (DI)(BX*2), R12
-	ADDQ BX, R12
-	LEAQ (R11)(BX*2), R13
-	ADDQ BX, R13
-
+// func q4Int8Dot8AVX2Asm(codes *byte, codeStride int, scales, biases *uint16, groupStride, blocks, rows int, acts *byte, rowStride int, out *[8]float32)
+//
+// out[r][p] += the dot of activation row p with weight row r for rows weight rows
+// codeStride bytes apart (their scales and biases groupStride bytes apart), as the VNNI
+// kernel takes them: a tile in one call.
+TEXT ·q4Int8Dot8AVX2Asm(SB), NOSPLIT, $256-80
+	MOVQ rowStride+64(FP), BX
+	MOVQ out+72(FP), DX
 	MOVL         $0x0f0f0f0f, AX
 	MOVQ         AX, X14
 	VPBROADCASTD X14, Y14
 	MOVL         $0x00010001, AX
 	MOVQ         AX, X10
 	VPBROADCASTD X10, Y10
+
+q4i8avx2row:
+	MOVQ codes+0(FP), SI
+	MOVQ scales+16(FP), R8
+	MOVQ biases+24(FP), R9
+	MOVQ blocks+40(FP), CX
+	MOVQ acts+56(FP), DI
+	LEAQ (DI)(BX*4), R11
+	LEAQ (DI)(BX*2), R12
+	ADDQ BX, R12
+	LEAQ (R11)(BX*2), R13
+	ADDQ BX, R13
 	VPXOR        Y0, Y0, Y0
 	VMOVUPS      Y0, 0(SP)
 	VMOVUPS      Y0, 32(SP)
@@ -195,6 +200,22 @@ q4i8avx2block:
 	VADDPS       16(DX), X4, X4
 	VMOVUPS      X0, (DX)
 	VMOVUPS      X4, 16(DX)
+
+	// The next weight row (its pointers kept in the argument slots).
+	ADDQ $32, DX
+	MOVQ codes+0(FP), AX
+	ADDQ codeStride+8(FP), AX
+	MOVQ AX, codes+0(FP)
+	MOVQ groupStride+32(FP), R10
+	MOVQ scales+16(FP), AX
+	ADDQ R10, AX
+	MOVQ AX, scales+16(FP)
+	MOVQ biases+24(FP), AX
+	ADDQ R10, AX
+	MOVQ AX, biases+24(FP)
+	DECQ rows+48(FP)
+	JNZ  q4i8avx2row
+
 	VZEROUPPER
 	RET
 

@@ -25,6 +25,38 @@ func siluFor(env *Env) func(float32) float32 {
 	return siluF32
 }
 
+// siluGateRange is siluGate over one range on the calling goroutine (fast: the fast
+// kernels' loops), for callers that apply it in many small pieces (expertSwiGLUInt8: a
+// row segment per work item), where siluGate's split and closure cost more than the
+// SiLU.
+func siluGateRange(fast bool, ys, gs, us []float32) {
+	if fast && siluMulFast != nil {
+		done := siluMulFast(ys, gs, us)
+		ys, gs = ys[done:], gs[done:]
+		if us != nil {
+			us = us[done:]
+		}
+	}
+	switch {
+	case fast && us != nil:
+		for i, gv := range gs {
+			ys[i] = siluF32(gv) * us[i]
+		}
+	case fast:
+		for i, gv := range gs {
+			ys[i] = siluF32(gv)
+		}
+	case us != nil:
+		for i, gv := range gs {
+			ys[i] = silu(gv) * us[i]
+		}
+	default:
+		for i, gv := range gs {
+			ys[i] = silu(gv)
+		}
+	}
+}
+
 // siluMulFast, where the machine has it, is siluGate's fast loop in vector registers
 // (activation_amd64.s: AVX-512, else AVX2): it sets y[i] = silu(g[i])·u[i] (silu(g[i])
 // where u is nil) for a prefix of the elements and returns its length (a multiple of its
@@ -44,36 +76,11 @@ type siluMulSet struct {
 func siluGate(env *Env, y, g, u []float32) {
 	fast := !env.referenceKernels()
 	run := func(lo, hi int) {
-		ys, gs := y[lo:hi], g[lo:hi]
 		var us []float32
 		if u != nil {
 			us = u[lo:hi]
 		}
-		if fast && siluMulFast != nil {
-			done := siluMulFast(ys, gs, us)
-			ys, gs = ys[done:], gs[done:]
-			if us != nil {
-				us = us[done:]
-			}
-		}
-		switch {
-		case fast && us != nil:
-			for i, gv := range gs {
-				ys[i] = siluF32(gv) * us[i]
-			}
-		case fast:
-			for i, gv := range gs {
-				ys[i] = siluF32(gv)
-			}
-		case us != nil:
-			for i, gv := range gs {
-				ys[i] = silu(gv) * us[i]
-			}
-		default:
-			for i, gv := range gs {
-				ys[i] = silu(gv)
-			}
-		}
+		siluGateRange(fast, y[lo:hi], g[lo:hi], us)
 	}
 	n := len(g)
 	if n < 1<<16 {

@@ -69,6 +69,9 @@ func refMatmulRouter(env *Env, v *graph.Value, in, out []*Tensor) error {
 func refExpertMatmulSwiGLU(env *Env, v *graph.Value, in, out []*Tensor) error {
 	x, wg, wu, ids := in[0], in[1], in[2], in[3]
 	y := out[0]
+	if done, err := expertSwiGLUInt8(env, v, x, wg, wu, ids, y); done {
+		return err
+	}
 	up, release := scratchF32(y.Shape...)
 	defer release()
 	if err := refExpertMatmul(env, v, []*Tensor{x, wg, ids}, []*Tensor{y}); err != nil {

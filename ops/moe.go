@@ -171,6 +171,23 @@ func costExpertMatmul(v *graph.Value, b graph.Bindings) Cost {
 // expertRowBlock is the number of weight rows one work item of expert_matmul covers.
 const expertRowBlock = 64
 
+// routedRows groups the routed rows (t·k + j for ids[t·k+j]) by expert, so that each
+// expert's weights are read once per call: rowsOf[e] and the experts used, in order of
+// first use. An id outside [0, E) is an error naming op.
+func routedRows(op string, ids []int32, k, E int) (rowsOf [][]int, used []int, err error) {
+	rowsOf = make([][]int, E)
+	for r, id := range ids {
+		if id < 0 || int(id) >= E {
+			return nil, nil, fmt.Errorf("%s: expert id %d at (%d, %d) is outside [0, %d)", op, id, r/k, r%k, E)
+		}
+		if rowsOf[id] == nil {
+			used = append(used, int(id))
+		}
+		rowsOf[id] = append(rowsOf[id], r)
+	}
+	return rowsOf, used, nil
+}
+
 func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 	x, wt, idt := in[0], in[1], in[2]
 	w, err := newWeightRows(wt)
@@ -182,17 +199,9 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 	perToken := len(x.Shape) == 2
 	xs, ids, y := x.F32(), idt.I32(), out[0].F32()
 
-	// Group the routed rows by expert so that each expert row is read once per call.
-	rowsOf := make([][]int, E)
-	var used []int
-	for r, id := range ids[:T*k] {
-		if id < 0 || int(id) >= E {
-			return fmt.Errorf("%s: expert id %d at (%d, %d) is outside [0, %d)", v.Op, id, r/k, r%k, E)
-		}
-		if rowsOf[id] == nil {
-			used = append(used, int(id))
-		}
-		rowsOf[id] = append(rowsOf[id], r)
+	rowsOf, used, err := routedRows(v.Op, ids[:T*k], k, E)
+	if err != nil {
+		return err
 	}
 	w = w.forEnv(env)
 	fast := w.t.DType.Quantized() && !w.reference

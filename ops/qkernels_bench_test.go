@@ -184,7 +184,8 @@ func benchQMatmulStream(b *testing.B, envs []namedEnv) {
 // with the fast kernels only (the reference takes seconds), float32 and int8 activations
 // (each int8 kernel of the machine but the portable one):
 // the q4 [8192, 2048] projection, the q4 routed experts' gate/up (8 of 256 [512, 2048]
-// per token, about 16 tokens per expert) and down ([2048, 512]: rows of 8 groups).
+// per token, about 16 tokens per expert), down ([2048, 512]: rows of 8 groups), and gate
+// and up with the SwiGLU (expert_matmul_swiglu).
 // GFLOP/s is 2 flops per multiply-add; MB/s is millions of multiply-adds per second.
 //
 //	go test ./ops/ -run X -bench PrefillChunk -benchtime 3x
@@ -201,6 +202,7 @@ func BenchmarkPrefillChunk(b *testing.B) {
 	}
 	proj := randQuantized(rng, 4, 64, 8192, K)
 	gateUp := randQuantized(rng, 4, 64, E, I, K)
+	up := randQuantized(rng, 4, 64, E, I, K)
 	down := randQuantized(rng, 4, 64, E, K, I)
 	xDown := randTensor(rng, 1, T, k, I)
 	cases := []struct {
@@ -213,6 +215,7 @@ func BenchmarkPrefillChunk(b *testing.B) {
 		{"qmatmul", "qmatmul", []*Tensor{x, proj}, NewTensor(graph.F32, T, 8192), T * 8192 * K},
 		{"expert_qmatmul", "expert_qmatmul", []*Tensor{x, gateUp, ids}, NewTensor(graph.F32, T, k, I), T * k * I * K},
 		{"expert_down", "expert_qmatmul", []*Tensor{xDown, down, ids}, NewTensor(graph.F32, T, k, K), T * k * K * I},
+		{"expert_swiglu", "expert_matmul_swiglu", []*Tensor{x, gateUp, up, ids}, NewTensor(graph.F32, T, k, I), 2 * T * k * I * K},
 	}
 	// int8 with every int8 kernel of the machine but the portable one (seconds a call).
 	type choice struct{ name, acts, kernel string }

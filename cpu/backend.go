@@ -21,11 +21,17 @@ func init() {
 		if err := ops.CheckActivations(o.Activations); err != nil {
 			return nil, err
 		}
-		// For testing and measuring a slower machine's int8 path on this one (the AVX2
-		// kernel on an AVX-512 VNNI machine); unset, the fastest kernel runs.
-		if name := os.Getenv(Int8KernelEnv); name != "" {
+		// pipeline.toml's [cpu] int8_kernel, or the environment's (for testing and
+		// measuring a slower machine's int8 path on this one: the AVX2 kernel on an AVX-512
+		// VNNI machine, or a kernel's off switch such as avx512vnni-rowcalls); neither
+		// set, the fastest kernel runs.
+		name, from := o.Int8Kernel, "cpu.int8_kernel"
+		if env := os.Getenv(Int8KernelEnv); env != "" {
+			name, from = env, Int8KernelEnv
+		}
+		if name != "" {
 			if err := ops.SetInt8Kernel(name); err != nil {
-				return nil, fmt.Errorf("%s: %w", Int8KernelEnv, err)
+				return nil, fmt.Errorf("%s: %w", from, err)
 			}
 		}
 		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations}, nil

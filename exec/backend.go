@@ -110,6 +110,8 @@ type BackendOptions struct {
 	Kernels string
 	// Activations: the CPU backend's prefill matmul activations (exec.Options).
 	Activations string
+	// Int8Kernel: the CPU backend's int8 kernel by name (exec.Options).
+	Int8Kernel string
 	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs)
 	// instead of launching its kernels one by one.
 	Graphs bool

@@ -39,6 +39,8 @@ type Options struct {
 	// Activations is the CPU backend's prefill matmul activations: "f32" (or empty) or
 	// "int8" (ops.ActivationsInt8).
 	Activations string
+	// Int8Kernel names the CPU backend's int8 kernel (ops.SetInt8Kernel); empty, the fastest.
+	Int8Kernel string
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.
 	Graphs bool

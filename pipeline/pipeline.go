@@ -55,6 +55,10 @@ type CPU struct {
 	// ops.ActivationsInt8All): the q4 matmuls' activations under the fast kernels, int8 in
 	// prefill only or in decode too.
 	Activations string `toml:"activations"`
+	// Int8Kernel names the int8 activations' kernel (ops.SetInt8Kernel: "avx512vnni",
+	// "avx512vnni-rowcalls", "avx2", "avx2-rowcalls", "go", those the machine has), process-
+	// wide; empty, the fastest. PISTIL_CPU_INT8_KERNEL overrides it.
+	Int8Kernel string `toml:"int8_kernel"`
 }
 
 // CUDA is the [cuda] table.
@@ -308,7 +312,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 

@@ -84,7 +84,7 @@ func TestParseErrors(t *testing.T) {
 // rest, and an unknown key anywhere is an error that names it.
 func TestPartialFile(t *testing.T) {
 	d := Default()
-	for _, text := range []string{"", "[cpu]\nworkers = 1", "[cuda]\n", "[passes]\nfuse-dequant = false", "[phases]\nprefill_chunk = 64"} {
+	for _, text := range []string{"", "[cpu]\nworkers = 1", "[cpu]\nint8_kernel = \"go\"", "[cuda]\n", "[passes]\nfuse-dequant = false", "[phases]\nprefill_chunk = 64"} {
 		p, err := Parse([]byte(text))
 		if err != nil {
 			t.Errorf("%q: %v", text, err)
@@ -94,6 +94,11 @@ func TestPartialFile(t *testing.T) {
 		switch text {
 		case "[cpu]\nworkers = 1":
 			want.CPU.Workers = 1
+		case "[cpu]\nint8_kernel = \"go\"":
+			want.CPU.Int8Kernel = "go"
+			if o, err := p.ExecOptions("cpu", nil); err != nil || o.Int8Kernel != "go" {
+				t.Errorf("%q: ExecOptions %+v, %v: want Int8Kernel go", text, o, err)
+			}
 		case "[passes]\nfuse-dequant = false":
 			want.Passes["fuse-dequant"] = false
 		case "[phases]\nprefill_chunk = 64":

@@ -11,27 +11,14 @@ import (
 // BenchmarkConv1DDecode: one decode step of the Gated DeltaNet short conv at the 35B-A3B's
 // shapes (8192 channels, kernel 4, bf16 taps as the checkpoints store them, float32 state),
 // on 2 workers.
-func BenchmarkConv1DDecode(b *testing.B) {
-	rng := rand.New(rand.NewSource(1))
-	const Ch, K = 8192, 4
-	x := randTensor(rng, 1, 1, Ch)
-	state := randTensor(rng, 1, K-1, Ch)
-	w := toBF16(randTensor(rng, 0.5, Ch, K))
-	y := NewTensor(graph.F32, 1, Ch)
-	env := &Env{Workers: 2}
-	for b.Loop() {
-		_, release, err := convolve(env, x, state, w, y)
-		if err != nil {
-			b.Fatal(err)
-		}
-		release()
-	}
-}
+func BenchmarkConv1DDecode(b *testing.B) { benchConv1D(b, 1) }
 
 // BenchmarkConv1DPrefill: the same conv over a 512-token prefill chunk.
-func BenchmarkConv1DPrefill(b *testing.B) {
+func BenchmarkConv1DPrefill(b *testing.B) { benchConv1D(b, 512) }
+
+func benchConv1D(b *testing.B, T int) {
 	rng := rand.New(rand.NewSource(1))
-	const T, Ch, K = 512, 8192, 4
+	const Ch, K = 8192, 4
 	x := randTensor(rng, 1, T, Ch)
 	state := randTensor(rng, 1, K-1, Ch)
 	w := toBF16(randTensor(rng, 0.5, Ch, K))

@@ -11,6 +11,7 @@
 // and g registers).
 
 #include "textflag.h"
+#include "qmatmul_int8_amd64.h"
 
 // spread16<> is the VPERMW index that puts bf16 value order[L/2] of a broadcast row of
 // eight into the high half of dword lane L (order = 0 4 1 5 2 6 3 7: the group each qword
@@ -67,16 +68,7 @@ TEXT ·q4Int8Dot8VNNI(SB), NOSPLIT, $0-80
 	KMOVD        AX, K1
 
 q4i8row:
-	MOVQ codes+0(FP), SI
-	MOVQ scales+16(FP), R8
-	MOVQ biases+24(FP), R9
-	MOVQ blocks+40(FP), CX
-	MOVQ acts+56(FP), DI
-	LEAQ (DI)(BX*4), R11
-	LEAQ (DI)(BX*2), R12
-	ADDQ BX, R12
-	LEAQ (R11)(BX*2), R13
-	ADDQ BX, R13
+	INT8_WEIGHT_ROW_START
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -172,17 +164,7 @@ q4i8block:
 	VMOVUPS       X4, 16(DX)
 
 	// The next weight row (its pointers kept in the argument slots).
-	ADDQ $32, DX
-	MOVQ codes+0(FP), AX
-	ADDQ codeStride+8(FP), AX
-	MOVQ AX, codes+0(FP)
-	MOVQ groupStride+32(FP), R10
-	MOVQ scales+16(FP), AX
-	ADDQ R10, AX
-	MOVQ AX, scales+16(FP)
-	MOVQ biases+24(FP), AX
-	ADDQ R10, AX
-	MOVQ AX, biases+24(FP)
+	INT8_NEXT_WEIGHT_ROW
 	DECQ rows+48(FP)
 	JNZ  q4i8row
 

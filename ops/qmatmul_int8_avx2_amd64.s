@@ -17,6 +17,7 @@
 // lanes, Y14 the nibble mask; X15 and R14 are left alone (ABIInternal's zero and g).
 
 #include "textflag.h"
+#include "qmatmul_int8_amd64.h"
 
 // The VPERMD indices that spread eight float32 group values (natural order) over the
 // lanes of each half: lane L of the low half holds group order[L/2] (0 0 4 4 1 1 5 5),
@@ -124,16 +125,7 @@ TEXT ·q4Int8Dot8AVX2Asm(SB), NOSPLIT, $256-80
 	VPBROADCASTD X10, Y10
 
 q4i8avx2row:
-	MOVQ codes+0(FP), SI
-	MOVQ scales+16(FP), R8
-	MOVQ biases+24(FP), R9
-	MOVQ blocks+40(FP), CX
-	MOVQ acts+56(FP), DI
-	LEAQ (DI)(BX*4), R11
-	LEAQ (DI)(BX*2), R12
-	ADDQ BX, R12
-	LEAQ (R11)(BX*2), R13
-	ADDQ BX, R13
+	INT8_WEIGHT_ROW_START
 	VPXOR        Y0, Y0, Y0
 	VMOVUPS      Y0, 0(SP)
 	VMOVUPS      Y0, 32(SP)
@@ -202,17 +194,7 @@ q4i8avx2block:
 	VMOVUPS      X4, 16(DX)
 
 	// The next weight row (its pointers kept in the argument slots).
-	ADDQ $32, DX
-	MOVQ codes+0(FP), AX
-	ADDQ codeStride+8(FP), AX
-	MOVQ AX, codes+0(FP)
-	MOVQ groupStride+32(FP), R10
-	MOVQ scales+16(FP), AX
-	ADDQ R10, AX
-	MOVQ AX, scales+16(FP)
-	MOVQ biases+24(FP), AX
-	ADDQ R10, AX
-	MOVQ AX, biases+24(FP)
+	INT8_NEXT_WEIGHT_ROW
 	DECQ rows+48(FP)
 	JNZ  q4i8avx2row
 

@@ -138,9 +138,7 @@ func (w weightRows) decode(r int, dst []float32) {
 	case graph.F32:
 		copy(dst, f32s(data))
 	case graph.BF16:
-		for i, h := range u16(data) {
-			dst[i] = BF16ToF32(h)
-		}
+		bf16ToF32Row(dst, u16(data))
 	case graph.F16:
 		for i, h := range u16(data) {
 			dst[i] = F16ToF32(h)
@@ -386,10 +384,10 @@ func floats(t *Tensor) ([]float32, error) {
 			return nil, fmt.Errorf("%s tensor %v holds %d bytes, needs %d", t.DType, t.Shape, len(t.Data), 2*n)
 		}
 		out := make([]float32, n)
-		for i, h := range u16(t.Data)[:n] {
-			if t.DType == graph.BF16 {
-				out[i] = BF16ToF32(h)
-			} else {
+		if t.DType == graph.BF16 {
+			bf16ToF32Row(out, u16(t.Data)[:n])
+		} else {
+			for i, h := range u16(t.Data)[:n] {
 				out[i] = F16ToF32(h)
 			}
 		}

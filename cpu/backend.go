@@ -29,6 +29,9 @@ func init() {
 		if env := os.Getenv(Int8KernelEnv); env != "" {
 			name, from = env, Int8KernelEnv
 		}
+		if name == "" {
+			name = ops.FastestInt8Kernel() // the choice is process-wide: undo an earlier model's
+		}
 		if name != "" {
 			if err := ops.SetInt8Kernel(name); err != nil {
 				return nil, fmt.Errorf("%s: %w", from, err)

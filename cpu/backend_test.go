@@ -41,6 +41,9 @@ func TestInt8KernelFromOptions(t *testing.T) {
 	if _, err := exec.NewBackend("cpu", exec.BackendOptions{Int8Kernel: "int4"}); err == nil || !strings.Contains(err.Error(), "cpu.int8_kernel") || !strings.Contains(err.Error(), "int4") {
 		t.Errorf("int8_kernel int4: %v", err)
 	}
+	if _, err := exec.NewBackend("cpu", exec.BackendOptions{}); err != nil || ops.Int8KernelName() != ops.FastestInt8Kernel() {
+		t.Errorf("int8_kernel unset after go: %v, kernel %q, want the fastest %q", err, ops.Int8KernelName(), ops.FastestInt8Kernel())
+	}
 	t.Setenv(Int8KernelEnv, "go")
 	if _, err := exec.NewBackend("cpu", exec.BackendOptions{Int8Kernel: "int4"}); err != nil || ops.Int8KernelName() != "go" {
 		t.Errorf("%s=go over int8_kernel int4: %v, kernel %q", Int8KernelEnv, err, ops.Int8KernelName())

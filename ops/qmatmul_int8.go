@@ -150,6 +150,13 @@ const int8RowTailRows = 4
 // PISTIL_CPU_INT8_KERNEL=avx2 runs what a machine without AVX-512 runs ("go": the loop).
 var int8Quantizers = map[string]func(xs []float32, block []byte, j int){}
 
+// int8FastestName is the kernel the amd64 init chose (its last added), "" where none.
+var int8FastestName string
+
+// FastestInt8Kernel names the kernel the int8 activations run unless SetInt8Kernel chose
+// another: the fastest this machine has, "" where it has none.
+func FastestInt8Kernel() string { return int8FastestName }
+
 // Int8KernelName names the int8 kernel the int8 activations run on this machine, "" where
 // there is none (the float32 kernels then run).
 func Int8KernelName() string { return int8KernelName }
@@ -187,6 +194,7 @@ func addInt8Kernel(name string, k int8Dot, tile int8DotTile, row int8Dot1, quant
 	}
 	int8KernelSets[name], int8TileKernelSets[name] = k, tile
 	int8Kernel, int8KernelName, int8TileKernel = k, name, tile
+	int8FastestName = name
 	if row != nil {
 		int8RowKernelSets[name] = row
 	}

@@ -268,9 +268,9 @@ func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 			return nil, fmt.Errorf("%s: %d rows exceed the grid", d.Op, rows)
 		}
 		if d.Attrs.Bool(AttrMMASplitK) {
-			return newKernel(kernels.KernelMatmulMMASplitK, [3]int{ceilDiv(M, kernels.MMASplitKTileM), ceilDiv(rows, kernels.MMASplitKTileN), 1}, kernels.MMAThreads, args)
+			return newKernel(mmaKernelFor(kernels.KernelMatmulMMASplitK, w), [3]int{ceilDiv(M, kernels.MMASplitKTileM), ceilDiv(rows, kernels.MMASplitKTileN), 1}, kernels.MMAThreads, args)
 		}
-		return newKernel(kernels.KernelMatmulMMA, [3]int{ceilDiv(M, kernels.MMATileM), ceilDiv(rows, kernels.MMATileN), 1}, kernels.MMAThreads, args)
+		return newKernel(mmaKernelFor(kernels.KernelMatmulMMA, w), [3]int{ceilDiv(M, kernels.MMATileM), ceilDiv(rows, kernels.MMATileN), 1}, kernels.MMAThreads, args)
 	}
 	if rows == 1 && q4Matvec(w, K) {
 		return matvecLaunch(c, d, kernels.KernelMatvecQ4, M, K, 1, args, w)
@@ -350,7 +350,7 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		if E > 65535 {
 			return nil, fmt.Errorf("%s: %d experts exceed the grid", d.Op, E)
 		}
-		return newKernel(kernel, [3]int{ceilDiv(M, rowsPerGroup), E, 1}, kernels.MMAThreads, args)
+		return newKernel(mmaKernelFor(kernel, w), [3]int{ceilDiv(M, rowsPerGroup), E, 1}, kernels.MMAThreads, args)
 	}
 	if d.Attrs.Bool(AttrBatchedMatvec) {
 		if !q4Matvec(w, K) {
@@ -458,6 +458,16 @@ func ExpertPerSlotShape(op string, in []Operand) bool {
 
 // ExpertTiles are the heights (routed rows per tile) of the mma expert kernels.
 var ExpertTiles = []int{16, 32, 64}
+
+// mmaKernelFor is the tensor-core kernel that multiplies w: the one for q4 weights alone
+// where w is q4 (kernels.MMAQ4Kernel: fewer registers, so more groups per SM), else
+// kernel, which reads the weight's type at run time.
+func mmaKernelFor(kernel string, w Operand) string {
+	if q4, ok := kernels.MMAQ4Kernel[kernel]; ok && w.DType == graph.Q4 {
+		return q4
+	}
+	return kernel
+}
 
 // expertMMAKernel is the mma expert kernel for tiles of tile routed rows and the weight
 // rows one group covers (4 warps of 32 rows share them with the tile's tokens).

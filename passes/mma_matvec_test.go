@@ -81,7 +81,7 @@ func TestExpertSplitKMarksSmallExpertTiles(t *testing.T) {
 		}
 		marked := 0
 		for _, d := range p.Dispatches {
-			split := d.Kernel == kernels.KernelExpertMMASplitK
+			split := d.Kernel == kernels.KernelExpertMMASplitK || d.Kernel == kernels.KernelExpertMMASplitKQ4
 			if split != d.Attrs.Bool(gpu.AttrExpertSplitK) {
 				t.Errorf("%s T=%d: %s %s runs %s, marked %v", c.backend, c.tokens, d.Op, d.Label, d.Kernel, d.Attrs.Bool(gpu.AttrExpertSplitK))
 			}

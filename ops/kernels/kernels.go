@@ -83,6 +83,13 @@ const (
 	KernelExpertMMA32     = "expert_mma32"
 	KernelExpertMMA64     = "expert_mma64"
 	KernelExpertMMASplitK = "expert_mma_splitk"
+	// The same for q4 weights alone (MMAQ4Kernel).
+	KernelMatmulMMAQ4       = "matmul_mma_q4"
+	KernelMatmulMMASplitKQ4 = "matmul_mma_splitk_q4"
+	KernelExpertMMA16Q4     = "expert_mma16_q4"
+	KernelExpertMMA32Q4     = "expert_mma32_q4"
+	KernelExpertMMA64Q4     = "expert_mma64_q4"
+	KernelExpertMMASplitKQ4 = "expert_mma_splitk_q4"
 
 	// The decode matrix-vector products on the tensor cores (matvec_mma.k), each the twin
 	// of a SIMT kernel of the same arguments (MMAMatvecTwin).
@@ -91,6 +98,18 @@ const (
 	KernelExpertMVSwiGLUMMAQ4       = "expert_matvec_swiglu_mma_q4"
 	KernelExpertMVSwiGLUSharedMMAQ4 = "expert_matvec_swiglu_shared_mma_q4"
 )
+
+// MMAQ4Kernel maps each tensor-core GEMM kernel to its twin for q4 weights: the same
+// arguments, grid and numbers, the weight type fixed when it is compiled, so a lane holds
+// a row's two words of codes where the general kernel keeps eight live for any type.
+var MMAQ4Kernel = map[string]string{
+	KernelMatmulMMA:       KernelMatmulMMAQ4,
+	KernelMatmulMMASplitK: KernelMatmulMMASplitKQ4,
+	KernelExpertMMA16:     KernelExpertMMA16Q4,
+	KernelExpertMMA32:     KernelExpertMMA32Q4,
+	KernelExpertMMA64:     KernelExpertMMA64Q4,
+	KernelExpertMMASplitK: KernelExpertMMASplitKQ4,
+}
 
 // MMAMatvecTwin maps each q4 matrix-vector kernel that has a tensor-core twin to it: the
 // same argument struct and grid y, grid x ceil(M / MMAMatvecRows), MMAThreads or
@@ -125,6 +144,7 @@ var Names = []string{
 
 // CUDANames lists the kernels of CUDAFamilies.
 var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64, KernelExpertMMASplitK,
+	KernelMatmulMMAQ4, KernelMatmulMMASplitKQ4, KernelExpertMMA16Q4, KernelExpertMMA32Q4, KernelExpertMMA64Q4, KernelExpertMMASplitKQ4,
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4}
 
 // NamesFor lists every kernel a backend's source declares.

@@ -29,6 +29,10 @@ func mmaMatvecCases() []opCase {
 		{name: "qmatmul 640 to 33", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 640), q4(33, 640)}},
 		{name: "qmatmul 2048 to 300", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 2048), q4(300, 2048)}},
 		{name: "qmatmul 4096 to 48", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 4096), q4(48, 4096)}},
+		// The group sizes by grid: the output projections' 128 groups (sixteen warps), 138
+		// groups (eight), and in the matmuls case below 2,048 (four).
+		{name: "qmatmul 4096 to 2048", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 4096), q4(2048, 4096)}},
+		{name: "qmatmul 512 to 2200", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 512), q4(2200, 512)}},
 		{name: "qmatmul 256 to 40, activations x1000", op: "qmatmul", in: []*ops.Tensor{scaled(randF32(r, 1, 256), 1000), q4(40, 256)}},
 		{name: "qmatmul 256 to 40, activations x1e-3", op: "qmatmul", in: []*ops.Tensor{scaled(randF32(r, 1, 256), 1e-3), q4(40, 256)}},
 		{name: "matmuls 128 to 40, 24, 72", op: "matmuls", in: []*ops.Tensor{randF32(r, 1, 128), q4(40, 128), q4(24, 128), q4(72, 128)}},
@@ -104,8 +108,10 @@ func TestMMAMatvecCasesLowerToTheTwins(t *testing.T) {
 			t.Errorf("%s: lowered to %s, want the twin of %s (%q)", c.name, l.Kernel, plain.Kernel, want)
 		}
 		threads := kernels.MMAThreads
-		if l.Grid[0]*l.Grid[1] < 2*gpu.CUDA.ParallelGroups {
-			threads = kernels.MMAMatvecMaxThreads // eight warps on a small grid
+		if groups := l.Grid[0] * l.Grid[1]; groups <= gpu.CUDA.ParallelGroups/2 {
+			threads = kernels.MMAMatvecMaxThreads // sixteen warps on a grid smaller than the GPU
+		} else if groups < 2*gpu.CUDA.ParallelGroups {
+			threads = 2 * kernels.MMAThreads // eight warps on a small grid
 		}
 		if l.Block != threads || l.Grid[1] != plain.Grid[1] {
 			t.Errorf("%s: grid %v block %d, want grid y %d and %d threads", c.name, l.Grid, l.Block, plain.Grid[1], threads)

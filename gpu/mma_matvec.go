@@ -103,12 +103,16 @@ func matvecLaunch[A any](c *ctx, d *plan.Dispatch, name string, M, K, y int, arg
 }
 
 // mmaMatvecThreads is the group size of a tensor-core matrix-vector launch of this many
-// groups: four warps, or eight (K shared out eight ways) when the grid would leave the
-// GPU short of warps, as the 4096-wide output projections' 128 groups do (Nsight
-// Compute: 6% achieved occupancy at four warps).
+// groups: four warps; eight (K shared out eight ways) when the grid would leave the GPU
+// short of warps; sixteen when it has fewer groups than multiprocessors, as the
+// 4096-wide output projections' 128 do (Nsight Compute: 6% achieved occupancy at four
+// warps, 12% at eight, one group per multiprocessor with 16 KB of loads in flight).
 func mmaMatvecThreads(t *Target, groups int) int {
-	if groups < 2*t.ParallelGroups {
+	switch {
+	case groups <= t.ParallelGroups/2:
 		return kernels.MMAMatvecMaxThreads
+	case groups < 2*t.ParallelGroups:
+		return 2 * kernels.MMAThreads
 	}
 	return kernels.MMAThreads
 }

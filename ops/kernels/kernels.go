@@ -112,8 +112,8 @@ var MMAQ4Kernel = map[string]string{
 }
 
 // MMAMatvecTwin maps each q4 matrix-vector kernel that has a tensor-core twin to it: the
-// same argument struct and grid y, grid x ceil(M / MMAMatvecRows), MMAThreads or
-// MMAMatvecMaxThreads threads.
+// same argument struct and grid y, grid x ceil(M / MMAMatvecRows), MMAThreads,
+// 2·MMAThreads or MMAMatvecMaxThreads threads (gpu's mmaMatvecThreads).
 var MMAMatvecTwin = map[string]string{
 	KernelMatvecQ4:               KernelMatvecMMAQ4,
 	KernelMatvecFusedQ4:          KernelMatvecFusedMMAQ4,
@@ -168,7 +168,7 @@ const (
 	MMASplitKTileM      = 32  // MMA_SK_M: matmul_mma_splitk's weight rows per group
 	MMASplitKTileN      = 16  // MMA_SK_N: matmul_mma_splitk's activation rows per group
 	MMAMatvecRows       = 16  // MVM_ROWS: the tensor-core matrix-vector kernels' weight rows per group
-	MMAMatvecMaxThreads = 256 // MVM_MAX_WARPS · 32: their largest group (MMAThreads the smallest)
+	MMAMatvecMaxThreads = 512 // MVM_MAX_WARPS · 32: their largest group (MMAThreads the smallest)
 	AttnMaxD            = 256 // ATT_MAX_D
 	AttnSIMDs           = 8   // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
 	AttnMaxSplits       = 64  // attention_gqa's most key ranges of the equal-length split

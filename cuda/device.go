@@ -104,7 +104,7 @@ func newDevice() (*device, error) {
 }
 
 // tuningDefines are the kernel tuning macros of PISTIL_CUDA_DEFINES (space-separated
-// NAME=VALUE, e.g. "MMA_SK_PREFETCH=1"), passed to NVRTC as -D options: a developer's
+// NAME=VALUE, e.g. "MMA_XPARTS=2"), passed to NVRTC as -D options: a developer's
 // way to time a kernel variant against the default in one binary and one device call.
 // Unset, the kernels build with their defaults.
 func tuningDefines() []string {

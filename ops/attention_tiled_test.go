@@ -97,6 +97,7 @@ func BenchmarkAttention(b *testing.B) {
 		caches int
 	}{
 		{"tiny/decode-8192", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}, 1},
+		{"tiny/decode-8192-rotating", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}, 8},
 		{"tiny/prefill-512-at-16384", attnCase{T: 512, C: 16384, NH: 8, KVH: 1, D: 64}, 1},
 		{"full/decode-4096", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 1},
 		{"full/decode-4096-rotating", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 4},

@@ -28,7 +28,7 @@ extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigne
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __syncthreads() emu_syncthreads()
 #define __syncwarp() emu_syncwarp()
 #define __threadfence() ((void)0)

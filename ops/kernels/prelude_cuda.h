@@ -40,14 +40,6 @@ typedef float4 vec4f;
 	static __device__ __forceinline__ void name##_body(const struct Args a); \
 	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_KERNEL_ENTRY(); name##_body(a); } \
 	static __device__ __forceinline__ void name##_body(const struct Args a)
-// KERNEL_PREFETCHED runs name##_prefetch (declared before it) ahead of the wait: it may
-// touch only what no kernel writes, the weights, and does so to start their reads from
-// memory while the kernels this one depends on still run (a programmatic launch
-// schedules its groups early; the wait then finds them in L2).
-#define KERNEL_PREFETCHED(name, Args, threads) \
-	static __device__ __forceinline__ void name##_body(const struct Args a); \
-	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { name##_prefetch(a); PZ_KERNEL_ENTRY(); name##_body(a); } \
-	static __device__ __forceinline__ void name##_body(const struct Args a)
 #define DEVICE static __device__ __forceinline__
 // CUDA's thread position is global (threadIdx), so helpers need no thread context.
 #define CTX_
@@ -125,15 +117,6 @@ DEVICE f32 f16_to_f32(u16 h) {
 }
 DEVICE vec4u load_vec4u(u64 addr) { return *PTR(const vec4u, addr); }
 DEVICE vec4f load_vec4f(u64 addr) { return *PTR(const vec4f, addr); }
-// prefetch_l2 asks for the bytes [addr, addr + n) of one allocation to be brought into L2
-// (sm_90's bulk prefetch, in 16-byte units, so the ends widen to them; a hint, no
-// registers, no result; nothing elsewhere).
-DEVICE void prefetch_l2(u64 addr, u64 n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(PISTIL_EMU)
-	u64 start = addr & ~(u64)15, end = (addr + n + 15) & ~(u64)15;
-	if (end > start) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(start), "r"((u32)(end - start)) : "memory");
-#endif
-}
 // Out-parameters of helpers: a reference to a thread-local f32, a pointer to thread-local
 // f32s (Metal: thread f32&, thread f32*).
 #define thread_f32_ref f32&

@@ -2,9 +2,11 @@
 # Per-kernel profile of one prefill step on top of a context, on a GPU machine, from the
 # repository root with .dev/pistil carried: an agent's turn (a few hundred new tokens on a
 # 12K-token conversation) is such a step. A prompt of DEPTH + TOKENS tokens is generated
-# with graphs off (each dispatch its own launch); Nsight Compute skips the launches of the
-# DEPTH/512 whole chunks and profiles the next TOKENS-token step (TOKENS a power of two, so
-# it is one plan), reading each kernel's duration and DRAM bytes, summed per dispatch op.
+# with graphs off (each dispatch its own launch) in chunks of CHUNK_TOKENS (default 1,024,
+# [cuda] prefill_chunk); Nsight Compute skips the launches of the DEPTH/CHUNK_TOKENS whole
+# chunks (DEPTH a multiple of CHUNK_TOKENS) and profiles the next TOKENS-token step (TOKENS
+# a power of two no larger than CHUNK_TOKENS, so it is one plan), reading each kernel's
+# duration and DRAM bytes, summed per dispatch op.
 #
 #   TOKENS=128 DEPTH=12288 cuda/device_prefill_profile.sh
 #   PASSES="-pass=tensor-cores/on" TOKENS=512 DEPTH=0 cuda/device_prefill_profile.sh
@@ -13,18 +15,19 @@ PASSES=${PASSES:-}
 OUT=${OUT:-/tmp/cuda-out}
 TOKENS=${TOKENS:-128}
 DEPTH=${DEPTH:-12288}
+CHUNK_TOKENS=${CHUNK_TOKENS:-1024}
 mkdir -p "$OUT"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --seed 1 --out /tmp/full > /dev/null
 dispatches() { ./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$1" $PASSES 2>/dev/null | awk '/dispatches/ {gsub(",", "", $2); print $2; exit}'; }
-CHUNK=$(dispatches 512)
+CHUNK=$(dispatches "$CHUNK_TOKENS")
 STEP=$(dispatches "$TOKENS")
-echo "prefill dispatches: $CHUNK per 512-token chunk, $STEP per $TOKENS-token step"
+echo "prefill dispatches: $CHUNK per $CHUNK_TOKENS-token chunk, $STEP per $TOKENS-token step"
 ./.dev/pistil compile --model /tmp/full --backend cuda --phase prefill --chunk "$TOKENS" $PASSES -v 2>/dev/null > "$OUT/plan_prefill_$TOKENS.txt"
-printf '[cuda]\ngraphs = false\n' > /tmp/nographs.toml
+printf '[cuda]\ngraphs = false\nprefill_chunk = %d\n' "$CHUNK_TOKENS" > /tmp/nographs.toml
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 ids=$(python3 -c "print(','.join(str(1 + i % 200000) for i in range($DEPTH + $TOKENS)))")
 timeout 500 "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-	--launch-skip $((CHUNK * DEPTH / 512)) --launch-count "$STEP" --csv --page raw --log-file "$OUT/ncu_prefill.csv" \
+	--launch-skip $((CHUNK * DEPTH / CHUNK_TOKENS)) --launch-count "$STEP" --csv --page raw --log-file "$OUT/ncu_prefill.csv" \
 	./.dev/pistil generate --model /tmp/full --backend cuda --pipeline /tmp/nographs.toml $PASSES --prompt-ids "$ids" --max-tokens 1 > "$OUT/ncu_prefill_run.log" 2>&1
 echo "ncu exit $?"
 python3 - "$OUT/ncu_prefill.csv" "$OUT/plan_prefill_$TOKENS.txt" <<'PY' | tee "$OUT/profile_prefill_$TOKENS.txt"

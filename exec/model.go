@@ -15,9 +15,20 @@ import (
 	"pistil/plan"
 )
 
-// DefaultChunk is the prefill chunk a zero Options.Chunk means (pipeline.toml's built-in
-// prefill_chunk).
-const DefaultChunk = 512
+// DefaultChunk and DefaultCUDAChunk are the prefill chunk a zero Options.Chunk means,
+// the second on CUDA (pipeline.toml's built-in [phases] and [cuda] prefill_chunk).
+const (
+	DefaultChunk     = 512
+	DefaultCUDAChunk = 1024
+)
+
+// DefaultChunkFor is the prefill chunk a zero Options.Chunk means on backend.
+func DefaultChunkFor(backend string) int {
+	if backend == "cuda" {
+		return DefaultCUDAChunk
+	}
+	return DefaultChunk
+}
 
 // Options open a model. The runtime reads no settings file: the caller (the CLI, from
 // pipeline.toml through package pipeline) says everything here. The zero value is the
@@ -27,7 +38,7 @@ type Options struct {
 	Backend string
 	// Workers bounds the CPU backend's goroutines (0: every core).
 	Workers int
-	// Chunk is the prefill chunk size (0: DefaultChunk).
+	// Chunk is the prefill chunk size (0: DefaultChunkFor(Backend)).
 	Chunk int
 	// AllLogits compiles plans that return logits for every token (pistil check);
 	// otherwise only the last token's logits are computed.

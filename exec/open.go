@@ -94,7 +94,7 @@ func prepare(dir string, o Options) (*prepared, error) {
 	}
 	chunk := o.Chunk
 	if chunk == 0 {
-		chunk = DefaultChunk
+		chunk = DefaultChunkFor(o.Backend)
 	}
 	if chunk <= 0 {
 		return nil, fmt.Errorf("prefill chunk %d must be positive", chunk)

@@ -78,6 +78,10 @@ type CUDA struct {
 	// state before it backed up on the device, for a stop found in token k); false
 	// queues each step after the token before it is read (exec.Options.HandoffInOrder).
 	RunAhead bool `toml:"run_ahead"`
+	// PrefillChunk, when above 0, is the prefill chunk on CUDA in place of
+	// phases.prefill_chunk: the tile shapes that make a chunk fast differ between backends
+	// (PrefillChunk(backend)).
+	PrefillChunk int `toml:"prefill_chunk"`
 }
 
 // State is the [state] table: the storage types of the session state a backend holds.
@@ -135,7 +139,7 @@ func Default() *Pipeline {
 		},
 		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
 		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32},
-		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false},
+		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false, PrefillChunk: exec.DefaultCUDAChunk},
 		Metal:     Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
 }
@@ -192,6 +196,9 @@ func (p *Pipeline) validate() error {
 	}
 	if p.Phases.PrefillChunk <= 0 {
 		return fmt.Errorf("phases.prefill_chunk = %d: must be positive", p.Phases.PrefillChunk)
+	}
+	if p.CUDA.PrefillChunk < 0 {
+		return fmt.Errorf("cuda.prefill_chunk = %d: must not be negative (0: phases.prefill_chunk)", p.CUDA.PrefillChunk)
 	}
 	if p.Phases.CostContext < 0 {
 		return fmt.Errorf("phases.cost_context = %d: must not be negative", p.Phases.CostContext)
@@ -278,8 +285,18 @@ func (p *Pipeline) PassConfig(flags []string) (passes.Config, error) {
 	return cfg, nil
 }
 
+// PrefillChunk is the prefill chunk on backend: [cuda].prefill_chunk on CUDA when set,
+// else [phases].prefill_chunk.
+func (p *Pipeline) PrefillChunk(backend string) int {
+	if backend == "cuda" && p.CUDA.PrefillChunk > 0 {
+		return p.CUDA.PrefillChunk
+	}
+	return p.Phases.PrefillChunk
+}
+
 // Phase describes a phase for the compiler: decode (T = 1) or prefill (T = tokens, the
-// chunk when tokens is 0). context sets the cost context (0: [phases].cost_context).
+// [phases] chunk when tokens is 0; callers that know the backend pass PrefillChunk's).
+// context sets the cost context (0: [phases].cost_context).
 func (p *Pipeline) Phase(name string, tokens, context int) (passes.Phase, error) {
 	if context == 0 {
 		context = p.Phases.CostContext
@@ -311,7 +328,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 	if err != nil {
 		return exec.Options{}, err
 	}
-	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.Phases.PrefillChunk,
+	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
 		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }

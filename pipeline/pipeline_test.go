@@ -146,8 +146,14 @@ func TestDefaultExecOptionsMatchTheRuntimeDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Chunk != exec.DefaultChunk {
-		t.Errorf("prefill chunk %d, exec.DefaultChunk %d", o.Chunk, exec.DefaultChunk)
+	for _, backend := range []string{"cpu", "cuda", "metal"} {
+		ob, err := Default().ExecOptions(backend, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ob.Chunk != exec.DefaultChunkFor(backend) {
+			t.Errorf("%s: prefill chunk %d, exec.DefaultChunkFor %d", backend, ob.Chunk, exec.DefaultChunkFor(backend))
+		}
 	}
 	for name, off := range o.Passes.Off {
 		if off != passes.DefaultOff(name) {

@@ -157,13 +157,17 @@ func hasWeights(dir string) bool {
 	return false
 }
 
-// phaseList resolves --phase: one name, or all (the pipeline's compile list).
-func phaseList(pl *pipeline.Pipeline, which string, chunk, context int) ([]passes.Phase, error) {
+// phaseList resolves --phase: one name, or all (the pipeline's compile list), for
+// backend (whose prefill chunk a zero chunk means).
+func phaseList(pl *pipeline.Pipeline, backend, which string, chunk, context int) ([]passes.Phase, error) {
 	switch {
 	case chunk < 0:
 		return nil, fmt.Errorf("--chunk %d must not be negative", chunk)
 	case context < 0:
 		return nil, fmt.Errorf("--context %d must not be negative", context)
+	}
+	if chunk == 0 {
+		chunk = pl.PrefillChunk(backend)
 	}
 	names := []string{which}
 	if which == "all" || which == "" {
@@ -208,7 +212,7 @@ func runCompile(args []string) error {
 	if err != nil {
 		return err
 	}
-	phases, err := phaseList(pl, *phase, cf.chunk, cf.context)
+	phases, err := phaseList(pl, cf.backend, *phase, cf.chunk, cf.context)
 	if err != nil {
 		return err
 	}

@@ -93,10 +93,14 @@ func TestCompilePrintsThePlanThatRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, backend := range []string{"cpu", "cuda", "metal"} {
+			chunk := m.Chunk()
+			if backend != "cpu" {
+				chunk = exec.DefaultChunkFor(backend)
+			}
 			for _, phase := range []struct {
 				name   string
 				tokens int
-			}{{"decode", 1}, {"prefill", m.Chunk()}} {
+			}{{"decode", 1}, {"prefill", chunk}} {
 				if err := runCompile([]string{"--model", dir, "--backend", backend, "--phase", phase.name, "-o", out}); err != nil {
 					t.Fatalf("%s %s %s: %v", layout, backend, phase.name, err)
 				}

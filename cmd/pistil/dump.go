@@ -38,7 +38,7 @@ func runDump(args []string) error {
 	}
 	u := &passes.Unit{Graph: g, Ops: ops.Default}
 	if *after != "" {
-		phases, err := phaseList(pl, *phase, cf.chunk, cf.context)
+		phases, err := phaseList(pl, cf.backend, *phase, cf.chunk, cf.context)
 		if err != nil {
 			return err
 		}

@@ -112,3 +112,51 @@ func TestPrefillAttentionPartialStates(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
 	}
 }
+
+// attention_prefill_mma (the mma-attention pass's mark) against the reference over the
+// shapes of TestPrefillAttentionVariants with a float32 cache (the only one it takes):
+// head dims 64, 128 and 256, 1 to 8 query heads per kv head, one and two kv heads, steps
+// that end inside a query tile and a warp's rows, contexts inside and past a key tile,
+// whole and split over key ranges; then the model's shape, and partial states range by
+// range with empty ranges.
+func TestPrefillAttentionMMA(t *testing.T) {
+	g := openGPU(t)
+	r := rand.New(rand.NewPCG(17, 18))
+	mma := func(c opCase) opCase {
+		c.attrs = c.attrs.Clone()
+		c.attrs[gpu.AttrMMAAttention] = true
+		c.name = "mma/" + c.name
+		return c
+	}
+	n := 0
+	for _, D := range []int{64, 128, 256} {
+		for _, G := range []int{1, 2, 4, 8} {
+			for ci, C := range []int{0, 13, 301} {
+				for ti, T := range []int{2, 5, 37, 70} {
+					if D > 64 && (ci+ti+G)%3 != 0 {
+						continue
+					}
+					kvh := 1 + n%2
+					n++
+					c := mma(prefillCase(r, D, G, kvh, C, T, graph.F32, 0))
+					t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+					c.splits = max(gpu.CUDA.PrefillAttentionSplits(T, G*kvh, kvh, D), 3)
+					c.name += fmt.Sprintf("/split%d", c.splits)
+					t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+				}
+			}
+		}
+	}
+	c := mma(prefillCase(r, 256, 8, 2, 75, 130, graph.F32, 0))
+	t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	for _, tc := range []struct{ D, G, kvh, C, T, splits int }{
+		{64, 8, 1, 40, 9, 4}, {128, 2, 2, 301, 21, 7}, {64, 1, 1, 45, 40, 3}, {256, 8, 2, 45, 9, 3},
+	} {
+		c := mma(prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, graph.F32, 0))
+		c.name = fmt.Sprintf("%s/partial%d", c.name, tc.splits)
+		c.op = "attention_partial"
+		c.attrs = graph.Attrs{"scale": c.attrs.Float("scale"), "splits": int64(tc.splits), "key_block": int64(kernels.AttnKeyBlock),
+			gpu.AttrPrefillTiled: int64(1), gpu.AttrMMAAttention: true}
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+}

@@ -64,6 +64,12 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/on
 	# Prefill attention one group per (kv head, token): attention_gqa instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off
+	# Tiled prefill attention on the tensor cores (attention_prefill_mma; mma-attention),
+	# whole, in chunks (the earlier chunks' keys in the cache) and before decode.
+	check --model "$dir" --reference "$ref" -pass=mma-attention/on
+	check --model "$dir" --reference "$ref" --chunk 7 -pass=mma-attention/on
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-attention/on
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-attention/on
 	# The GDN gated norm in out_proj's kernel (gated_rms_norm_matvec_q4; off by default:
 	# slower on the H200), and the norm fusion off altogether.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=gated-norm-matvec/on

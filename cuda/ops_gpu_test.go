@@ -550,8 +550,10 @@ func runOnGPU(g *device, c opCase, in []gpu.Operand, alloc func(graph.Type) (gpu
 	case c.splits > 0:
 		attrs := c.blocks.Attrs()
 		attrs["scale"], attrs["splits"], attrs["key_block"] = c.attrs.Float("scale"), int64(c.splits), int64(kernels.AttnKeyBlock)
-		if tiled, ok := c.attrs[gpu.AttrPrefillTiled]; ok {
-			attrs[gpu.AttrPrefillTiled] = tiled // as split-attention carries it
+		for _, mark := range []string{gpu.AttrPrefillTiled, gpu.AttrMMAAttention} {
+			if v, ok := c.attrs[mark]; ok {
+				attrs[mark] = v // as split-attention carries the one and mma-attention sets the other
+			}
 		}
 		part := b.Op("attention_partial", attrs, srcs...)
 		results = []*graph.Value{b.Op("attention_merge", c.blocks.Attrs(), part)}

@@ -119,9 +119,11 @@ func (p *program) lower(st *state, steps uint64) (*lowered, error) {
 			return nil, fmt.Errorf("plan %s: dispatch %d (%s) names kernel %s grid %v block %d, but lowers to %s grid %v block %d here: recompile the plan for cuda",
 				p.p.Phase, d.Index, d.Op, d.Kernel, d.Grid, d.Block, l.Kernel, l.Grid, l.Block)
 		}
-		if d.Attrs.Bool(gpu.AttrTensorCores) && p.b.dev.arch < 80 {
-			return nil, fmt.Errorf("plan %s: dispatch %d (%s) runs on the tensor-core kernel %s, which needs compute capability 8.0 (this GPU is %d.%d): compile with -pass=tensor-cores/off (pipeline.toml [passes] tensor-cores = false)",
-				p.p.Phase, d.Index, d.Label, l.Kernel, p.b.dev.arch/10, p.b.dev.arch%10)
+		for _, tc := range tensorCorePasses {
+			if d.Attrs.Bool(tc.attr) && p.b.dev.arch < 80 {
+				return nil, fmt.Errorf("plan %s: dispatch %d (%s) runs on the tensor-core kernel %s, which needs compute capability 8.0 (this GPU is %d.%d): compile with -pass=%s/off (pipeline.toml [passes] %s = false)",
+					p.p.Phase, d.Index, d.Label, l.Kernel, p.b.dev.arch/10, p.b.dev.arch%10, tc.pass, tc.pass)
+			}
 		}
 		ln, err := p.b.dev.newLaunch(l.Kernel, l.Grid, l.Block, l.Args, l.ArgsPointer())
 		if err != nil {
@@ -131,6 +133,14 @@ func (p *program) lower(st *state, steps uint64) (*lowered, error) {
 		out.ops = append(out.ops, d.Op)
 	}
 	return out, nil
+}
+
+// tensorCorePasses are the marks that put a dispatch on an mma kernel (sm_80+), each
+// with the pass that sets it.
+var tensorCorePasses = []struct{ attr, pass string }{
+	{gpu.AttrTensorCores, "tensor-cores"},
+	{gpu.AttrMMAMatvec, "mma-matvec"},
+	{gpu.AttrMMAAttention, "mma-attention"},
 }
 
 // lowered is a plan turned into launches, one per dispatch.

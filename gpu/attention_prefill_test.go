@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"strings"
 	"testing"
 
 	"pistil/graph"
@@ -69,6 +70,67 @@ func TestPrefillAttentionSplits(t *testing.T) {
 	} {
 		if got := CUDA.PrefillAttentionSplits(tc.T, tc.NH, tc.KVH, tc.D); got != tc.want {
 			t.Errorf("T %d, %d/%d heads, D %d: %d splits, want %d", tc.T, tc.NH, tc.KVH, tc.D, got, tc.want)
+		}
+	}
+}
+
+// Marked for the tensor cores (the mma-attention pass), a tiled prefill attention over a
+// float32 cache runs attention_prefill_mma on attention_prefill's grid in groups of
+// AttnMMAThreads, whole or split; the mark on a bf16 cache, on a target without tensor
+// cores, or where no tiled kernel runs (decode, unmarked for tiling) is an error that
+// names it, not a silent fallback.
+func TestPrefillAttentionMMALowering(t *testing.T) {
+	operands := func(T, NH, KVH, D int, cache graph.DType) []Operand {
+		return []Operand{
+			{Addr: 1 << 40, DType: graph.F32, Shape: []int{T, NH, D}},
+			{Addr: 2 << 40, DType: cache, Shape: []int{4096, KVH, D}},
+			{Addr: 3 << 40, DType: cache, Shape: []int{4096, KVH, D}},
+		}
+	}
+	out := []Operand{{Addr: 4 << 40, DType: graph.F32}}
+	mma := graph.Attrs{"scale": 0.0625, AttrPrefillTiled: int64(1), AttrMMAAttention: true}
+	split := graph.Attrs{"scale": 0.0625, "splits": int64(5), "key_block": int64(kernels.AttnKeyBlock), AttrPrefillTiled: int64(1), AttrMMAAttention: true}
+	for _, tc := range []struct {
+		name       string
+		op         string
+		attrs      graph.Attrs
+		T, NH, KVH int
+		grid       [3]int
+	}{
+		{"model chunk", "attention", mma, 1024, 16, 2, [3]int{2, 256, 1}},
+		{"one head per kv head", "attention", mma, 70, 2, 2, [3]int{2, 3, 1}},
+		{"split", "attention_partial", split, 128, 16, 2, [3]int{2, 32, 5}},
+	} {
+		in := operands(tc.T, tc.NH, tc.KVH, 256, graph.F32)
+		if !CUDA.MMAAttentionShape(tc.op, in) {
+			t.Errorf("%s: MMAAttentionShape refuses it", tc.name)
+		}
+		l, err := CUDA.Lower(&plan.Dispatch{Op: tc.op, Attrs: tc.attrs}, in, out, 5<<40)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if l.Kernel != kernels.KernelAttentionPrefillMMA || l.Grid != tc.grid || l.Block != kernels.AttnMMAThreads {
+			t.Errorf("%s: %s on %v x%d, want %s on %v x%d", tc.name, l.Kernel, l.Grid, l.Block, kernels.KernelAttentionPrefillMMA, tc.grid, kernels.AttnMMAThreads)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		target *Target
+		attrs  graph.Attrs
+		T      int
+		cache  graph.DType
+	}{
+		{"bf16 cache", CUDA, mma, 512, graph.BF16},
+		{"no tensor cores", Metal, mma, 512, graph.F32},
+		{"decode", CUDA, mma, 1, graph.F32},
+		{"not tiled", CUDA, graph.Attrs{"scale": 0.0625, AttrMMAAttention: true}, 512, graph.F32},
+	} {
+		in := operands(tc.T, 16, 2, 256, tc.cache)
+		if tc.target.MMAAttentionShape("attention", in) && tc.attrs.Int(AttrPrefillTiled) != 0 {
+			t.Errorf("%s: MMAAttentionShape takes it", tc.name)
+		}
+		if _, err := tc.target.Lower(&plan.Dispatch{Op: "attention", Attrs: tc.attrs}, in, out, 5<<40); err == nil || !strings.Contains(err.Error(), AttrMMAAttention) {
+			t.Errorf("%s: lowered with the mark (err %v), want an error naming %s", tc.name, err, AttrMMAAttention)
 		}
 	}
 }

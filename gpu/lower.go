@@ -679,12 +679,53 @@ func lowerAttention(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error
 	}
 	args.O = out[0].Addr
 	if d.Attrs.Int(AttrPrefillTiled) != 0 && prefillKernel(int(args.T), int(args.NH), int(args.KVH)) {
-		return newKernel(kernels.KernelAttentionPrefill, [3]int{int(args.KVH), ceilDiv(int(args.T), PrefillQueryTile(int(args.NH), int(args.KVH))), 1}, 256, args)
+		return prefillAttentionLaunch(c, d, args)
+	}
+	if d.Attrs.Bool(AttrMMAAttention) {
+		return nil, fmt.Errorf("%s: marked %s without the tiled prefill attention it replaces (%d tokens, %d query heads over %d kv heads)", d.Op, AttrMMAAttention, args.T, args.NH, args.KVH)
 	}
 	if !gqaKernel(int(args.NH), int(args.KVH)) {
 		return newKernel(kernels.KernelAttention, [3]int{int(args.NH), int(args.T), 1}, 256, args)
 	}
 	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), 1}, 256, args)
+}
+
+// AttrMMAAttention (bool) runs a tiled prefill attention (AttrPrefillTiled) on the
+// tensor cores, attention_prefill_mma (the mma-attention pass; MMAAttentionShape).
+const AttrMMAAttention = "mma_attention"
+
+// MMAAttentionShape says whether attention_prefill_mma serves an attention or
+// attention_partial dispatch of these operands (q, k cache, v cache, ...) once it is
+// tiled (AttrPrefillTiled): a target with tensor cores, more than one token, a float32
+// cache (a bf16 one keeps attention_prefill) and head dims a multiple of 16.
+func (t *Target) MMAAttentionShape(op string, in []Operand) bool {
+	if !t.TensorCores || (op != "attention" && op != "attention_partial") || len(in) < 3 {
+		return false
+	}
+	q, k, v := in[0], in[1], in[2]
+	if len(q.Shape) != 3 || len(k.Shape) != 3 || k.DType != graph.F32 || v.DType != graph.F32 {
+		return false
+	}
+	return mmaAttentionShape(t, q.Shape[0], q.Shape[1], k.Shape[1], q.Shape[2])
+}
+
+func mmaAttentionShape(t *Target, T, NH, KVH, D int) bool {
+	return t.TensorCores && t.TiledPrefillAttention(T, NH, KVH, D) && D%16 == 0
+}
+
+// prefillAttentionLaunch is attention_prefill's launch (grid kv heads x query tiles x
+// key ranges), on the tensor cores when the dispatch is marked AttrMMAAttention
+// (attention_prefill_mma takes the same tile of queries, so the grid is the same).
+func prefillAttentionLaunch(c *ctx, d *plan.Dispatch, args kernels.AttentionArgs) (*Launch, error) {
+	grid := [3]int{int(args.KVH), ceilDiv(int(args.T), PrefillQueryTile(int(args.NH), int(args.KVH))), int(args.Splits)}
+	if !d.Attrs.Bool(AttrMMAAttention) {
+		return newKernel(kernels.KernelAttentionPrefill, grid, 256, args)
+	}
+	if args.CacheDType != kernels.DTF32 || !mmaAttentionShape(c.t, int(args.T), int(args.NH), int(args.KVH), int(args.D)) {
+		return nil, fmt.Errorf("%s: marked %s, which needs tensor cores, a float32 cache and head dims a multiple of 16 (target %s, cache dtype code %d, head dim %d)",
+			d.Op, AttrMMAAttention, c.t.Name, args.CacheDType, args.D)
+	}
+	return newKernel(kernels.KernelAttentionPrefillMMA, grid, kernels.AttnMMAThreads, args)
 }
 
 // AttrPrefillTiled is the attention attr (an int, 1) with which the compiler's
@@ -772,7 +813,10 @@ func lowerAttentionPartial(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch
 		if blocks.from > 0 {
 			return nil, fmt.Errorf("attention_partial: fixed-block key ranges (block_from %d) are attention_gqa's; attention_prefill cuts equal ranges", blocks.from)
 		}
-		return newKernel(kernels.KernelAttentionPrefill, [3]int{int(args.KVH), ceilDiv(int(args.T), PrefillQueryTile(int(args.NH), int(args.KVH))), splits}, 256, args)
+		return prefillAttentionLaunch(c, d, args)
+	}
+	if d.Attrs.Bool(AttrMMAAttention) {
+		return nil, fmt.Errorf("%s: marked %s without the tiled prefill attention it replaces (%d tokens, %d query heads over %d kv heads)", d.Op, AttrMMAAttention, args.T, args.NH, args.KVH)
 	}
 	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), splits}, 256, args)
 }

@@ -149,6 +149,8 @@ var Passes = []Pass{
 		Doc: "tensor-core routed-expert matmuls of at most 16 rows per expert run in tiles of 32 weight rows with each tile's k-steps shared out among its warps (expert_mma_splitk)"},
 	{Name: "mma-matvec", Fn: mmaMatvec,
 		Doc: "a GPU target with tensor cores: the q4 matrix-vector products (decode's projections, routed and shared experts' gate/up, lm_head) run on their tensor-core twins"},
+	{Name: "mma-attention", Fn: mmaAttention,
+		Doc: "a GPU target with tensor cores: tiled prefill attention over a float32 cache runs both its products on the tensor cores (attention_prefill_mma, tf32 split in three)"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,
 		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},
 }
@@ -254,6 +256,8 @@ var PassOrder = []Constraint{
 	{"tensor-cores", "select-kernels", "the kernel choice reads the mark"},
 	{"lower", "mma-matvec", "it marks the plan's dispatches, which lower makes"},
 	{"mma-matvec", "select-kernels", "the kernel choice reads the mark"},
+	{"lower", "mma-attention", "it marks the plan's dispatches, which lower makes"},
+	{"mma-attention", "select-kernels", "the kernel choice reads the mark"},
 	{"expert-tiles", "select-kernels", "the kernel choice reads the tile height"},
 	{"expert-tiles", "expert-split-k", "it takes the tiles of 16 routed rows"},
 	{"expert-split-k", "select-kernels", "the kernel choice reads the mark"},

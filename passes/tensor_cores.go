@@ -86,6 +86,30 @@ func mmaMatvec(u *Unit) error {
 	return markUnclaimed(u, "mma-matvec", gpu.AttrMMAMatvec, t.GPU.MMAMatvecShape)
 }
 
+// mmaAttention marks, for a GPU target with tensor cores, every tiled prefill attention
+// (tile-attention's gpu.AttrPrefillTiled, whole or split into key ranges) over a float32
+// cache with gpu.AttrMMAAttention, so select-kernels launches attention_prefill_mma
+// (ops/kernels/attention_mma.k: both products on the tensor cores, in tf32 split in
+// three so that it keeps float32's precision). Off, they run on the SIMT
+// attention_prefill.
+func mmaAttention(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || !t.GPU.TensorCores || u.Plan == nil || u.Plan.Tokens < 2 {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if d.Attrs.Int(gpu.AttrPrefillTiled) == 0 {
+			continue
+		}
+		if in, _ := dispatchOperands(u.Plan, d); t.GPU.MMAAttentionShape(d.Op, in) {
+			setAttr(d, gpu.AttrMMAAttention, true)
+			u.count("mma-attention: "+d.Op, 1)
+		}
+	}
+	return nil
+}
+
 // expertTiles sizes the mma expert tiles by expert load: the height (routed rows per
 // tile) that holds the rows an expert receives on average, T·k/E (gpu.ExpertTileFor).
 // Off, every expert tile is 16 rows high.

@@ -168,6 +168,40 @@ extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigne
 	}
 }
 
+// emu_mma_m16n8k8_tf32 is mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, D = A·B + C
+// ("Matrix Fragments for mma.m16n8k8", .tf32; groupID = lane / 4, threadID_in_group =
+// lane % 4):
+//   A (16x8 row, a0..a3): row groupID for a0, a2, groupID + 8 for a1, a3; col
+//     threadID_in_group, + 4 for a2, a3;
+//   B (8x8 col, b0, b1): row threadID_in_group, + 4 for b1; col groupID;
+//   C, D as for m16n8k16.
+// A tf32 operand is its register's float with the low 13 bits cleared (the kernels clear
+// them themselves); products are exact in double, summed there and rounded once.
+extern "C" void emu_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b, const float* c) {
+	Fiber& f = fibers[cur];
+	int w = f.tid / 32, lane = f.tid % 32;
+	if (warp_live[w] != 32) { std::fprintf(stderr, "emu: mma in warp %d with %d of 32 lanes live\n", w, warp_live[w]); std::abort(); }
+	int par = f.mma++ & 1;
+	for (int r = 0; r < 4; r++) mma_a[w][par][lane][r] = a[r];
+	for (int r = 0; r < 2; r++) mma_b[w][par][lane][r] = b[r];
+	float cin[4] = {c[0], c[1], c[2], c[3]};
+	warp_barrier();
+	auto tf32 = [](unsigned reg) { unsigned bits = reg & 0xffffe000u; float v; std::memcpy(&v, &bits, 4); return v; };
+	float A[16][8], B[8][8];
+	for (int l = 0; l < 32; l++) {
+		int g = l / 4, t = l % 4;
+		for (int i = 0; i < 4; i++) A[g + (i & 1) * 8][t + (i >> 1) * 4] = tf32(mma_a[w][par][l][i]);
+		for (int i = 0; i < 2; i++) B[t + i * 4][g] = tf32(mma_b[w][par][l][i]);
+	}
+	int g = lane / 4, t = lane % 4;
+	for (int i = 0; i < 4; i++) {
+		int row = g + (i >= 2 ? 8 : 0), col = t * 2 + (i & 1);
+		double s = cin[i];
+		for (int k = 0; k < 8; k++) s += (double)A[row][k] * (double)B[k][col];
+		d[i] = (float)s;
+	}
+}
+
 extern "C" void emu_run_grid(void (*body)(const void*), const void* args, unsigned gx, unsigned gy, unsigned gz, unsigned bx) {
 	if (!stacks) stacks = (char*)std::aligned_alloc(64, kStack * kMaxThreads);
 	if (bx > kMaxThreads || bx % 32 != 0) { std::fprintf(stderr, "emu: block of %u threads\n", bx); std::abort(); }

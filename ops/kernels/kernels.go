@@ -34,7 +34,7 @@ var Families = []string{"common", "norm", "matmul", "attention", "conv", "deltan
 // CUDAFamilies are kernel files only the CUDA source carries, after the portable ones
 // (whose helpers they use): kernels for hardware the dialect does not abstract (the
 // tensor-core mma GEMM), each beside a portable kernel that does the same work.
-var CUDAFamilies = []string{"matmul_mma", "matvec_mma"}
+var CUDAFamilies = []string{"matmul_mma", "matvec_mma", "attention_mma"}
 
 // Kernel names (the KERNEL declarations of the .k files).
 const (
@@ -86,10 +86,12 @@ const (
 	// The same for q4 weights alone (MMAQ4Kernel).
 	KernelMatmulMMAQ4       = "matmul_mma_q4"
 	KernelMatmulMMASplitKQ4 = "matmul_mma_splitk_q4"
-	KernelExpertMMA16Q4     = "expert_mma16_q4"
-	KernelExpertMMA32Q4     = "expert_mma32_q4"
-	KernelExpertMMA64Q4     = "expert_mma64_q4"
-	KernelExpertMMASplitKQ4 = "expert_mma_splitk_q4"
+	// attention_prefill on the tensor cores (attention_mma.k).
+	KernelAttentionPrefillMMA = "attention_prefill_mma"
+	KernelExpertMMA16Q4       = "expert_mma16_q4"
+	KernelExpertMMA32Q4       = "expert_mma32_q4"
+	KernelExpertMMA64Q4       = "expert_mma64_q4"
+	KernelExpertMMASplitKQ4   = "expert_mma_splitk_q4"
 
 	// The decode matrix-vector products on the tensor cores (matvec_mma.k), each the twin
 	// of a SIMT kernel of the same arguments (MMAMatvecTwin).
@@ -145,7 +147,8 @@ var Names = []string{
 // CUDANames lists the kernels of CUDAFamilies.
 var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64, KernelExpertMMASplitK,
 	KernelMatmulMMAQ4, KernelMatmulMMASplitKQ4, KernelExpertMMA16Q4, KernelExpertMMA32Q4, KernelExpertMMA64Q4, KernelExpertMMASplitKQ4,
-	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4}
+	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
+	KernelAttentionPrefillMMA}
 
 // NamesFor lists every kernel a backend's source declares.
 func NamesFor(backend string) []string {
@@ -163,6 +166,7 @@ const (
 	TileK               = 32  // TILE_K: matmul_tiled needs K % TileK == 0
 	ExpertTileM         = 128 // ETILE_M: expert_tiled's weight rows per group
 	MMAThreads          = 128 // MMA_THREADS: the mma kernels' group size
+	AttnMMAThreads      = 128 // AM_THREADS: attention_prefill_mma's group size
 	MMATileM            = 64  // MMA_TM: matmul_mma's weight rows per group
 	MMATileN            = 64  // MMA_TN: matmul_mma's activation rows per group
 	MMASplitKTileM      = 32  // MMA_SK_M: matmul_mma_splitk's weight rows per group

@@ -1,0 +1,62 @@
+package passes_test
+
+import (
+	"fmt"
+	"testing"
+
+	"pistil/graph"
+	"pistil/models/qwen35moe"
+	"pistil/ops"
+	"pistil/ops/kernels"
+	"pistil/passes"
+)
+
+// On the 35B-A3B's shapes with a float32 KV cache (the engine's default), mma-attention
+// puts every tiled prefill attention of the 10 attention layers on attention_prefill_mma
+// on the CUDA target, split or whole, and off gives back attention_prefill; Metal (no
+// tensor cores) and a bf16 cache keep attention_prefill with the pass on; decode is the
+// same plan either way.
+func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
+	cfg := qwen35moe.Default()
+	build := func(kv graph.DType) *graph.Graph {
+		g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg), KVDType: kv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	f32, bf16 := build(graph.F32), build(graph.BF16)
+	on := passes.Config{Off: map[string]bool{"mma-attention": false}}
+	off := passes.Config{Off: map[string]bool{"mma-attention": true}}
+	compile := func(g *graph.Graph, target string, T int, cfg passes.Config) map[string]int {
+		t.Helper()
+		name := "prefill"
+		if T == 1 {
+			name = "decode"
+		}
+		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: name, Tokens: T, LastLogitsOnly: true, Backend: target}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return attentionKernels(t, p, 16, 2)
+	}
+	for _, T := range []int{2, 64, 512, 1024} {
+		t.Run(fmt.Sprintf("T=%d", T), func(t *testing.T) {
+			if got := compile(f32, "cuda", T, on); got[kernels.KernelAttentionPrefillMMA] != 10 || len(got) != 1 {
+				t.Errorf("cuda, f32 cache, on: attention kernels %v, want attention_prefill_mma in all 10 layers", got)
+			}
+			if got := compile(f32, "cuda", T, off); got[kernels.KernelAttentionPrefill] != 10 || len(got) != 1 {
+				t.Errorf("cuda, f32 cache, off: attention kernels %v, want attention_prefill in all 10 layers", got)
+			}
+			if got := compile(bf16, "cuda", T, on); got[kernels.KernelAttentionPrefill] != 10 || len(got) != 1 {
+				t.Errorf("cuda, bf16 cache, on: attention kernels %v, want attention_prefill in all 10 layers", got)
+			}
+			if got := compile(f32, "metal", T, on); got[kernels.KernelAttentionPrefill] != 10 || len(got) != 1 {
+				t.Errorf("metal, on: attention kernels %v, want attention_prefill in all 10 layers", got)
+			}
+		})
+	}
+	if a, b := compile(f32, "cuda", 1, on), compile(f32, "cuda", 1, off); fmt.Sprint(a) != fmt.Sprint(b) || a[kernels.KernelAttentionGQA] != 10 {
+		t.Errorf("decode attention kernels %v on, %v off: want attention_gqa in all 10 layers both ways", a, b)
+	}
+}

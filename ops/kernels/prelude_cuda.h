@@ -29,16 +29,38 @@ typedef float4 vec4f;
 #define PZ_KERNEL_ENTRY()
 #endif
 
+// A measurement, never a setting: PISTIL_CUDA_DEFINES='PZ_SKIP_KERNELS="a,b"' compiles
+// the kernels named (or every kernel, "*") as their entry alone, so a step keeps its
+// launches, grids and dependencies and loses those kernels' work. The step times with
+// every body, with none and with some say what the stages themselves cost and what each
+// family of kernels adds (cuda/README.md); the answers of such a step are garbage.
+#ifdef PZ_SKIP_KERNELS
+static __device__ constexpr bool pz_listed(const char* list, const char* name) {
+	if (list[0] == '*' && list[1] == 0) return true;
+	for (const char* p = list; *p;) {
+		const char* n = name;
+		while (*n && *p == *n) p++, n++;
+		if (*n == 0 && (*p == ',' || *p == 0)) return true;
+		while (*p && *p != ',') p++;
+		if (*p == ',') p++;
+	}
+	return false;
+}
+#define PZ_SKIP_BODY(name) if constexpr (pz_listed(PZ_SKIP_KERNELS, #name)) return;
+#else
+#define PZ_SKIP_BODY(name)
+#endif
+
 // A kernel takes one args struct by value; buffers are u64 device addresses in it. Its
 // body is an inlined function the entry point calls after PZ_KERNEL_ENTRY.
 #define KERNEL(name, Args) \
 	static __device__ __forceinline__ void name##_body(const struct Args a); \
-	extern "C" __global__ void name(const struct Args a) { PZ_KERNEL_ENTRY(); name##_body(a); } \
+	extern "C" __global__ void name(const struct Args a) { PZ_KERNEL_ENTRY(); PZ_SKIP_BODY(name) name##_body(a); } \
 	static __device__ __forceinline__ void name##_body(const struct Args a)
 // KERNEL_BOUNDED also tells the compiler the most threads per group it is launched with.
 #define KERNEL_BOUNDED(name, Args, threads) \
 	static __device__ __forceinline__ void name##_body(const struct Args a); \
-	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_KERNEL_ENTRY(); name##_body(a); } \
+	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_KERNEL_ENTRY(); PZ_SKIP_BODY(name) name##_body(a); } \
 	static __device__ __forceinline__ void name##_body(const struct Args a)
 #define DEVICE static __device__ __forceinline__
 // CUDA's thread position is global (threadIdx), so helpers need no thread context.

@@ -67,6 +67,48 @@ func TestMMAMatvecKernelsMatchReferences(t *testing.T) {
 	}
 }
 
+// immaMatvecCases are mmaMatvecCases marked for the integer twins (imma-matvec), with
+// activations whose steps mix magnitudes (a step's parts are fixed point on its largest
+// |x|, so its small values keep fewer significant bits than float32 gives them) and
+// steps of zeros (no scale at all).
+func immaMatvecCases() []opCase {
+	r := rand.New(rand.NewPCG(25, 26))
+	q4 := func(shape ...int) *ops.Tensor { return randQuant(r, graph.Q4, shape...) }
+	mixed := randF32(r, 1, 2048)
+	xs := mixed.F32()
+	for i := range xs {
+		switch i % 64 {
+		case 5:
+			xs[i] *= 1e4 // one large value per step
+		case 9, 10, 11:
+			xs[i] *= 1e-6
+		}
+	}
+	zeros := randF32(r, 1, 256)
+	for i := 64; i < 128; i++ {
+		zeros.F32()[i] = 0 // the second step
+	}
+	cases := append(mmaMatvecCases(),
+		opCase{name: "qmatmul 2048 to 300, magnitudes mixed inside steps", op: "qmatmul", in: []*ops.Tensor{mixed, q4(300, 2048)}},
+		opCase{name: "qmatmul 256 to 40, a step of zeros", op: "qmatmul", in: []*ops.Tensor{zeros, q4(40, 256)}},
+	)
+	for i := range cases {
+		cases[i].attrs = graph.Attrs{gpu.AttrMMAMatvec: true, gpu.AttrIMMAMatvec: true}
+	}
+	return cases
+}
+
+// The integer twins match the CPU references within the same bound: the codes and the
+// activations' s8 parts multiply exactly in s32, the parts hold x to 2^-24 of each step's
+// largest |x|, the rest is float32. Under cuda/emu the integer mma is its exact
+// emulation with PTX's m16n8k32 fragment layout.
+func TestIMMAMatvecKernelsMatchReferences(t *testing.T) {
+	g := openGPU(t)
+	for _, c := range immaMatvecCases() {
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+}
+
 // The cases are valid ops, the pass's shape test takes them, and they lower to the
 // twins of the SIMT kernels they would otherwise run; the lowering refuses the mark
 // where it cannot honour it (a target without tensor cores, q8 weights, K not a

@@ -140,6 +140,7 @@ func (p *program) lower(st *state, steps uint64) (*lowered, error) {
 var tensorCorePasses = []struct{ attr, pass string }{
 	{gpu.AttrTensorCores, "tensor-cores"},
 	{gpu.AttrMMAMatvec, "mma-matvec"},
+	{gpu.AttrIMMAMatvec, "imma-matvec"},
 	{gpu.AttrMMAAttention, "mma-attention"},
 }
 

@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 
 	"pistil/graph"
 	"pistil/ops/kernels"
@@ -16,6 +18,11 @@ import (
 // AttrMMAMatvec (bool) runs a decode q4 matrix-vector dispatch on its kernel's
 // tensor-core twin (the mma-matvec pass; MMAMatvecShape).
 const AttrMMAMatvec = "mma_matvec"
+
+// AttrIMMAMatvec (bool) runs a dispatch marked AttrMMAMatvec on the twin's integer form
+// (kernels.IMMAMatvecTwin: q4 codes as u8, the activations as three s8 parts per k-step;
+// the imma-matvec pass).
+const AttrIMMAMatvec = "imma_matvec"
 
 // mmaMatvecOps names, for each op whose decode kernel has a tensor-core twin, which of
 // its inputs are weights and whether the op takes the matrix-vector kernel at all with
@@ -87,6 +94,9 @@ func mmaMatvecWeights(ws ...Operand) bool {
 // ws are the weights, which the twin needs in mma k-steps.
 func matvecLaunch[A any](c *ctx, d *plan.Dispatch, name string, M, K, y int, args A, ws ...Operand) (*Launch, error) {
 	if !d.Attrs.Bool(AttrMMAMatvec) {
+		if d.Attrs.Bool(AttrIMMAMatvec) {
+			return nil, fmt.Errorf("%s: marked %s without %s (the integer form is of the tensor-core twin)", d.Op, AttrIMMAMatvec, AttrMMAMatvec)
+		}
 		return newKernel(name, matvecGrid(M, K, y), kernels.MatvecThreads, args)
 	}
 	twin, ok := kernels.MMAMatvecTwin[name]
@@ -98,6 +108,9 @@ func matvecLaunch[A any](c *ctx, d *plan.Dispatch, name string, M, K, y int, arg
 	case !mmaMatvecWeights(ws...):
 		return nil, fmt.Errorf("%s: marked %s for weights it does not take (q4 in groups of a multiple of %d, K = %d a multiple of it)", d.Op, AttrMMAMatvec, mmaTileK, K)
 	}
+	if d.Attrs.Bool(AttrIMMAMatvec) {
+		twin = kernels.IMMAMatvecTwin[twin]
+	}
 	grid := [3]int{ceilDiv(M, kernels.MMAMatvecRows), y, 1}
 	return newKernel(twin, grid, mmaMatvecThreads(c.t, grid[0]*grid[1]), args)
 }
@@ -108,6 +121,9 @@ func matvecLaunch[A any](c *ctx, d *plan.Dispatch, name string, M, K, y int, arg
 // 4096-wide output projections' 128 do (Nsight Compute: 6% achieved occupancy at four
 // warps, 12% at eight, one group per multiprocessor with 16 KB of loads in flight).
 func mmaMatvecThreads(t *Target, groups int) int {
+	if w, err := strconv.Atoi(os.Getenv("PISTIL_MVM_WARPS")); err == nil && (w == 4 || w == 8 || w == 16) {
+		return 32 * w // a measurement: every twin's group this size (plans compiled in the same process)
+	}
 	switch {
 	case groups <= t.ParallelGroups/2:
 		return kernels.MMAMatvecMaxThreads

@@ -86,6 +86,24 @@ func mmaMatvec(u *Unit) error {
 	return markUnclaimed(u, "mma-matvec", gpu.AttrMMAMatvec, t.GPU.MMAMatvecShape)
 }
 
+// immaMatvec marks every dispatch mma-matvec marked with gpu.AttrIMMAMatvec, so
+// select-kernels launches the twin's integer form (kernels.IMMAMatvecTwin: the codes as
+// u8 and the activations as three s8 parts per k-step in mma.m16n8k32.s32.u8.s8). Off,
+// the twins multiply in bf16.
+func immaMatvec(u *Unit) error {
+	if u.Plan == nil {
+		return nil
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if d.Attrs.Bool(gpu.AttrMMAMatvec) {
+			setAttr(d, gpu.AttrIMMAMatvec, true)
+			u.count("imma-matvec: "+d.Op, 1)
+		}
+	}
+	return nil
+}
+
 // mmaAttention marks, for a GPU target with tensor cores, every tiled prefill attention
 // (tile-attention's gpu.AttrPrefillTiled, whole or split into key ranges) over a float32
 // cache with gpu.AttrMMAAttention, so select-kernels launches attention_prefill_mma

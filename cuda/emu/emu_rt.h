@@ -22,6 +22,8 @@ extern "C" unsigned long long emu_shfl_raw(unsigned long long v, int src, int xo
 extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b, const float* c);
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 likewise (attention_mma.k).
 extern "C" void emu_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b, const float* c);
+// mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 likewise (matvec_mma.k's integer twins).
+extern "C" void emu_mma_m16n8k32_u8s8(int* d, const unsigned* a, const unsigned* b, const int* c);
 #define threadIdx emu_threadIdx
 #define blockIdx emu_blockIdx
 #define blockDim emu_blockDim

@@ -202,6 +202,47 @@ extern "C" void emu_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned
 	}
 }
 
+// emu_mma_m16n8k32_u8s8 is mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32, D = A·B + C
+// ("Matrix Fragments for mma.m16n8k32", .u8/.s8; groupID = lane / 4, threadID_in_group =
+// lane % 4), four 8-bit elements per register, the lowest in the low byte:
+//   A (16x32 row, a0..a3): row groupID for a0, a2, groupID + 8 for a1, a3; col
+//     threadID_in_group * 4 + byte, + 16 for a2, a3 (A unsigned);
+//   B (32x8 col, b0, b1): row threadID_in_group * 4 + byte, + 16 for b1; col groupID (B signed);
+//   C, D (s32) as the f32 accumulators of m16n8k16.
+// Integer products and sums are exact; the hardware wraps on overflow, which 32 products
+// of 8 bits cannot reach.
+extern "C" void emu_mma_m16n8k32_u8s8(int* d, const unsigned* a, const unsigned* b, const int* c) {
+	Fiber& f = fibers[cur];
+	int w = f.tid / 32, lane = f.tid % 32;
+	if (warp_live[w] != 32) { std::fprintf(stderr, "emu: mma in warp %d with %d of 32 lanes live\n", w, warp_live[w]); std::abort(); }
+	int par = f.mma++ & 1;
+	for (int r = 0; r < 4; r++) mma_a[w][par][lane][r] = a[r];
+	for (int r = 0; r < 2; r++) mma_b[w][par][lane][r] = b[r];
+	int cin[4] = {c[0], c[1], c[2], c[3]};
+	warp_barrier();
+	int A[16][32], B[32][8];
+	for (int l = 0; l < 32; l++) {
+		int g = l / 4, t = l % 4;
+		for (int r = 0; r < 4; r++) {
+			for (int byte = 0; byte < 4; byte++) {
+				A[g + (r & 1) * 8][t * 4 + byte + (r >> 1) * 16] = (int)((mma_a[w][par][l][r] >> (8 * byte)) & 0xffu);
+			}
+		}
+		for (int r = 0; r < 2; r++) {
+			for (int byte = 0; byte < 4; byte++) {
+				B[t * 4 + byte + r * 16][g] = (int)(signed char)((mma_b[w][par][l][r] >> (8 * byte)) & 0xffu);
+			}
+		}
+	}
+	int g = lane / 4, t = lane % 4;
+	for (int i = 0; i < 4; i++) {
+		int row = g + (i >= 2 ? 8 : 0), col = t * 2 + (i & 1);
+		long long s = cin[i];
+		for (int k = 0; k < 32; k++) s += (long long)A[row][k] * B[k][col];
+		d[i] = (int)s;
+	}
+}
+
 extern "C" void emu_run_grid(void (*body)(const void*), const void* args, unsigned gx, unsigned gy, unsigned gz, unsigned bx) {
 	if (!stacks) stacks = (char*)std::aligned_alloc(64, kStack * kMaxThreads);
 	if (bx > kMaxThreads || bx % 32 != 0) { std::fprintf(stderr, "emu: block of %u threads\n", bx); std::abort(); }

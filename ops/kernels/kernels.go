@@ -99,6 +99,11 @@ const (
 	KernelMatvecFusedMMAQ4          = "matvec_fused_mma_q4"
 	KernelExpertMVSwiGLUMMAQ4       = "expert_matvec_swiglu_mma_q4"
 	KernelExpertMVSwiGLUSharedMMAQ4 = "expert_matvec_swiglu_shared_mma_q4"
+	// The same on the integer mma (IMMAMatvecTwin).
+	KernelMatvecIMMAQ4               = "matvec_imma_q4"
+	KernelMatvecFusedIMMAQ4          = "matvec_fused_imma_q4"
+	KernelExpertMVSwiGLUIMMAQ4       = "expert_matvec_swiglu_imma_q4"
+	KernelExpertMVSwiGLUSharedIMMAQ4 = "expert_matvec_swiglu_shared_imma_q4"
 )
 
 // MMAQ4Kernel maps each tensor-core GEMM kernel to its twin for q4 weights: the same
@@ -121,6 +126,16 @@ var MMAMatvecTwin = map[string]string{
 	KernelMatvecFusedQ4:          KernelMatvecFusedMMAQ4,
 	KernelExpertMVSwiGLUQ4:       KernelExpertMVSwiGLUMMAQ4,
 	KernelExpertMVSwiGLUSharedQ4: KernelExpertMVSwiGLUSharedMMAQ4,
+}
+
+// IMMAMatvecTwin maps each bf16 tensor-core twin to its integer twin: the same
+// arguments, grid and group size, the codes as u8 and the activations as three s8 parts
+// per k-step in an integer mma (matvec_mma.k, the imma-matvec pass).
+var IMMAMatvecTwin = map[string]string{
+	KernelMatvecMMAQ4:               KernelMatvecIMMAQ4,
+	KernelMatvecFusedMMAQ4:          KernelMatvecFusedIMMAQ4,
+	KernelExpertMVSwiGLUMMAQ4:       KernelExpertMVSwiGLUIMMAQ4,
+	KernelExpertMVSwiGLUSharedMMAQ4: KernelExpertMVSwiGLUSharedIMMAQ4,
 }
 
 // The shared expert as one more slot of the routed experts' decode kernels
@@ -148,6 +163,7 @@ var Names = []string{
 var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64, KernelExpertMMASplitK,
 	KernelMatmulMMAQ4, KernelMatmulMMASplitKQ4, KernelExpertMMA16Q4, KernelExpertMMA32Q4, KernelExpertMMA64Q4, KernelExpertMMASplitKQ4,
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
+	KernelMatvecIMMAQ4, KernelMatvecFusedIMMAQ4, KernelExpertMVSwiGLUIMMAQ4, KernelExpertMVSwiGLUSharedIMMAQ4,
 	KernelAttentionPrefillMMA}
 
 // NamesFor lists every kernel a backend's source declares.

@@ -126,6 +126,23 @@ extern "C" unsigned long long emu_shfl_raw(unsigned long long v, int src, int xo
 // shuffles' exchange: a lane can be at most one collective ahead of the slowest.
 unsigned mma_a[32][2][32][4], mma_b[32][2][32][2];
 
+// MmaExchange is where a lane finds its warp's fragments after mma_exchange: the warp,
+// the lane and the parity of the buffers.
+struct MmaExchange { int w, lane, par; };
+
+// mma_exchange hands this lane's A (4 registers) and B (2) fragments to its warp's mma
+// and returns once every lane of the warp has (an mma in a warp with exited lanes aborts).
+static MmaExchange mma_exchange(const unsigned* a, const unsigned* b) {
+	Fiber& f = fibers[cur];
+	int w = f.tid / 32, lane = f.tid % 32;
+	if (warp_live[w] != 32) { std::fprintf(stderr, "emu: mma in warp %d with %d of 32 lanes live\n", w, warp_live[w]); std::abort(); }
+	int par = f.mma++ & 1;
+	for (int r = 0; r < 4; r++) mma_a[w][par][lane][r] = a[r];
+	for (int r = 0; r < 2; r++) mma_b[w][par][lane][r] = b[r];
+	warp_barrier();
+	return {w, lane, par};
+}
+
 // emu_mma_m16n8k16_bf16 is mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, D = A·B + C,
 // with the fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
 // floating point type"), groupID = lane / 4, threadID_in_group = lane % 4:
@@ -137,14 +154,8 @@ unsigned mma_a[32][2][32][4], mma_b[32][2][32][2];
 // exact in float; the 16 products and c are summed in double and rounded once (the
 // hardware's internal order and rounding of that sum are not specified to the bit).
 extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b, const float* c) {
-	Fiber& f = fibers[cur];
-	int w = f.tid / 32, lane = f.tid % 32;
-	if (warp_live[w] != 32) { std::fprintf(stderr, "emu: mma in warp %d with %d of 32 lanes live\n", w, warp_live[w]); std::abort(); }
-	int par = f.mma++ & 1;
-	for (int r = 0; r < 4; r++) mma_a[w][par][lane][r] = a[r];
-	for (int r = 0; r < 2; r++) mma_b[w][par][lane][r] = b[r];
 	float cin[4] = {c[0], c[1], c[2], c[3]};
-	warp_barrier();
+	auto [w, lane, par] = mma_exchange(a, b);
 	auto bf16 = [](unsigned reg, int i) { unsigned bits = (i & 1) ? (reg >> 16) : (reg & 0xffffu); float v; bits <<= 16; std::memcpy(&v, &bits, 4); return v; };
 	float A[16][16], B[16][8];
 	for (int l = 0; l < 32; l++) {
@@ -178,14 +189,8 @@ extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigne
 // A tf32 operand is its register's float with the low 13 bits cleared (the kernels clear
 // them themselves); products are exact in double, summed there and rounded once.
 extern "C" void emu_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b, const float* c) {
-	Fiber& f = fibers[cur];
-	int w = f.tid / 32, lane = f.tid % 32;
-	if (warp_live[w] != 32) { std::fprintf(stderr, "emu: mma in warp %d with %d of 32 lanes live\n", w, warp_live[w]); std::abort(); }
-	int par = f.mma++ & 1;
-	for (int r = 0; r < 4; r++) mma_a[w][par][lane][r] = a[r];
-	for (int r = 0; r < 2; r++) mma_b[w][par][lane][r] = b[r];
 	float cin[4] = {c[0], c[1], c[2], c[3]};
-	warp_barrier();
+	auto [w, lane, par] = mma_exchange(a, b);
 	auto tf32 = [](unsigned reg) { unsigned bits = reg & 0xffffe000u; float v; std::memcpy(&v, &bits, 4); return v; };
 	float A[16][8], B[8][8];
 	for (int l = 0; l < 32; l++) {
@@ -212,14 +217,8 @@ extern "C" void emu_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned
 // Integer products and sums are exact; the hardware wraps on overflow, which 32 products
 // of 8 bits cannot reach.
 extern "C" void emu_mma_m16n8k32_u8s8(int* d, const unsigned* a, const unsigned* b, const int* c) {
-	Fiber& f = fibers[cur];
-	int w = f.tid / 32, lane = f.tid % 32;
-	if (warp_live[w] != 32) { std::fprintf(stderr, "emu: mma in warp %d with %d of 32 lanes live\n", w, warp_live[w]); std::abort(); }
-	int par = f.mma++ & 1;
-	for (int r = 0; r < 4; r++) mma_a[w][par][lane][r] = a[r];
-	for (int r = 0; r < 2; r++) mma_b[w][par][lane][r] = b[r];
 	int cin[4] = {c[0], c[1], c[2], c[3]};
-	warp_barrier();
+	auto [w, lane, par] = mma_exchange(a, b);
 	int A[16][32], B[32][8];
 	for (int l = 0; l < 32; l++) {
 		int g = l / 4, t = l % 4;

@@ -12,9 +12,20 @@ import (
 
 	"pistil/gpu"
 	"pistil/graph"
+	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/plan"
+)
+
+// The cases' random tensors, the same generators as metal/kernelcheck's.
+var (
+	randF32   = randtensor.F32
+	scaled    = randtensor.Scaled
+	randBF16  = randtensor.BF16
+	randQuant = randtensor.Quant
+	ids       = randtensor.IDs
+	routedIDs = randtensor.Routed
 )
 
 // gpu returns the device, or skips the test with the reason CUDA is not loadable.
@@ -86,51 +97,6 @@ type opCase struct {
 	// tol, when set, is the case's bound on the max abs error relative to max(|ref|, 1)
 	// (default 1e-5; 1e-2 for bf16 results).
 	tol float64
-}
-
-func randF32(r *rand.Rand, shape ...int) *ops.Tensor {
-	t := ops.NewTensor(graph.F32, shape...)
-	for i := range t.F32() {
-		t.F32()[i] = float32(r.NormFloat64())
-	}
-	return t
-}
-
-func scaled(t *ops.Tensor, f float32) *ops.Tensor {
-	for i := range t.F32() {
-		t.F32()[i] *= f
-	}
-	return t
-}
-
-func randBF16(r *rand.Rand, shape ...int) *ops.Tensor {
-	t := ops.NewTensor(graph.BF16, shape...)
-	for i := 0; i < t.Elements(); i++ {
-		binary.LittleEndian.PutUint16(t.Data[2*i:], ops.F32ToBF16(float32(r.NormFloat64())))
-	}
-	return t
-}
-
-func randQuant(r *rand.Rand, dt graph.DType, shape ...int) *ops.Tensor {
-	t := &ops.Tensor{DType: dt, Shape: shape, Group: 64}
-	n := t.Elements()
-	t.Data = make([]byte, n*dt.Bits()/8)
-	for i := range t.Data {
-		t.Data[i] = byte(r.UintN(256))
-	}
-	groups := n / 64
-	t.Scales, t.Biases = make([]byte, 2*groups), make([]byte, 2*groups)
-	for i := 0; i < groups; i++ {
-		binary.LittleEndian.PutUint16(t.Scales[2*i:], ops.F32ToBF16(float32(r.Float64()*0.02)))
-		binary.LittleEndian.PutUint16(t.Biases[2*i:], ops.F32ToBF16(float32(r.NormFloat64()*0.1)))
-	}
-	return t
-}
-
-func ids(vals []int32, shape ...int) *ops.Tensor {
-	t := ops.NewTensor(graph.I32, shape...)
-	copy(t.I32(), vals)
-	return t
 }
 
 // gdnStep is a gated_delta_step case for one token: the in_proj_qkv output x holds q, k
@@ -211,16 +177,6 @@ func TestOpCasesAreValid(t *testing.T) {
 }
 
 // routedIDs is a [T, k] routing of T tokens to k distinct experts of E each, drawn from r.
-func routedIDs(r *rand.Rand, T, k, E int) *ops.Tensor {
-	v := make([]int32, T*k)
-	for i := 0; i < T; i++ {
-		perm := r.Perm(E)
-		for j := 0; j < k; j++ {
-			v[i*k+j] = int32(perm[j])
-		}
-	}
-	return ids(v, T, k)
-}
 
 func opCases() []opCase {
 	r := rand.New(rand.NewPCG(1, 2))

@@ -7,7 +7,6 @@ package kernelcheck
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -17,9 +16,20 @@ import (
 
 	"pistil/gpu"
 	"pistil/graph"
+	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/plan"
+)
+
+// The cases' random tensors, the same generators as the CUDA backend's per-op tests.
+var (
+	randF32   = randtensor.F32
+	scaled    = randtensor.Scaled
+	randBF16  = randtensor.BF16
+	randQuant = randtensor.Quant
+	ids       = randtensor.IDs
+	routed    = randtensor.Routed
 )
 
 // Device is device memory with kernels to run on it: Alloc reserves n bytes filled with
@@ -295,21 +305,6 @@ func fakeEnv(c Case, mem Device) *env {
 
 // ---- inputs
 
-func randF32(r *rand.Rand, shape ...int) *ops.Tensor {
-	t := ops.NewTensor(graph.F32, shape...)
-	for i := range t.F32() {
-		t.F32()[i] = float32(r.NormFloat64())
-	}
-	return t
-}
-
-func scaled(t *ops.Tensor, f float32) *ops.Tensor {
-	for i := range t.F32() {
-		t.F32()[i] *= f
-	}
-	return t
-}
-
 // tied is f32 data drawn from a few values, so rows have many exact ties.
 func tied(r *rand.Rand, shape ...int) *ops.Tensor {
 	t := ops.NewTensor(graph.F32, shape...)
@@ -317,45 +312,4 @@ func tied(r *rand.Rand, shape ...int) *ops.Tensor {
 		t.F32()[i] = float32(r.IntN(4)) * 0.5
 	}
 	return t
-}
-
-func randBF16(r *rand.Rand, shape ...int) *ops.Tensor {
-	t := ops.NewTensor(graph.BF16, shape...)
-	for i := 0; i < t.Elements(); i++ {
-		binary.LittleEndian.PutUint16(t.Data[2*i:], ops.F32ToBF16(float32(r.NormFloat64())))
-	}
-	return t
-}
-
-func randQuant(r *rand.Rand, dt graph.DType, shape ...int) *ops.Tensor {
-	t := &ops.Tensor{DType: dt, Shape: shape, Group: 64}
-	n := t.Elements()
-	t.Data = make([]byte, n*dt.Bits()/8)
-	for i := range t.Data {
-		t.Data[i] = byte(r.UintN(256))
-	}
-	groups := n / 64
-	t.Scales, t.Biases = make([]byte, 2*groups), make([]byte, 2*groups)
-	for i := 0; i < groups; i++ {
-		binary.LittleEndian.PutUint16(t.Scales[2*i:], ops.F32ToBF16(float32(r.Float64()*0.02)))
-		binary.LittleEndian.PutUint16(t.Biases[2*i:], ops.F32ToBF16(float32(r.NormFloat64()*0.1)))
-	}
-	return t
-}
-
-func ids(vals []int32, shape ...int) *ops.Tensor {
-	t := ops.NewTensor(graph.I32, shape...)
-	copy(t.I32(), vals)
-	return t
-}
-
-func routed(r *rand.Rand, T, k, E int) *ops.Tensor {
-	v := make([]int32, T*k)
-	for i := 0; i < T; i++ {
-		perm := r.Perm(E)
-		for j := 0; j < k; j++ {
-			v[i*k+j] = int32(perm[j])
-		}
-	}
-	return ids(v, T, k)
 }

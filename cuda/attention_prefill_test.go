@@ -10,6 +10,7 @@ import (
 
 	"pistil/gpu"
 	"pistil/graph"
+	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
 )
@@ -22,9 +23,9 @@ func prefillCase(r *rand.Rand, D, G, kvh, C, T int, dt graph.DType, splits int) 
 	rows := C + T + 5
 	cache := func() *ops.Tensor {
 		if dt == graph.BF16 {
-			return randBF16(r, rows, kvh, D)
+			return randtensor.BF16(r, rows, kvh, D)
 		}
-		return randF32(r, rows, kvh, D)
+		return randtensor.F32(r, rows, kvh, D)
 	}
 	name := fmt.Sprintf("D%d/G%d/kvh%d/%s/C%d/T%d", D, G, kvh, dt, C, T)
 	if splits > 0 {
@@ -32,7 +33,7 @@ func prefillCase(r *rand.Rand, D, G, kvh, C, T int, dt graph.DType, splits int) 
 	}
 	return opCase{name: name, op: "attention",
 		attrs:  graph.Attrs{"scale": 1 / math.Sqrt(float64(D)), gpu.AttrPrefillTiled: int64(1)},
-		in:     []*ops.Tensor{randF32(r, T, G*kvh, D), cache(), cache()},
+		in:     []*ops.Tensor{randtensor.F32(r, T, G*kvh, D), cache(), cache()},
 		C:      C,
 		splits: splits}
 }

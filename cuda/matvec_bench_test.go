@@ -12,6 +12,7 @@ import (
 
 	"pistil/gpu"
 	"pistil/graph"
+	"pistil/internal/randtensor"
 	"pistil/ops/kernels"
 	"pistil/plan"
 )
@@ -56,8 +57,8 @@ func BenchmarkMatvecBandwidth(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	be := &Backend{dev: g, weights: map[string]*deviceWeight{}}
 	for _, sh := range matvecShapes {
-		w := randQuant(r, graph.Q4, sh.M, sh.K)
-		x := randF32(r, 1, sh.K)
+		w := randtensor.Quant(r, graph.Q4, sh.M, sh.K)
+		x := randtensor.F32(r, 1, sh.K)
 		var dw *deviceWeight
 		var xa, ya uint64
 		err := g.do(func() error {

@@ -10,6 +10,7 @@ import (
 
 	"pistil/gpu"
 	"pistil/graph"
+	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/plan"
@@ -29,19 +30,19 @@ func mmaCases() []opCase {
 				v[i*k+j] = int32(perm[j])
 			}
 		}
-		return ids(v, T, k)
+		return randtensor.IDs(v, T, k)
 	}
 	cases := []opCase{
-		{name: "qmatmul q4 70x256 to 136", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, 256), randQuant(r, graph.Q4, 136, 256)}},
-		{name: "qmatmul q4 130x192 to 64", op: "qmatmul", in: []*ops.Tensor{randF32(r, 130, 192), randQuant(r, graph.Q4, 64, 192)}},
-		{name: "qmatmul q4 9x64 to 200", op: "qmatmul", in: []*ops.Tensor{randF32(r, 9, 64), randQuant(r, graph.Q4, 200, 64)}},
+		{name: "qmatmul q4 70x256 to 136", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 70, 256), randtensor.Quant(r, graph.Q4, 136, 256)}},
+		{name: "qmatmul q4 130x192 to 64", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 130, 192), randtensor.Quant(r, graph.Q4, 64, 192)}},
+		{name: "qmatmul q4 9x64 to 200", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 9, 64), randtensor.Quant(r, graph.Q4, 200, 64)}},
 		// Large enough for several 64x64 tiles along both M and the rows.
-		{name: "qmatmul q4 130x128 to 8968", op: "qmatmul", in: []*ops.Tensor{randF32(r, 130, 128), randQuant(r, graph.Q4, 8968, 128)}},
-		{name: "matmul bf16 300x64 to 4100", op: "matmul", in: []*ops.Tensor{randF32(r, 300, 64), randBF16(r, 4100, 64)}},
-		{name: "qmatmul q8 33x320 to 40, K steps not a multiple of the warps", op: "qmatmul", in: []*ops.Tensor{randF32(r, 33, 320), randQuant(r, graph.Q8, 40, 320)}},
-		{name: "qmatmul q8 33x128 to 40", op: "qmatmul", in: []*ops.Tensor{randF32(r, 33, 128), randQuant(r, graph.Q8, 40, 128)}},
-		{name: "matmul bf16 65x128 to 24", op: "matmul", in: []*ops.Tensor{randF32(r, 65, 128), randBF16(r, 24, 128)}},
-		{name: "matmul rows 3d", op: "matmul", in: []*ops.Tensor{randF32(r, 5, 4, 64), randBF16(r, 50, 64)}},
+		{name: "qmatmul q4 130x128 to 8968", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 130, 128), randtensor.Quant(r, graph.Q4, 8968, 128)}},
+		{name: "matmul bf16 300x64 to 4100", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 300, 64), randtensor.BF16(r, 4100, 64)}},
+		{name: "qmatmul q8 33x320 to 40, K steps not a multiple of the warps", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 33, 320), randtensor.Quant(r, graph.Q8, 40, 320)}},
+		{name: "qmatmul q8 33x128 to 40", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 33, 128), randtensor.Quant(r, graph.Q8, 40, 128)}},
+		{name: "matmul bf16 65x128 to 24", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 65, 128), randtensor.BF16(r, 24, 128)}},
+		{name: "matmul rows 3d", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 5, 4, 64), randtensor.BF16(r, 50, 64)}},
 	}
 	// Each dense case twice: on matmul_mma and on matmul_mma_splitk (the mma-split-k
 	// pass marks the small grids; here both kernels run every shape).
@@ -61,15 +62,15 @@ func mmaCases() []opCase {
 			name = "split k"
 			at = graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(kernels.MMASplitKTileN), gpu.AttrExpertSplitK: true}
 			cases = append(cases, opCase{name: "expert q4 split k, 50 rows per expert, K 512", op: "expert_qmatmul", attrs: at,
-				in: []*ops.Tensor{randF32(r, 100, 512), randQuant(r, graph.Q4, 8, 100, 512), routed(100, 4, 8, 8)}})
+				in: []*ops.Tensor{randtensor.F32(r, 100, 512), randtensor.Quant(r, graph.Q4, 8, 100, 512), routed(100, 4, 8, 8)}})
 		}
 		cases = append(cases,
 			opCase{name: "expert q4 " + name, op: "expert_qmatmul", attrs: at,
-				in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16, 16)}},
+				in: []*ops.Tensor{randtensor.F32(r, 40, 128), randtensor.Quant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16, 16)}},
 			opCase{name: "expert q8 " + name + ", 10 of 16 experts empty", op: "expert_qmatmul", attrs: at,
-				in: []*ops.Tensor{randF32(r, 30, 64), randQuant(r, graph.Q8, 16, 200, 64), routed(30, 4, 16, 6)}},
+				in: []*ops.Tensor{randtensor.F32(r, 30, 64), randtensor.Quant(r, graph.Q8, 16, 200, 64), routed(30, 4, 16, 6)}},
 			opCase{name: "expert bf16 per-slot x " + name + ", K 192", op: "expert_matmul", attrs: at,
-				in: []*ops.Tensor{randF32(r, 100, 2, 192), randBF16(r, 5, 33, 192), routed(100, 2, 5, 3)}},
+				in: []*ops.Tensor{randtensor.F32(r, 100, 2, 192), randtensor.BF16(r, 5, 33, 192), routed(100, 2, 5, 3)}},
 		)
 	}
 	return cases

@@ -8,6 +8,7 @@ import (
 
 	"pistil/gpu"
 	"pistil/graph"
+	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/plan"
@@ -21,32 +22,32 @@ import (
 // activations of large and small magnitude (the three-part split is exact at any scale).
 func mmaMatvecCases() []opCase {
 	r := rand.New(rand.NewPCG(21, 22))
-	routed := func(T, k, E int) *ops.Tensor { return routedIDs(r, T, k, E) }
-	q4 := func(shape ...int) *ops.Tensor { return randQuant(r, graph.Q4, shape...) }
+	routed := func(T, k, E int) *ops.Tensor { return randtensor.Routed(r, T, k, E) }
+	q4 := func(shape ...int) *ops.Tensor { return randtensor.Quant(r, graph.Q4, shape...) }
 	cases := []opCase{
-		{name: "qmatmul 128 to 40", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), q4(40, 128)}},
-		{name: "qmatmul 192 to 72", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 192), q4(72, 192)}},
-		{name: "qmatmul 640 to 33", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 640), q4(33, 640)}},
-		{name: "qmatmul 2048 to 300", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 2048), q4(300, 2048)}},
-		{name: "qmatmul 4096 to 48", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 4096), q4(48, 4096)}},
+		{name: "qmatmul 128 to 40", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 128), q4(40, 128)}},
+		{name: "qmatmul 192 to 72", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 192), q4(72, 192)}},
+		{name: "qmatmul 640 to 33", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 640), q4(33, 640)}},
+		{name: "qmatmul 2048 to 300", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 2048), q4(300, 2048)}},
+		{name: "qmatmul 4096 to 48", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 4096), q4(48, 4096)}},
 		// The group sizes by grid: the output projections' 128 groups (sixteen warps), 138
 		// groups (eight), and in the matmuls case below 2,048 (four).
-		{name: "qmatmul 4096 to 2048", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 4096), q4(2048, 4096)}},
-		{name: "qmatmul 512 to 2200", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 512), q4(2200, 512)}},
-		{name: "qmatmul 256 to 40, activations x1000", op: "qmatmul", in: []*ops.Tensor{scaled(randF32(r, 1, 256), 1000), q4(40, 256)}},
-		{name: "qmatmul 256 to 40, activations x1e-3", op: "qmatmul", in: []*ops.Tensor{scaled(randF32(r, 1, 256), 1e-3), q4(40, 256)}},
-		{name: "matmuls 128 to 40, 24, 72", op: "matmuls", in: []*ops.Tensor{randF32(r, 1, 128), q4(40, 128), q4(24, 128), q4(72, 128)}},
-		{name: "matmuls 2048 to 8192, 4096, 32, 32", op: "matmuls", in: []*ops.Tensor{randF32(r, 1, 2048), q4(8192, 2048), q4(4096, 2048), q4(32, 2048), q4(32, 2048)}},
-		{name: "matmul_swiglu 2048 to 40", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 2048), q4(40, 2048), q4(40, 2048)}},
-		{name: "matmul_swiglu 192 to 24", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 192), q4(24, 192), q4(24, 192)}},
-		{name: "matmul_gated_add 256 to 40", op: "matmul_gated_add", in: []*ops.Tensor{randF32(r, 1, 256), q4(40, 256), randF32(r, 1, 1), randF32(r, 1, 40)}},
-		{name: "sigmoid_gate_matmul 4096 to 40", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 1, 4096), randF32(r, 1, 4096), q4(40, 4096)}},
-		{name: "expert_matmul_swiglu decode", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 128), q4(8, 40, 128), q4(8, 40, 128), routed(1, 4, 8)}},
-		{name: "expert_matmul_swiglu 3 tokens", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 3, 192), q4(8, 24, 192), q4(8, 24, 192), routed(3, 4, 8)}},
-		{name: "expert_matmul_swiglu per-slot x", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 2, 4, 128), q4(8, 40, 128), q4(8, 40, 128), routed(2, 4, 8)}},
-		{name: "expert_matmul_swiglu_shared decode narrow", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randF32(r, 1, 128),
+		{name: "qmatmul 4096 to 2048", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 4096), q4(2048, 4096)}},
+		{name: "qmatmul 512 to 2200", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 512), q4(2200, 512)}},
+		{name: "qmatmul 256 to 40, activations x1000", op: "qmatmul", in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, 256), 1000), q4(40, 256)}},
+		{name: "qmatmul 256 to 40, activations x1e-3", op: "qmatmul", in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, 256), 1e-3), q4(40, 256)}},
+		{name: "matmuls 128 to 40, 24, 72", op: "matmuls", in: []*ops.Tensor{randtensor.F32(r, 1, 128), q4(40, 128), q4(24, 128), q4(72, 128)}},
+		{name: "matmuls 2048 to 8192, 4096, 32, 32", op: "matmuls", in: []*ops.Tensor{randtensor.F32(r, 1, 2048), q4(8192, 2048), q4(4096, 2048), q4(32, 2048), q4(32, 2048)}},
+		{name: "matmul_swiglu 2048 to 40", op: "matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 1, 2048), q4(40, 2048), q4(40, 2048)}},
+		{name: "matmul_swiglu 192 to 24", op: "matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 1, 192), q4(24, 192), q4(24, 192)}},
+		{name: "matmul_gated_add 256 to 40", op: "matmul_gated_add", in: []*ops.Tensor{randtensor.F32(r, 1, 256), q4(40, 256), randtensor.F32(r, 1, 1), randtensor.F32(r, 1, 40)}},
+		{name: "sigmoid_gate_matmul 4096 to 40", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randtensor.F32(r, 1, 4096), randtensor.F32(r, 1, 4096), q4(40, 4096)}},
+		{name: "expert_matmul_swiglu decode", op: "expert_matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 1, 128), q4(8, 40, 128), q4(8, 40, 128), routed(1, 4, 8)}},
+		{name: "expert_matmul_swiglu 3 tokens", op: "expert_matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 3, 192), q4(8, 24, 192), q4(8, 24, 192), routed(3, 4, 8)}},
+		{name: "expert_matmul_swiglu per-slot x", op: "expert_matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 2, 4, 128), q4(8, 40, 128), q4(8, 40, 128), routed(2, 4, 8)}},
+		{name: "expert_matmul_swiglu_shared decode narrow", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randtensor.F32(r, 1, 128),
 			q4(8, 40, 128), q4(8, 40, 128), routed(1, 4, 8), q4(24, 128), q4(24, 128)}},
-		{name: "expert_matmul_swiglu_shared decode wide", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randF32(r, 1, 2048),
+		{name: "expert_matmul_swiglu_shared decode wide", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randtensor.F32(r, 1, 2048),
 			q4(16, 36, 2048), q4(16, 36, 2048), routed(1, 8, 16), q4(72, 2048), q4(72, 2048)}},
 	}
 	for i := range cases {
@@ -73,8 +74,8 @@ func TestMMAMatvecKernelsMatchReferences(t *testing.T) {
 // steps of zeros (no scale at all).
 func immaMatvecCases() []opCase {
 	r := rand.New(rand.NewPCG(25, 26))
-	q4 := func(shape ...int) *ops.Tensor { return randQuant(r, graph.Q4, shape...) }
-	mixed := randF32(r, 1, 2048)
+	q4 := func(shape ...int) *ops.Tensor { return randtensor.Quant(r, graph.Q4, shape...) }
+	mixed := randtensor.F32(r, 1, 2048)
 	xs := mixed.F32()
 	for i := range xs {
 		switch i % 64 {
@@ -84,7 +85,7 @@ func immaMatvecCases() []opCase {
 			xs[i] *= 1e-6
 		}
 	}
-	zeros := randF32(r, 1, 256)
+	zeros := randtensor.F32(r, 1, 256)
 	for i := 64; i < 128; i++ {
 		zeros.F32()[i] = 0 // the second step
 	}
@@ -172,9 +173,9 @@ func TestMMAMatvecCasesLowerToTheTwins(t *testing.T) {
 		op   string
 		in   []*ops.Tensor
 	}{
-		{"q8 weights", "qmatmul", []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q8, 40, 128)}},
-		{"K 96", "qmatmul", []*ops.Tensor{randF32(r, 1, 96), randQuant(r, graph.Q4, 40, 96)}},
-		{"two rows", "qmatmul", []*ops.Tensor{randF32(r, 2, 128), randQuant(r, graph.Q4, 40, 128)}},
+		{"q8 weights", "qmatmul", []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q8, 40, 128)}},
+		{"K 96", "qmatmul", []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.Quant(r, graph.Q4, 40, 96)}},
+		{"two rows", "qmatmul", []*ops.Tensor{randtensor.F32(r, 2, 128), randtensor.Quant(r, graph.Q4, 40, 128)}},
 	} {
 		in := operands(c.in)
 		outs := []gpu.Operand{denseOperand(20<<40, graph.F32, []int{c.in[0].Shape[0], 40})}

@@ -18,16 +18,6 @@ import (
 	"pistil/plan"
 )
 
-// The cases' random tensors, the same generators as metal/kernelcheck's.
-var (
-	randF32   = randtensor.F32
-	scaled    = randtensor.Scaled
-	randBF16  = randtensor.BF16
-	randQuant = randtensor.Quant
-	ids       = randtensor.IDs
-	routedIDs = randtensor.Routed
-)
-
 // gpu returns the device, or skips the test with the reason CUDA is not loadable.
 func openGPU(t *testing.T) *device {
 	t.Helper()
@@ -103,15 +93,15 @@ type opCase struct {
 // and v of Hk, Hk and Hv heads and 3 channels past them; the conv state has the stated dtype.
 func gdnStep(name string, r *rand.Rand, Hk, Hv, Dk, Dv int, state graph.DType) opCase {
 	CD := 2*Hk*Dk + Hv*Dv + 3
-	st := randF32(r, 3, CD)
+	st := randtensor.F32(r, 3, CD)
 	if state == graph.BF16 {
-		st = randBF16(r, 3, CD)
+		st = randtensor.BF16(r, 3, CD)
 	}
 	return opCase{name: name, op: "gated_delta_step",
 		attrs: graph.Attrs{"key_heads": int64(Hk), "q_start": int64(0), "k_start": int64(Hk * Dk), "v_start": int64(2 * Hk * Dk),
 			"q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(Dk)), "k_eps": 1e-6, "k_scale": 1.0, "form": "recurrent", "chunk": int64(64)},
-		in: []*ops.Tensor{randF32(r, 1, CD), randF32(r, 1, Hv), randF32(r, 1, Hv), st, randBF16(r, CD, 4), scaled(randF32(r, Hv), 0.5),
-			randBF16(r, Hv), scaled(randF32(r, Hv, Dk, Dv), 0.3)},
+		in: []*ops.Tensor{randtensor.F32(r, 1, CD), randtensor.F32(r, 1, Hv), randtensor.F32(r, 1, Hv), st, randtensor.BF16(r, CD, 4), randtensor.Scaled(randtensor.F32(r, Hv), 0.5),
+			randtensor.BF16(r, Hv), randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3)},
 		alias: map[int]int{1: 7}}
 }
 
@@ -138,13 +128,13 @@ func TestAttentionVariants(t *testing.T) {
 					for _, T := range []int{1, 3} {
 						cache := func() *ops.Tensor {
 							if dt == graph.BF16 {
-								return randBF16(r, 300, kvh, D)
+								return randtensor.BF16(r, 300, kvh, D)
 							}
-							return randF32(r, 300, kvh, D)
+							return randtensor.F32(r, 300, kvh, D)
 						}
 						c := opCase{name: fmt.Sprintf("D%d/kvh%d/%s/C%d/T%d", D, kvh, dt, ctx, T), op: "attention",
 							attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(D))},
-							in:    []*ops.Tensor{randF32(r, T, 8*kvh, D), cache(), cache()}, C: ctx}
+							in:    []*ops.Tensor{randtensor.F32(r, T, 8*kvh, D), cache(), cache()}, C: ctx}
 						t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
 						if s := gpu.CUDA.AttentionSplits(T, 8*kvh, kvh, D); s > 1 {
 							c.splits = s
@@ -180,150 +170,150 @@ func TestOpCasesAreValid(t *testing.T) {
 
 func opCases() []opCase {
 	r := rand.New(rand.NewPCG(1, 2))
-	routed := func(T, k, E int) *ops.Tensor { return routedIDs(r, T, k, E) }
+	routed := func(T, k, E int) *ops.Tensor { return randtensor.Routed(r, T, k, E) }
 	kcache := func(dt graph.DType) *ops.Tensor {
 		if dt == graph.BF16 {
-			return randBF16(r, 16, 2, 64)
+			return randtensor.BF16(r, 16, 2, 64)
 		}
-		return randF32(r, 16, 2, 64)
+		return randtensor.F32(r, 16, 2, 64)
 	}
 	batched := graph.Attrs{gpu.AttrBatchedMatvec: true}
 	cases := []opCase{
-		{name: "qmatmul q4 decode", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 256), randQuant(r, graph.Q4, 72, 256)}},
-		{name: "qmatmul q8 decode wide", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 2048), randQuant(r, graph.Q8, 37, 2048)}},
-		{name: "qmatmul q8 decode one long row", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 2560), randQuant(r, graph.Q8, 1, 2560)}},
-		{name: "qmatmul q8 3 rows", op: "qmatmul", in: []*ops.Tensor{randF32(r, 3, 128), randQuant(r, graph.Q8, 40, 128)}},
-		{name: "qmatmul q4 tiled", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, 256), randQuant(r, graph.Q4, 136, 256)}},
-		{name: "matmul bf16 tiled", op: "matmul", in: []*ops.Tensor{randF32(r, 65, 64), randBF16(r, 24, 64)}},
-		{name: "matmul f32 decode", op: "matmul", in: []*ops.Tensor{randF32(r, 1, 64), randF32(r, 24, 64)}},
-		{name: "dequant q4", op: "dequant", in: []*ops.Tensor{randQuant(r, graph.Q4, 3, 5, 128)}},
-		{name: "embed q4", op: "embed", in: []*ops.Tensor{randQuant(r, graph.Q4, 50, 128), ids([]int32{3, 49, 0}, 3)}},
-		{name: "embed bf16", op: "embed", in: []*ops.Tensor{randBF16(r, 50, 96), ids([]int32{7, 1}, 2)}},
-		{name: "expert q4 decode", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 16, 40, 128), routed(1, 4, 16)}},
-		{name: "expert q4 per-slot x", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 2, 4, 128), randQuant(r, graph.Q4, 16, 40, 128), routed(2, 4, 16)}},
-		{name: "expert q4 tiled", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
-		{name: "expert bf16 tiled per-slot", op: "expert_matmul", in: []*ops.Tensor{randF32(r, 20, 4, 64), randBF16(r, 8, 40, 64), routed(20, 4, 8)}},
+		{name: "qmatmul q4 decode", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 256), randtensor.Quant(r, graph.Q4, 72, 256)}},
+		{name: "qmatmul q8 decode wide", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 2048), randtensor.Quant(r, graph.Q8, 37, 2048)}},
+		{name: "qmatmul q8 decode one long row", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 2560), randtensor.Quant(r, graph.Q8, 1, 2560)}},
+		{name: "qmatmul q8 3 rows", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 3, 128), randtensor.Quant(r, graph.Q8, 40, 128)}},
+		{name: "qmatmul q4 tiled", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 70, 256), randtensor.Quant(r, graph.Q4, 136, 256)}},
+		{name: "matmul bf16 tiled", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 65, 64), randtensor.BF16(r, 24, 64)}},
+		{name: "matmul f32 decode", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 1, 64), randtensor.F32(r, 24, 64)}},
+		{name: "dequant q4", op: "dequant", in: []*ops.Tensor{randtensor.Quant(r, graph.Q4, 3, 5, 128)}},
+		{name: "embed q4", op: "embed", in: []*ops.Tensor{randtensor.Quant(r, graph.Q4, 50, 128), randtensor.IDs([]int32{3, 49, 0}, 3)}},
+		{name: "embed bf16", op: "embed", in: []*ops.Tensor{randtensor.BF16(r, 50, 96), randtensor.IDs([]int32{7, 1}, 2)}},
+		{name: "expert q4 decode", op: "expert_qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 16, 40, 128), routed(1, 4, 16)}},
+		{name: "expert q4 per-slot x", op: "expert_qmatmul", in: []*ops.Tensor{randtensor.F32(r, 2, 4, 128), randtensor.Quant(r, graph.Q4, 16, 40, 128), routed(2, 4, 16)}},
+		{name: "expert q4 tiled", op: "expert_qmatmul", in: []*ops.Tensor{randtensor.F32(r, 40, 128), randtensor.Quant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
+		{name: "expert bf16 tiled per-slot", op: "expert_matmul", in: []*ops.Tensor{randtensor.F32(r, 20, 4, 64), randtensor.BF16(r, 8, 40, 64), routed(20, 4, 8)}},
 		// expert_matvec_gather_q4 (the expert-gather pass): 10 rows per expert; K 2048 (64 lanes
 		// per row, reduced across SIMD groups); per-slot x; more slots than a group gathers
 		// at a time (EXPERT_SLOTS), so the gathering runs in rounds.
 		// matvec_q4_rows (the batched-matvec pass): rows not a multiple of the batch, M not
 		// of the tile, K 2048.
-		{name: "qmatmul q4 batched 21 rows", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 21, 256), randQuant(r, graph.Q4, 72, 256)}},
-		{name: "qmatmul q4 batched 3d, K 2048", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 3, 4, 2048), randQuant(r, graph.Q4, 37, 2048)}},
-		{name: "qmatmul q4 batched K 64", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 17, 64), randQuant(r, graph.Q4, 40, 64)}},
-		{name: "expert q4 per slot, 160 slots", op: "expert_qmatmul", attrs: graph.Attrs{gpu.AttrExpertPerSlot: true}, in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
-		{name: "expert q4 gathered matvec", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 40, 128), randQuant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
-		{name: "expert q4 gathered matvec K 2048", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 20, 2048), randQuant(r, graph.Q4, 16, 36, 2048), routed(20, 4, 16)}},
-		{name: "expert q4 gathered matvec per-slot x", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 20, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8)}},
-		{name: "expert q4 gathered matvec in rounds", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randF32(r, 1100, 64), randQuant(r, graph.Q4, 4, 12, 64), routed(1100, 4, 4)}},
-		{name: "rms_norm bf16 w", op: "rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 3, 300), randBF16(r, 300)}},
-		{name: "l2_norm", op: "l2_norm", attrs: graph.Attrs{"eps": 1e-6, "scale": 0.25}, in: []*ops.Tensor{randF32(r, 2, 3, 32)}},
-		{name: "gated_rms_norm", op: "gated_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64)}},
-		{name: "rope", op: "rope", attrs: graph.Attrs{"dims": 16, "theta": 1e7}, in: []*ops.Tensor{randF32(r, 3, 4, 64)}, C: 11},
-		{name: "kv_append f32", op: "kv_append", in: []*ops.Tensor{kcache(graph.F32), randF32(r, 3, 2, 64)}, alias: map[int]int{0: 0}, C: 5},
-		{name: "kv_append bf16", op: "kv_append", in: []*ops.Tensor{kcache(graph.BF16), randF32(r, 2, 2, 64)}, alias: map[int]int{0: 0}, C: 9},
-		{name: "attention f32", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randF32(r, 3, 8, 64), kcache(graph.F32), kcache(graph.F32)}, C: 7},
-		{name: "attention bf16 decode", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randF32(r, 1, 8, 64), kcache(graph.BF16), kcache(graph.BF16)}, C: 15},
-		{name: "attention no split", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randF32(r, 140, 4, 64), randF32(r, 150, 2, 64), randF32(r, 150, 2, 64)}, C: 5},
-		{name: "attention 16 heads per kv head", op: "attention", attrs: graph.Attrs{"scale": 0.1}, in: []*ops.Tensor{randF32(r, 2, 16, 32), randF32(r, 16, 1, 32), randF32(r, 16, 1, 32)}, C: 3},
-		{name: "attention D 256 decode", op: "attention", attrs: graph.Attrs{"scale": 0.0625}, in: []*ops.Tensor{randF32(r, 1, 16, 256), randBF16(r, 300, 2, 256), randBF16(r, 300, 2, 256)}, C: 290},
-		{name: "qmatmul q4 matvec odd M", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 64), randQuant(r, graph.Q4, 37, 64)}},
-		{name: "qmatmul q8 decode", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q8, 9, 128)}},
+		{name: "qmatmul q4 batched 21 rows", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randtensor.F32(r, 21, 256), randtensor.Quant(r, graph.Q4, 72, 256)}},
+		{name: "qmatmul q4 batched 3d, K 2048", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randtensor.F32(r, 3, 4, 2048), randtensor.Quant(r, graph.Q4, 37, 2048)}},
+		{name: "qmatmul q4 batched K 64", op: "qmatmul", attrs: batched, in: []*ops.Tensor{randtensor.F32(r, 17, 64), randtensor.Quant(r, graph.Q4, 40, 64)}},
+		{name: "expert q4 per slot, 160 slots", op: "expert_qmatmul", attrs: graph.Attrs{gpu.AttrExpertPerSlot: true}, in: []*ops.Tensor{randtensor.F32(r, 40, 128), randtensor.Quant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
+		{name: "expert q4 gathered matvec", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randtensor.F32(r, 40, 128), randtensor.Quant(r, graph.Q4, 16, 72, 128), routed(40, 4, 16)}},
+		{name: "expert q4 gathered matvec K 2048", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randtensor.F32(r, 20, 2048), randtensor.Quant(r, graph.Q4, 16, 36, 2048), routed(20, 4, 16)}},
+		{name: "expert q4 gathered matvec per-slot x", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randtensor.F32(r, 20, 4, 64), randtensor.Quant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8)}},
+		{name: "expert q4 gathered matvec in rounds", op: "expert_qmatmul", attrs: batched, in: []*ops.Tensor{randtensor.F32(r, 1100, 64), randtensor.Quant(r, graph.Q4, 4, 12, 64), routed(1100, 4, 4)}},
+		{name: "rms_norm bf16 w", op: "rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randtensor.F32(r, 3, 300), randtensor.BF16(r, 300)}},
+		{name: "l2_norm", op: "l2_norm", attrs: graph.Attrs{"eps": 1e-6, "scale": 0.25}, in: []*ops.Tensor{randtensor.F32(r, 2, 3, 32)}},
+		{name: "gated_rms_norm", op: "gated_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randtensor.F32(r, 2, 4, 64), randtensor.F32(r, 2, 4, 64), randtensor.BF16(r, 64)}},
+		{name: "rope", op: "rope", attrs: graph.Attrs{"dims": 16, "theta": 1e7}, in: []*ops.Tensor{randtensor.F32(r, 3, 4, 64)}, C: 11},
+		{name: "kv_append f32", op: "kv_append", in: []*ops.Tensor{kcache(graph.F32), randtensor.F32(r, 3, 2, 64)}, alias: map[int]int{0: 0}, C: 5},
+		{name: "kv_append bf16", op: "kv_append", in: []*ops.Tensor{kcache(graph.BF16), randtensor.F32(r, 2, 2, 64)}, alias: map[int]int{0: 0}, C: 9},
+		{name: "attention f32", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randtensor.F32(r, 3, 8, 64), kcache(graph.F32), kcache(graph.F32)}, C: 7},
+		{name: "attention bf16 decode", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randtensor.F32(r, 1, 8, 64), kcache(graph.BF16), kcache(graph.BF16)}, C: 15},
+		{name: "attention no split", op: "attention", attrs: graph.Attrs{"scale": 0.125}, in: []*ops.Tensor{randtensor.F32(r, 140, 4, 64), randtensor.F32(r, 150, 2, 64), randtensor.F32(r, 150, 2, 64)}, C: 5},
+		{name: "attention 16 heads per kv head", op: "attention", attrs: graph.Attrs{"scale": 0.1}, in: []*ops.Tensor{randtensor.F32(r, 2, 16, 32), randtensor.F32(r, 16, 1, 32), randtensor.F32(r, 16, 1, 32)}, C: 3},
+		{name: "attention D 256 decode", op: "attention", attrs: graph.Attrs{"scale": 0.0625}, in: []*ops.Tensor{randtensor.F32(r, 1, 16, 256), randtensor.BF16(r, 300, 2, 256), randtensor.BF16(r, 300, 2, 256)}, C: 290},
+		{name: "qmatmul q4 matvec odd M", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 64), randtensor.Quant(r, graph.Q4, 37, 64)}},
+		{name: "qmatmul q8 decode", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q8, 9, 128)}},
 		{name: "gated_delta 128", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
-			in:    []*ops.Tensor{scaled(randF32(r, 5, 2, 128), 0.09), scaled(randF32(r, 5, 2, 128), 0.09), randF32(r, 5, 4, 128), scaled(randF32(r, 5, 4), 0.1), randF32(r, 5, 4), randF32(r, 4, 128, 128)},
+			in:    []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 5, 2, 128), 0.09), randtensor.Scaled(randtensor.F32(r, 5, 2, 128), 0.09), randtensor.F32(r, 5, 4, 128), randtensor.Scaled(randtensor.F32(r, 5, 4), 0.1), randtensor.F32(r, 5, 4), randtensor.F32(r, 4, 128, 128)},
 			alias: map[int]int{1: 5}},
-		{name: "conv1d", op: "conv1d", in: []*ops.Tensor{randF32(r, 5, 96), randF32(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
-		{name: "conv1d decode bf16 state", op: "conv1d", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
+		{name: "conv1d", op: "conv1d", in: []*ops.Tensor{randtensor.F32(r, 5, 96), randtensor.F32(r, 3, 96), randtensor.BF16(r, 96, 4)}, alias: map[int]int{1: 1}},
+		{name: "conv1d decode bf16 state", op: "conv1d", in: []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.BF16(r, 3, 96), randtensor.BF16(r, 96, 4)}, alias: map[int]int{1: 1}},
 		// Eight token slices per group: of 2 tokens at 13 (later slices' windows reach back
 		// across two slices and into the state, the last slice holds 1), and of 67 at 530
 		// (several load batches, a partial one); channels not a multiple of a group's 32;
 		// a 3-tap kernel (K - 1 = 2 state rows).
-		{name: "conv1d 13 tokens in 8 slices", op: "conv1d", in: []*ops.Tensor{randF32(r, 13, 70), randF32(r, 3, 70), randBF16(r, 70, 4)}, alias: map[int]int{1: 1}},
-		{name: "conv1d_silu 530 tokens, 3 taps", op: "conv1d_silu", in: []*ops.Tensor{randF32(r, 530, 40), randBF16(r, 2, 40), randBF16(r, 40, 3)}, alias: map[int]int{1: 1}},
+		{name: "conv1d 13 tokens in 8 slices", op: "conv1d", in: []*ops.Tensor{randtensor.F32(r, 13, 70), randtensor.F32(r, 3, 70), randtensor.BF16(r, 70, 4)}, alias: map[int]int{1: 1}},
+		{name: "conv1d_silu 530 tokens, 3 taps", op: "conv1d_silu", in: []*ops.Tensor{randtensor.F32(r, 530, 40), randtensor.BF16(r, 2, 40), randtensor.BF16(r, 40, 3)}, alias: map[int]int{1: 1}},
 		{name: "gated_delta", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
-			in:    []*ops.Tensor{randF32(r, 3, 2, 32), randF32(r, 3, 2, 32), randF32(r, 3, 4, 64), randF32(r, 3, 4), randF32(r, 3, 4), randF32(r, 4, 32, 64)},
+			in:    []*ops.Tensor{randtensor.F32(r, 3, 2, 32), randtensor.F32(r, 3, 2, 32), randtensor.F32(r, 3, 4, 64), randtensor.F32(r, 3, 4), randtensor.F32(r, 3, 4), randtensor.F32(r, 4, 32, 64)},
 			alias: map[int]int{1: 5}},
 		// The fused GDN decode step (fuse-gdn-prologue) over the GQA ratios and dims the
 		// plain kernels take, and the conv state's shift after it.
 		gdnStep("gated_delta_step Hk 2 Hv 4 Dk 32 Dv 24 bf16 conv state", r, 2, 4, 32, 24, graph.BF16),
 		gdnStep("gated_delta_step head dims 128 (the model's), 2 value heads per key head", r, 2, 4, 128, 128, graph.F32),
 		gdnStep("gated_delta_step Hk = Hv 3, Dv 7", r, 3, 3, 64, 7, graph.F32),
-		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96)}, alias: map[int]int{0: 1}},
-		{name: "conv_state_shift 2 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 2, 200), randF32(r, 3, 200)}, alias: map[int]int{0: 1}},
-		{name: "conv_state_shift 5 tokens past the state", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 5, 40), randF32(r, 3, 40)}, alias: map[int]int{0: 1}},
-		{name: "exp of a weight", op: "exp", in: []*ops.Tensor{randF32(r, 7)}},
-		{name: "softplus", op: "softplus", in: []*ops.Tensor{randF32(r, 2, 33)}},
-		{name: "silu", op: "silu", in: []*ops.Tensor{randF32(r, 2, 33)}},
-		{name: "sigmoid", op: "sigmoid", in: []*ops.Tensor{randF32(r, 2, 33)}},
-		{name: "neg", op: "neg", in: []*ops.Tensor{randF32(r, 9)}},
-		{name: "add suffix bf16", op: "add", in: []*ops.Tensor{randF32(r, 3, 4), randBF16(r, 4)}},
-		{name: "mul dims of 1", op: "mul", in: []*ops.Tensor{randF32(r, 3, 4, 5), randF32(r, 3, 1, 5)}},
-		{name: "swiglu", op: "swiglu", in: []*ops.Tensor{randF32(r, 2, 4, 8), randF32(r, 2, 4, 8)}},
-		{name: "slice", op: "slice", attrs: graph.Attrs{"axis": 1, "start": 3, "end": 10}, in: []*ops.Tensor{randF32(r, 3, 12, 2)}},
-		{name: "router", op: "router", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{randF32(r, 5, 256)}},
-		{name: "moe_combine", op: "moe_combine", in: []*ops.Tensor{randF32(r, 3, 4, 40), randF32(r, 3, 4)}},
-		{name: "argmax", op: "argmax", in: []*ops.Tensor{randF32(r, 3, 1000)}},
+		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.BF16(r, 3, 96)}, alias: map[int]int{0: 1}},
+		{name: "conv_state_shift 2 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 2, 200), randtensor.F32(r, 3, 200)}, alias: map[int]int{0: 1}},
+		{name: "conv_state_shift 5 tokens past the state", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 5, 40), randtensor.F32(r, 3, 40)}, alias: map[int]int{0: 1}},
+		{name: "exp of a weight", op: "exp", in: []*ops.Tensor{randtensor.F32(r, 7)}},
+		{name: "softplus", op: "softplus", in: []*ops.Tensor{randtensor.F32(r, 2, 33)}},
+		{name: "silu", op: "silu", in: []*ops.Tensor{randtensor.F32(r, 2, 33)}},
+		{name: "sigmoid", op: "sigmoid", in: []*ops.Tensor{randtensor.F32(r, 2, 33)}},
+		{name: "neg", op: "neg", in: []*ops.Tensor{randtensor.F32(r, 9)}},
+		{name: "add suffix bf16", op: "add", in: []*ops.Tensor{randtensor.F32(r, 3, 4), randtensor.BF16(r, 4)}},
+		{name: "mul dims of 1", op: "mul", in: []*ops.Tensor{randtensor.F32(r, 3, 4, 5), randtensor.F32(r, 3, 1, 5)}},
+		{name: "swiglu", op: "swiglu", in: []*ops.Tensor{randtensor.F32(r, 2, 4, 8), randtensor.F32(r, 2, 4, 8)}},
+		{name: "slice", op: "slice", attrs: graph.Attrs{"axis": 1, "start": 3, "end": 10}, in: []*ops.Tensor{randtensor.F32(r, 3, 12, 2)}},
+		{name: "router", op: "router", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{randtensor.F32(r, 5, 256)}},
+		{name: "moe_combine", op: "moe_combine", in: []*ops.Tensor{randtensor.F32(r, 3, 4, 40), randtensor.F32(r, 3, 4)}},
+		{name: "argmax", op: "argmax", in: []*ops.Tensor{randtensor.F32(r, 3, 1000)}},
 		// Fused ops (one kernel or a composite of stages).
-		{name: "add_rms_norm", op: "add_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 3, 300), randF32(r, 3, 300), randBF16(r, 300)}},
-		{name: "gdn_gates", op: "gdn_gates", in: []*ops.Tensor{randF32(r, 3, 4), randF32(r, 3, 4), randF32(r, 4), randBF16(r, 4)}},
-		{name: "conv1d_silu", op: "conv1d_silu", in: []*ops.Tensor{randF32(r, 5, 96), randF32(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}},
+		{name: "add_rms_norm", op: "add_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randtensor.F32(r, 3, 300), randtensor.F32(r, 3, 300), randtensor.BF16(r, 300)}},
+		{name: "gdn_gates", op: "gdn_gates", in: []*ops.Tensor{randtensor.F32(r, 3, 4), randtensor.F32(r, 3, 4), randtensor.F32(r, 4), randtensor.BF16(r, 4)}},
+		{name: "conv1d_silu", op: "conv1d_silu", in: []*ops.Tensor{randtensor.F32(r, 5, 96), randtensor.F32(r, 3, 96), randtensor.BF16(r, 96, 4)}, alias: map[int]int{1: 1}},
 		{name: "slice_l2_norm in place", op: "slice_l2_norm", attrs: graph.Attrs{"axis": 1, "start": 64, "end": 128, "shape": "[3,2,32]", "eps": 1e-6, "scale": 0.5},
-			in: []*ops.Tensor{randF32(r, 3, 192)}},
+			in: []*ops.Tensor{randtensor.F32(r, 3, 192)}},
 		{name: "slice_l2_norm copied", op: "slice_l2_norm", attrs: graph.Attrs{"axis": 1, "start": 1, "end": 3, "shape": "[3,2,32]", "eps": 1e-6, "scale": 0.5},
-			in: []*ops.Tensor{randF32(r, 3, 4, 32)}},
-		{name: "rms_norm_rope", op: "rms_norm_rope", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7}, in: []*ops.Tensor{randF32(r, 3, 4, 64), randBF16(r, 64)}, C: 4},
+			in: []*ops.Tensor{randtensor.F32(r, 3, 4, 32)}},
+		{name: "rms_norm_rope", op: "rms_norm_rope", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7}, in: []*ops.Tensor{randtensor.F32(r, 3, 4, 64), randtensor.BF16(r, 64)}, C: 4},
 		// The query heads read in place from the second half of each [query | gate] row; the
 		// keys normed, rotated and written into cache rows C..C+T-1 (f32 and bf16 caches).
 		{name: "slice_rms_norm_rope", op: "slice_rms_norm_rope", attrs: graph.Attrs{"axis": 2, "start": 64, "end": 128, "eps": 1e-6, "dims": 16, "theta": 1e7},
-			in: []*ops.Tensor{randF32(r, 3, 4, 128), randBF16(r, 64)}, C: 4},
+			in: []*ops.Tensor{randtensor.F32(r, 3, 4, 128), randtensor.BF16(r, 64)}, C: 4},
 		{name: "rms_norm_rope_append f32", op: "rms_norm_rope_append", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
-			in: []*ops.Tensor{kcache(graph.F32), randF32(r, 3, 2, 64), randBF16(r, 64)}, alias: map[int]int{0: 0}, C: 5},
+			in: []*ops.Tensor{kcache(graph.F32), randtensor.F32(r, 3, 2, 64), randtensor.BF16(r, 64)}, alias: map[int]int{0: 0}, C: 5},
 		{name: "rms_norm_rope_append bf16 decode", op: "rms_norm_rope_append", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
-			in: []*ops.Tensor{kcache(graph.BF16), randF32(r, 1, 2, 64), randBF16(r, 64)}, alias: map[int]int{0: 0}, C: 9},
-		{name: "matmuls", op: "matmuls", in: []*ops.Tensor{randF32(r, 2, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q8, 8, 128)}},
-		{name: "matmul_swiglu", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 40, 128)}},
-		{name: "expert_matmul_swiglu", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 20, 128), randQuant(r, graph.Q4, 8, 40, 128), randQuant(r, graph.Q4, 8, 40, 128), routed(20, 4, 8)}},
-		{name: "matmul_gated_add", op: "matmul_gated_add", in: []*ops.Tensor{randF32(r, 2, 128), randQuant(r, graph.Q4, 40, 128), randF32(r, 2, 1), randF32(r, 2, 40)}},
-		{name: "matmul_router", op: "matmul_router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randF32(r, 3, 128), randQuant(r, graph.Q8, 16, 128)}},
-		{name: "expert_matmul_combine", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 2, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(2, 4, 8), randF32(r, 2, 4)}},
-		{name: "sigmoid_gate_matmul", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 1, 128), randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128)}},
-		{name: "matmuls decode q4", op: "matmuls", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q4, 72, 128)}},
-		{name: "matmul_swiglu rows", op: "matmul_swiglu", in: []*ops.Tensor{randF32(r, 3, 128), randQuant(r, graph.Q4, 40, 128), randQuant(r, graph.Q4, 40, 128)}},
-		{name: "expert_matmul_swiglu decode", op: "expert_matmul_swiglu", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 8, 40, 128), randQuant(r, graph.Q4, 8, 40, 128), routed(1, 4, 8)}},
-		{name: "matmul_gated_add decode", op: "matmul_gated_add", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randF32(r, 1, 1), randF32(r, 1, 40)}},
+			in: []*ops.Tensor{kcache(graph.BF16), randtensor.F32(r, 1, 2, 64), randtensor.BF16(r, 64)}, alias: map[int]int{0: 0}, C: 9},
+		{name: "matmuls", op: "matmuls", in: []*ops.Tensor{randtensor.F32(r, 2, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.Quant(r, graph.Q4, 24, 128), randtensor.Quant(r, graph.Q8, 8, 128)}},
+		{name: "matmul_swiglu", op: "matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.Quant(r, graph.Q4, 40, 128)}},
+		{name: "expert_matmul_swiglu", op: "expert_matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 20, 128), randtensor.Quant(r, graph.Q4, 8, 40, 128), randtensor.Quant(r, graph.Q4, 8, 40, 128), routed(20, 4, 8)}},
+		{name: "matmul_gated_add", op: "matmul_gated_add", in: []*ops.Tensor{randtensor.F32(r, 2, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.F32(r, 2, 1), randtensor.F32(r, 2, 40)}},
+		{name: "matmul_router", op: "matmul_router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randtensor.F32(r, 3, 128), randtensor.Quant(r, graph.Q8, 16, 128)}},
+		{name: "expert_matmul_combine", op: "expert_matmul_combine", in: []*ops.Tensor{randtensor.F32(r, 2, 4, 64), randtensor.Quant(r, graph.Q4, 8, 40, 64), routed(2, 4, 8), randtensor.F32(r, 2, 4)}},
+		{name: "sigmoid_gate_matmul", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 40, 128)}},
+		{name: "matmuls decode q4", op: "matmuls", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.Quant(r, graph.Q4, 24, 128), randtensor.Quant(r, graph.Q4, 72, 128)}},
+		{name: "matmul_swiglu rows", op: "matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 3, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.Quant(r, graph.Q4, 40, 128)}},
+		{name: "expert_matmul_swiglu decode", op: "expert_matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 8, 40, 128), randtensor.Quant(r, graph.Q4, 8, 40, 128), routed(1, 4, 8)}},
+		{name: "matmul_gated_add decode", op: "matmul_gated_add", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.F32(r, 1, 1), randtensor.F32(r, 1, 40)}},
 		// Every thread of a group takes several (expert, chunk) pairs; rows past M in the last group.
-		{name: "expert_matmul_combine decode wide", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 1, 8, 2048), randQuant(r, graph.Q4, 16, 36, 2048), routed(1, 8, 16), randF32(r, 1, 8)}},
-		{name: "expert_matmul_combine tiled", op: "expert_matmul_combine", in: []*ops.Tensor{randF32(r, 20, 4, 64), randQuant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8), randF32(r, 20, 4)}},
+		{name: "expert_matmul_combine decode wide", op: "expert_matmul_combine", in: []*ops.Tensor{randtensor.F32(r, 1, 8, 2048), randtensor.Quant(r, graph.Q4, 16, 36, 2048), routed(1, 8, 16), randtensor.F32(r, 1, 8)}},
+		{name: "expert_matmul_combine tiled", op: "expert_matmul_combine", in: []*ops.Tensor{randtensor.F32(r, 20, 4, 64), randtensor.Quant(r, graph.Q4, 8, 40, 64), routed(20, 4, 8), randtensor.F32(r, 20, 4)}},
 		// The shared expert as one more slot (fuse-shared-expert): narrower and wider than
 		// the routed experts; more (expert, chunk) pairs than 128 threads (8·16 + 16 at
 		// K = SK = 512). Several tokens expand into two fused ops that expand again, which
 		// this harness does not do: the prefill plans of TestGrid and pistil check run them.
-		{name: "expert_matmul_swiglu_shared decode narrow", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randF32(r, 1, 128),
-			randQuant(r, graph.Q4, 8, 40, 128), randQuant(r, graph.Q4, 8, 40, 128), routed(1, 4, 8), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q4, 24, 128)}},
-		{name: "expert_matmul_swiglu_shared decode wide", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randF32(r, 1, 2048),
-			randQuant(r, graph.Q4, 16, 36, 2048), randQuant(r, graph.Q4, 16, 36, 2048), routed(1, 8, 16), randQuant(r, graph.Q4, 72, 2048), randQuant(r, graph.Q4, 72, 2048)}},
-		{name: "expert_matmul_combine_shared decode", op: "expert_matmul_combine_shared", in: []*ops.Tensor{randF32(r, 1, 4, 64),
-			randQuant(r, graph.Q4, 8, 40, 64), routed(1, 4, 8), randF32(r, 1, 4), randF32(r, 1, 128), randQuant(r, graph.Q4, 40, 128), randF32(r, 1, 1)}},
-		{name: "expert_matmul_combine_shared decode wide", op: "expert_matmul_combine_shared", in: []*ops.Tensor{randF32(r, 1, 8, 512),
-			randQuant(r, graph.Q4, 16, 36, 512), routed(1, 8, 16), randF32(r, 1, 8), randF32(r, 1, 512), randQuant(r, graph.Q4, 36, 512), randF32(r, 1, 1)}},
+		{name: "expert_matmul_swiglu_shared decode narrow", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randtensor.F32(r, 1, 128),
+			randtensor.Quant(r, graph.Q4, 8, 40, 128), randtensor.Quant(r, graph.Q4, 8, 40, 128), routed(1, 4, 8), randtensor.Quant(r, graph.Q4, 24, 128), randtensor.Quant(r, graph.Q4, 24, 128)}},
+		{name: "expert_matmul_swiglu_shared decode wide", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randtensor.F32(r, 1, 2048),
+			randtensor.Quant(r, graph.Q4, 16, 36, 2048), randtensor.Quant(r, graph.Q4, 16, 36, 2048), routed(1, 8, 16), randtensor.Quant(r, graph.Q4, 72, 2048), randtensor.Quant(r, graph.Q4, 72, 2048)}},
+		{name: "expert_matmul_combine_shared decode", op: "expert_matmul_combine_shared", in: []*ops.Tensor{randtensor.F32(r, 1, 4, 64),
+			randtensor.Quant(r, graph.Q4, 8, 40, 64), routed(1, 4, 8), randtensor.F32(r, 1, 4), randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.F32(r, 1, 1)}},
+		{name: "expert_matmul_combine_shared decode wide", op: "expert_matmul_combine_shared", in: []*ops.Tensor{randtensor.F32(r, 1, 8, 512),
+			randtensor.Quant(r, graph.Q4, 16, 36, 512), routed(1, 8, 16), randtensor.F32(r, 1, 8), randtensor.F32(r, 1, 512), randtensor.Quant(r, graph.Q4, 36, 512), randtensor.F32(r, 1, 1)}},
 		// The routing in the experts' kernel (fuse-expert-routing): 256 experts top 8 as
 		// the model routes, and the model's K with a narrower shared expert.
-		{name: "expert_route_swiglu_shared decode 256 experts", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{randF32(r, 1, 128),
-			randF32(r, 1, 256), randQuant(r, graph.Q4, 256, 8, 128), randQuant(r, graph.Q4, 256, 8, 128), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q4, 24, 128), randQuant(r, graph.Q8, 1, 128)}},
-		{name: "expert_route_swiglu_shared decode wide", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randF32(r, 1, 2048),
-			randF32(r, 1, 16), randQuant(r, graph.Q4, 16, 36, 2048), randQuant(r, graph.Q4, 16, 36, 2048), randQuant(r, graph.Q4, 20, 2048), randQuant(r, graph.Q4, 20, 2048), randQuant(r, graph.Q8, 1, 2048)}},
-		{name: "sigmoid_gate_matmul rows", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randF32(r, 3, 128), randF32(r, 3, 128), randQuant(r, graph.Q4, 40, 128)}},
+		{name: "expert_route_swiglu_shared decode 256 experts", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{randtensor.F32(r, 1, 128),
+			randtensor.F32(r, 1, 256), randtensor.Quant(r, graph.Q4, 256, 8, 128), randtensor.Quant(r, graph.Q4, 256, 8, 128), randtensor.Quant(r, graph.Q4, 24, 128), randtensor.Quant(r, graph.Q4, 24, 128), randtensor.Quant(r, graph.Q8, 1, 128)}},
+		{name: "expert_route_swiglu_shared decode wide", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randtensor.F32(r, 1, 2048),
+			randtensor.F32(r, 1, 16), randtensor.Quant(r, graph.Q4, 16, 36, 2048), randtensor.Quant(r, graph.Q4, 16, 36, 2048), randtensor.Quant(r, graph.Q4, 20, 2048), randtensor.Quant(r, graph.Q4, 20, 2048), randtensor.Quant(r, graph.Q8, 1, 2048)}},
+		{name: "sigmoid_gate_matmul rows", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randtensor.F32(r, 3, 128), randtensor.F32(r, 3, 128), randtensor.Quant(r, graph.Q4, 40, 128)}},
 		{name: "gated_rms_norm_matmul", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[2,256]"},
-			in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
+			in: []*ops.Tensor{randtensor.F32(r, 2, 4, 64), randtensor.F32(r, 2, 4, 64), randtensor.BF16(r, 64), randtensor.Quant(r, graph.Q4, 40, 256)}},
 		// gated_rms_norm_matvec_q4 (marked as the gated-norm-matvec pass marks it): heads of 2 chunks in row groups of 8 lanes (rows past M
 		// in the one group); heads of 4 chunks where the second pass over K is half empty;
 		// the GDN's shape, 32 heads of 128 in row groups of 128 lanes over 4 SIMD groups.
 		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]", gpu.AttrGatedNormMatvec: int64(1)},
-			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 4, 64), randtensor.F32(r, 1, 4, 64), randtensor.BF16(r, 64), randtensor.Quant(r, graph.Q4, 40, 256)}},
 		{name: "gated_rms_norm_matmul decode partial pass", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,384]", gpu.AttrGatedNormMatvec: int64(1)},
-			in: []*ops.Tensor{randF32(r, 1, 3, 128), randF32(r, 1, 3, 128), randF32(r, 128), randQuant(r, graph.Q4, 72, 384)}},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 3, 128), randtensor.F32(r, 1, 3, 128), randtensor.F32(r, 128), randtensor.Quant(r, graph.Q4, 72, 384)}},
 		{name: "gated_rms_norm_matmul decode gdn heads", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]", gpu.AttrGatedNormMatvec: int64(1)},
-			in: []*ops.Tensor{randF32(r, 1, 32, 128), randF32(r, 1, 32, 128), randBF16(r, 128), randQuant(r, graph.Q4, 20, 4096)}},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 32, 128), randtensor.F32(r, 1, 32, 128), randtensor.BF16(r, 128), randtensor.Quant(r, graph.Q4, 20, 4096)}},
 	}
 	return cases
 }

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 
 	"pistil/graph"
+	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
 )
@@ -26,12 +27,12 @@ func attentionBlocksCases() []Case {
 	}{{"below the switch", 20, graph.F32}, {"at the switch bf16", 40, graph.BF16}, {"past the switch", 200, graph.F32}, {"past the grid bf16", 700, graph.BF16}} {
 		cache := func() *ops.Tensor {
 			if c.dt == graph.BF16 {
-				return randBF16(r, c.C+1, 2, 128)
+				return randtensor.BF16(r, c.C+1, 2, 128)
 			}
-			return randF32(r, c.C+1, 2, 128)
+			return randtensor.F32(r, c.C+1, 2, 128)
 		}
 		cases = append(cases, Case{name: "attention fixed key blocks " + c.name, op: "attention", attrs: graph.Attrs{"scale": 0.088},
-			in: []*ops.Tensor{randF32(r, 1, 16, 128), cache(), cache()}, C: c.C, launch: attentionBlocks(0.088, rule)})
+			in: []*ops.Tensor{randtensor.F32(r, 1, 16, 128), cache(), cache()}, C: c.C, launch: attentionBlocks(0.088, rule)})
 	}
 	return cases
 }

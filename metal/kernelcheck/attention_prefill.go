@@ -5,6 +5,7 @@ import (
 
 	"pistil/gpu"
 	"pistil/graph"
+	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
 )
@@ -23,19 +24,19 @@ func attentionPrefillCases() []Case {
 	}
 	cache := func(dt graph.DType, rows, kvh, d int) *ops.Tensor {
 		if dt == graph.BF16 {
-			return randBF16(r, rows, kvh, d)
+			return randtensor.BF16(r, rows, kvh, d)
 		}
-		return randF32(r, rows, kvh, d)
+		return randtensor.F32(r, rows, kvh, d)
 	}
 	return []Case{
 		{name: "attention_prefill 8 heads per kv head D 256 bf16", op: "attention", attrs: tiled(0.0625),
-			in: []*ops.Tensor{randF32(r, 11, 16, 256), cache(graph.BF16, 40, 2, 256), cache(graph.BF16, 40, 2, 256)}, C: 25},
+			in: []*ops.Tensor{randtensor.F32(r, 11, 16, 256), cache(graph.BF16, 40, 2, 256), cache(graph.BF16, 40, 2, 256)}, C: 25},
 		{name: "attention_prefill 2 heads per kv head, 37 tokens", op: "attention", attrs: tiled(0.125),
-			in: []*ops.Tensor{randF32(r, 37, 4, 64), cache(graph.F32, 60, 2, 64), cache(graph.F32, 60, 2, 64)}, C: 20},
+			in: []*ops.Tensor{randtensor.F32(r, 37, 4, 64), cache(graph.F32, 60, 2, 64), cache(graph.F32, 60, 2, 64)}, C: 20},
 		{name: "attention_prefill one head per kv head, empty context", op: "attention", attrs: tiled(0.125),
-			in: []*ops.Tensor{randF32(r, 5, 1, 128), cache(graph.F32, 8, 1, 128), cache(graph.F32, 8, 1, 128)}},
+			in: []*ops.Tensor{randtensor.F32(r, 5, 1, 128), cache(graph.F32, 8, 1, 128), cache(graph.F32, 8, 1, 128)}},
 		{name: "attention_prefill split", op: "attention_partial",
 			attrs: graph.Attrs{"scale": 0.125, "splits": 3, "key_block": kernels.AttnKeyBlock, gpu.AttrPrefillTiled: int64(1)},
-			in:    []*ops.Tensor{randF32(r, 9, 8, 64), cache(graph.BF16, 60, 1, 64), cache(graph.BF16, 60, 1, 64)}, C: 45},
+			in:    []*ops.Tensor{randtensor.F32(r, 9, 8, 64), cache(graph.BF16, 60, 1, 64), cache(graph.BF16, 60, 1, 64)}, C: 45},
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"pistil/gpu"
 	"pistil/graph"
+	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
 )
@@ -108,7 +109,7 @@ func q4w(w operand) kernels.Weight { return w.w }
 // partials is attention_partial output for attention_merge: per range a max, a positive
 // sum and an output row; the last range of each row empty (max -inf, nothing summed).
 func partials(r *rand.Rand, T, NH, S, D int) *ops.Tensor {
-	t := randF32(r, T, NH, S, D+2)
+	t := randtensor.F32(r, T, NH, S, D+2)
 	p := t.F32()
 	for row := 0; row < T*NH; row++ {
 		for s := 0; s < S; s++ {
@@ -131,9 +132,9 @@ func Cases() []Case {
 	const hidden, headD, vocab = 192, 64, 512
 	cache := func(dt graph.DType, rows, kvh, d int) *ops.Tensor {
 		if dt == graph.BF16 {
-			return randBF16(r, rows, kvh, d)
+			return randtensor.BF16(r, rows, kvh, d)
 		}
-		return randF32(r, rows, kvh, d)
+		return randtensor.F32(r, rows, kvh, d)
 	}
 	embed := func(e *env) []Launch {
 		tab, id := e.in[0], e.in[1]
@@ -218,42 +219,42 @@ func Cases() []Case {
 		argTies.F32()[i] = 1
 	}
 	return append([]Case{
-		{name: "embed q4", op: "embed", in: []*ops.Tensor{randQuant(r, graph.Q4, vocab, hidden), ids([]int32{3, 511, 0}, 3)}, launch: embed},
-		{name: "embed bf16", op: "embed", in: []*ops.Tensor{randBF16(r, 50, 96), ids([]int32{7, 1}, 2)}, launch: embed},
-		{name: "dequant q4", op: "dequant", in: []*ops.Tensor{randQuant(r, graph.Q4, 3, 5, 128)}, launch: func(e *env) []Launch {
+		{name: "embed q4", op: "embed", in: []*ops.Tensor{randtensor.Quant(r, graph.Q4, vocab, hidden), randtensor.IDs([]int32{3, 511, 0}, 3)}, launch: embed},
+		{name: "embed bf16", op: "embed", in: []*ops.Tensor{randtensor.BF16(r, 50, 96), randtensor.IDs([]int32{7, 1}, 2)}, launch: embed},
+		{name: "dequant q4", op: "dequant", in: []*ops.Tensor{randtensor.Quant(r, graph.Q4, 3, 5, 128)}, launch: func(e *env) []Launch {
 			w := e.in[0]
 			cols := w.shape[len(w.shape)-1]
 			rows := prod(w.shape) / cols
 			return []Launch{{kernels.KernelDequant, elementGrid(rows * cols), 256, kernels.DequantArgs{W: w.w, Out: e.out[0].addr, Rows: int32(rows), Cols: int32(cols)}}}
 		}},
-		{name: "matmul_rows bf16 3 rows", op: "matmul", in: []*ops.Tensor{randF32(r, 3, 64), randBF16(r, 40, 64)}, launch: matmulRows},
-		{name: "matmul_rows q8 decode", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 128), randQuant(r, graph.Q8, 9, 128)}, launch: matmulRows},
-		{name: "matvec_q8 odd M", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q8, 37, hidden)}},   // gpu.Metal: matvec_q8
-		{name: "matvec_q8 one long row", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, 4096), randQuant(r, graph.Q8, 1, 4096)}}, // gpu.Metal: matvec_q8
-		{name: "matvec_q4 odd M", op: "qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 37, hidden)}},   // gpu.Metal: matvec_q4
-		{name: "matmul_tiled q4", op: "qmatmul", in: []*ops.Tensor{randF32(r, 70, hidden), randQuant(r, graph.Q4, 72, hidden)}, launch: matmulTiled},
-		{name: "matmul_tiled f32", op: "matmul", in: []*ops.Tensor{randF32(r, 9, 64), randF32(r, 24, 64)}, launch: matmulTiled},
-		{name: "expert_rows bf16 per-slot x", op: "expert_matmul", in: []*ops.Tensor{randF32(r, 2, 4, 64), randBF16(r, 8, 40, 64), routed(r, 2, 4, 8)},
+		{name: "matmul_rows bf16 3 rows", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 3, 64), randtensor.BF16(r, 40, 64)}, launch: matmulRows},
+		{name: "matmul_rows q8 decode", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q8, 9, 128)}, launch: matmulRows},
+		{name: "matvec_q8 odd M", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q8, 37, hidden)}},   // gpu.Metal: matvec_q8
+		{name: "matvec_q8 one long row", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 4096), randtensor.Quant(r, graph.Q8, 1, 4096)}}, // gpu.Metal: matvec_q8
+		{name: "matvec_q4 odd M", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q4, 37, hidden)}},   // gpu.Metal: matvec_q4
+		{name: "matmul_tiled q4", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 70, hidden), randtensor.Quant(r, graph.Q4, 72, hidden)}, launch: matmulTiled},
+		{name: "matmul_tiled f32", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 9, 64), randtensor.F32(r, 24, 64)}, launch: matmulTiled},
+		{name: "expert_rows bf16 per-slot x", op: "expert_matmul", in: []*ops.Tensor{randtensor.F32(r, 2, 4, 64), randtensor.BF16(r, 8, 40, 64), randtensor.Routed(r, 2, 4, 8)},
 			launch: expertLaunch(kernels.KernelExpertRows)},
-		{name: "expert_matvec_q4 decode", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 1, 4, 16)}}, // gpu.Metal: expert_matvec_q4
-		{name: "expert_tiled q4 prefill", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 20, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 20, 4, 16)},
+		{name: "expert_matvec_q4 decode", op: "expert_qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q4, 16, 64, hidden), randtensor.Routed(r, 1, 4, 16)}}, // gpu.Metal: expert_matvec_q4
+		{name: "expert_tiled q4 prefill", op: "expert_qmatmul", in: []*ops.Tensor{randtensor.F32(r, 20, hidden), randtensor.Quant(r, graph.Q4, 16, 64, hidden), randtensor.Routed(r, 20, 4, 16)},
 			launch: expertLaunch(kernels.KernelExpertTiled)},
-		{name: "matvec_q4_rows prefill", op: "qmatmul", in: []*ops.Tensor{randF32(r, 21, hidden), randQuant(r, graph.Q4, 40, hidden)}, launch: matvecQ4Rows},
-		{name: "matvec_q4_rows K 2048", op: "qmatmul", in: []*ops.Tensor{randF32(r, 10, 2048), randQuant(r, graph.Q4, 20, 2048)}, launch: matvecQ4Rows},
-		{name: "expert_matvec_gather_q4 prefill", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 20, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 20, 4, 16)},
+		{name: "matvec_q4_rows prefill", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 21, hidden), randtensor.Quant(r, graph.Q4, 40, hidden)}, launch: matvecQ4Rows},
+		{name: "matvec_q4_rows K 2048", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 10, 2048), randtensor.Quant(r, graph.Q4, 20, 2048)}, launch: matvecQ4Rows},
+		{name: "expert_matvec_gather_q4 prefill", op: "expert_qmatmul", in: []*ops.Tensor{randtensor.F32(r, 20, hidden), randtensor.Quant(r, graph.Q4, 16, 64, hidden), randtensor.Routed(r, 20, 4, 16)},
 			launch: expertLaunch(kernels.KernelExpertMVGatherQ4)},
 		// More slots than a Metal group gathers at a time (EXPERT_SLOTS 2048): rounds.
-		{name: "expert_matvec_gather_q4 in rounds", op: "expert_qmatmul", in: []*ops.Tensor{randF32(r, 600, 64), randQuant(r, graph.Q4, 4, 12, 64), routed(r, 600, 4, 4)},
+		{name: "expert_matvec_gather_q4 in rounds", op: "expert_qmatmul", in: []*ops.Tensor{randtensor.F32(r, 600, 64), randtensor.Quant(r, graph.Q4, 4, 12, 64), randtensor.Routed(r, 600, 4, 4)},
 			launch: expertLaunch(kernels.KernelExpertMVGatherQ4)},
 		{name: "expert_matvec_swiglu_q4", op: "expert_matmul_swiglu",
-			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 16, 64, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 1, 4, 16)},
+			in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q4, 16, 64, hidden), randtensor.Quant(r, graph.Q4, 16, 64, hidden), randtensor.Routed(r, 1, 4, 16)},
 			launch: func(e *env) []Launch {
 				a := expertArgs(e.in[0], e.in[1], e.in[3], e.out[0])
 				a.W2 = e.in[2].w
 				return []Launch{{kernels.KernelExpertMVSwiGLUQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecRowsPerGroup(int(a.K))), int(a.T * a.TopK), 1}, kernels.MatvecThreads, a}}
 			}},
 		{name: "expert_matvec_combine_q4", op: "expert_matmul_combine",
-			in: []*ops.Tensor{randF32(r, 1, 4, 64), randQuant(r, graph.Q4, 16, hidden, 64), routed(r, 1, 4, 16), randF32(r, 1, 4)},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 4, 64), randtensor.Quant(r, graph.Q4, 16, hidden, 64), randtensor.Routed(r, 1, 4, 16), randtensor.F32(r, 1, 4)},
 			launch: func(e *env) []Launch {
 				a := expertArgs(e.in[0], e.in[1], e.in[2], e.out[0])
 				a.Weights = e.in[3].addr
@@ -263,16 +264,16 @@ func Cases() []Case {
 		// lowering: narrower than the routed experts, and (combine) more (expert, chunk)
 		// pairs than 128 threads.
 		{name: "expert_matvec_swiglu_shared_q4", op: "expert_matmul_swiglu_shared",
-			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 16, 64, hidden), randQuant(r, graph.Q4, 16, 64, hidden), routed(r, 1, 4, 16),
-				randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 40, hidden)}},
+			in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q4, 16, 64, hidden), randtensor.Quant(r, graph.Q4, 16, 64, hidden), randtensor.Routed(r, 1, 4, 16),
+				randtensor.Quant(r, graph.Q4, 40, hidden), randtensor.Quant(r, graph.Q4, 40, hidden)}},
 		{name: "expert_matvec_combine_shared_q4", op: "expert_matmul_combine_shared",
-			in: []*ops.Tensor{randF32(r, 1, 8, 512), randQuant(r, graph.Q4, 16, hidden, 512), routed(r, 1, 8, 16), randF32(r, 1, 8),
-				randF32(r, 1, 512), randQuant(r, graph.Q4, hidden, 512), randF32(r, 1, 1)}},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 8, 512), randtensor.Quant(r, graph.Q4, 16, hidden, 512), randtensor.Routed(r, 1, 8, 16), randtensor.F32(r, 1, 8),
+				randtensor.F32(r, 1, 512), randtensor.Quant(r, graph.Q4, hidden, 512), randtensor.F32(r, 1, 1)}},
 		{name: "expert_matvec_swiglu_routed_q4", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 8},
-			in: []*ops.Tensor{randF32(r, 1, hidden), randF32(r, 1, 256), randQuant(r, graph.Q4, 256, 8, hidden), randQuant(r, graph.Q4, 256, 8, hidden),
-				randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q8, 1, hidden)}},
+			in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.F32(r, 1, 256), randtensor.Quant(r, graph.Q4, 256, 8, hidden), randtensor.Quant(r, graph.Q4, 256, 8, hidden),
+				randtensor.Quant(r, graph.Q4, 40, hidden), randtensor.Quant(r, graph.Q4, 40, hidden), randtensor.Quant(r, graph.Q8, 1, hidden)}},
 		{name: "matvec_fused_q4 matmuls (q/k/v)", op: "matmuls",
-			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 40, hidden), randQuant(r, graph.Q4, 24, hidden), randQuant(r, graph.Q4, 72, hidden)},
+			in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q4, 40, hidden), randtensor.Quant(r, graph.Q4, 24, hidden), randtensor.Quant(r, graph.Q4, 72, hidden)},
 			launch: func(e *env) []Launch {
 				a := kernels.MatvecArgs{X: e.in[0].addr, K: hidden, Mode: kernels.MatvecSeparate}
 				for i := 0; i < 3; i++ {
@@ -281,108 +282,108 @@ func Cases() []Case {
 				return matvecFused(e, a, 72, 3)
 			}},
 		{name: "matvec_fused_q4 swiglu", op: "matmul_swiglu",
-			in: []*ops.Tensor{randF32(r, 1, hidden), randQuant(r, graph.Q4, 64, hidden), randQuant(r, graph.Q4, 64, hidden)},
+			in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q4, 64, hidden), randtensor.Quant(r, graph.Q4, 64, hidden)},
 			launch: func(e *env) []Launch {
 				return matvecFused(e, kernels.MatvecArgs{W: [4]kernels.Weight{e.in[1].w, e.in[2].w}, Y: [4]uint64{e.out[0].addr}, M: [4]int32{64, 64},
 					X: e.in[0].addr, K: hidden, Mode: kernels.MatvecSwiGLU}, 64, 1)
 			}},
 		{name: "matvec_fused_q4 gated add", op: "matmul_gated_add",
-			in: []*ops.Tensor{randF32(r, 1, 64), randQuant(r, graph.Q4, hidden, 64), randF32(r, 1, 1), randF32(r, 1, hidden)},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 64), randtensor.Quant(r, graph.Q4, hidden, 64), randtensor.F32(r, 1, 1), randtensor.F32(r, 1, hidden)},
 			launch: func(e *env) []Launch {
 				return matvecFused(e, kernels.MatvecArgs{W: [4]kernels.Weight{e.in[1].w}, Y: [4]uint64{e.out[0].addr}, M: [4]int32{hidden},
 					X: e.in[0].addr, K: 64, RowGate: e.in[2].addr, Other: e.in[3].addr}, hidden, 1)
 			}},
 		{name: "matvec_fused_q4 sigmoid gate", op: "sigmoid_gate_matmul",
-			in: []*ops.Tensor{randF32(r, 1, 512), randF32(r, 1, 512), randQuant(r, graph.Q4, hidden, 512)},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 512), randtensor.F32(r, 1, 512), randtensor.Quant(r, graph.Q4, hidden, 512)},
 			launch: func(e *env) []Launch {
 				return matvecFused(e, kernels.MatvecArgs{W: [4]kernels.Weight{e.in[2].w}, Y: [4]uint64{e.out[0].addr}, M: [4]int32{hidden},
 					X: e.in[0].addr, XGate: e.in[1].addr, K: 512}, hidden, 1)
 			}},
-		{name: "rms_norm bf16 w", op: "rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 3, hidden), randBF16(r, hidden)}, launch: rmsNorm},
-		{name: "rms_norm D 300", op: "rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 2, 300), randF32(r, 300)}, launch: rmsNorm},
-		{name: "add_rms_norm", op: "add_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 3, hidden), randF32(r, 3, hidden), randBF16(r, hidden)},
+		{name: "rms_norm bf16 w", op: "rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randtensor.F32(r, 3, hidden), randtensor.BF16(r, hidden)}, launch: rmsNorm},
+		{name: "rms_norm D 300", op: "rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randtensor.F32(r, 2, 300), randtensor.F32(r, 300)}, launch: rmsNorm},
+		{name: "add_rms_norm", op: "add_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randtensor.F32(r, 3, hidden), randtensor.F32(r, 3, hidden), randtensor.BF16(r, hidden)},
 			launch: func(e *env) []Launch {
 				a := kernels.RMSNormArgs{X: e.in[0].addr, B: e.in[1].addr, S: e.out[0].addr, Y: e.out[1].addr, W: e.in[2].w, Rows: 3, D: hidden, Eps: 1e-6}
 				return []Launch{{kernels.KernelRMSNorm, [3]int{3, 1, 1}, rowBlock(hidden), a}}
 			}},
-		{name: "l2_norm", op: "l2_norm", attrs: graph.Attrs{"eps": 1e-6, "scale": 0.25}, in: []*ops.Tensor{randF32(r, 2, 3, 32)}, launch: l2},
+		{name: "l2_norm", op: "l2_norm", attrs: graph.Attrs{"eps": 1e-6, "scale": 0.25}, in: []*ops.Tensor{randtensor.F32(r, 2, 3, 32)}, launch: l2},
 		{name: "slice_l2_norm in place", op: "slice_l2_norm", attrs: graph.Attrs{"axis": 1, "start": 64, "end": 128, "shape": "[3,2,32]", "eps": 1e-6, "scale": 0.5},
-			in: []*ops.Tensor{randF32(r, 3, 384)}, launch: func(e *env) []Launch {
+			in: []*ops.Tensor{randtensor.F32(r, 3, 384)}, launch: func(e *env) []Launch {
 				return []Launch{{kernels.KernelL2Norm, [3]int{6, 1, 1}, 32, kernels.L2NormArgs{X: e.in[0].addr, Y: e.out[0].addr, Rows: 6, D: 32,
 					Eps: 1e-6, Scale: 0.5, RowsPerOuter: 2, OuterStride: 384, Start: 64}}}
 			}},
-		{name: "gated_rms_norm", op: "gated_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randF32(r, 2, 4, 64), randF32(r, 2, 4, 64), randBF16(r, 64)},
+		{name: "gated_rms_norm", op: "gated_rms_norm", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randtensor.F32(r, 2, 4, 64), randtensor.F32(r, 2, 4, 64), randtensor.BF16(r, 64)},
 			launch: func(e *env) []Launch {
 				return []Launch{{kernels.KernelGatedRMSNorm, [3]int{8, 1, 1}, 64, kernels.GatedRMSNormArgs{X: e.in[0].addr, Z: e.in[1].addr, Y: e.out[0].addr,
 					W: e.in[2].w, Rows: 8, D: 64, Eps: 1e-6}}}
 			}},
-		{name: "gdn_gates", op: "gdn_gates", in: []*ops.Tensor{randF32(r, 3, 4), randF32(r, 3, 4), randF32(r, 4), randBF16(r, 4)},
+		{name: "gdn_gates", op: "gdn_gates", in: []*ops.Tensor{randtensor.F32(r, 3, 4), randtensor.F32(r, 3, 4), randtensor.F32(r, 4), randtensor.BF16(r, 4)},
 			launch: func(e *env) []Launch {
 				return []Launch{{kernels.KernelGDNGates, elementGrid(12), 256, kernels.GDNGatesArgs{A: e.in[0].addr, B: e.in[1].addr, G: e.out[0].addr,
 					Beta: e.out[1].addr, ALog: e.in[2].w, DtBias: e.in[3].w, T: 3, Hv: 4}}}
 			}},
-		{name: "softplus (log1p)", op: "softplus", in: []*ops.Tensor{scaled(randF32(r, 2, 33), 8)}, launch: unaryLaunch(kernels.UnarySoftplus)},
-		{name: "silu", op: "silu", in: []*ops.Tensor{randF32(r, 2, 33)}, launch: unaryLaunch(kernels.UnarySiLU)},
-		{name: "sigmoid", op: "sigmoid", in: []*ops.Tensor{randF32(r, 2, 33)}, launch: unaryLaunch(kernels.UnarySigmoid)},
-		{name: "exp", op: "exp", in: []*ops.Tensor{randF32(r, 7)}, launch: unaryLaunch(kernels.UnaryExp)},
-		{name: "neg", op: "neg", in: []*ops.Tensor{randF32(r, 300)}, launch: unaryLaunch(kernels.UnaryNeg)},
-		{name: "add suffix bf16", op: "add", in: []*ops.Tensor{randF32(r, 3, 4), randBF16(r, 4)}, launch: binaryLaunch(kernels.BinaryAdd)},
-		{name: "mul dims of 1", op: "mul", in: []*ops.Tensor{randF32(r, 3, 4, 5), randF32(r, 3, 1, 5)}, launch: binaryLaunch(kernels.BinaryMul)},
-		{name: "swiglu", op: "swiglu", in: []*ops.Tensor{randF32(r, 2, 4, 8), randF32(r, 2, 4, 8)}, launch: binaryLaunch(kernels.BinarySwiGLU)},
-		{name: "slice", op: "slice", attrs: graph.Attrs{"axis": 1, "start": 3, "end": 10}, in: []*ops.Tensor{randF32(r, 3, 12, 2)}, exact: true,
+		{name: "softplus (log1p)", op: "softplus", in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 2, 33), 8)}, launch: unaryLaunch(kernels.UnarySoftplus)},
+		{name: "silu", op: "silu", in: []*ops.Tensor{randtensor.F32(r, 2, 33)}, launch: unaryLaunch(kernels.UnarySiLU)},
+		{name: "sigmoid", op: "sigmoid", in: []*ops.Tensor{randtensor.F32(r, 2, 33)}, launch: unaryLaunch(kernels.UnarySigmoid)},
+		{name: "exp", op: "exp", in: []*ops.Tensor{randtensor.F32(r, 7)}, launch: unaryLaunch(kernels.UnaryExp)},
+		{name: "neg", op: "neg", in: []*ops.Tensor{randtensor.F32(r, 300)}, launch: unaryLaunch(kernels.UnaryNeg)},
+		{name: "add suffix bf16", op: "add", in: []*ops.Tensor{randtensor.F32(r, 3, 4), randtensor.BF16(r, 4)}, launch: binaryLaunch(kernels.BinaryAdd)},
+		{name: "mul dims of 1", op: "mul", in: []*ops.Tensor{randtensor.F32(r, 3, 4, 5), randtensor.F32(r, 3, 1, 5)}, launch: binaryLaunch(kernels.BinaryMul)},
+		{name: "swiglu", op: "swiglu", in: []*ops.Tensor{randtensor.F32(r, 2, 4, 8), randtensor.F32(r, 2, 4, 8)}, launch: binaryLaunch(kernels.BinarySwiGLU)},
+		{name: "slice", op: "slice", attrs: graph.Attrs{"axis": 1, "start": 3, "end": 10}, in: []*ops.Tensor{randtensor.F32(r, 3, 12, 2)}, exact: true,
 			launch: func(e *env) []Launch {
 				return []Launch{{kernels.KernelSlice, elementGrid(42), 256, kernels.SliceArgs{X: e.in[0].addr, Y: e.out[0].addr, Outer: 3, N: 12, Start: 3, Len: 7, Inner: 2}}}
 			}},
-		{name: "rope", op: "rope", attrs: graph.Attrs{"dims": 16, "theta": 1e7}, in: []*ops.Tensor{randF32(r, 3, 8, headD)}, C: 11, launch: rope(false)},
+		{name: "rope", op: "rope", attrs: graph.Attrs{"dims": 16, "theta": 1e7}, in: []*ops.Tensor{randtensor.F32(r, 3, 8, headD)}, C: 11, launch: rope(false)},
 		{name: "rms_norm_rope", op: "rms_norm_rope", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
-			in: []*ops.Tensor{randF32(r, 3, 8, headD), randBF16(r, headD)}, C: 300, launch: rope(true)},
+			in: []*ops.Tensor{randtensor.F32(r, 3, 8, headD), randtensor.BF16(r, headD)}, C: 300, launch: rope(true)},
 		// gpu.Metal: rope reading the query heads in place from [query | gate] rows, and
 		// writing the keys into cache rows C..C+T-1.
 		{name: "slice_rms_norm_rope", op: "slice_rms_norm_rope", attrs: graph.Attrs{"axis": 2, "start": headD, "end": 2 * headD, "eps": 1e-6, "dims": 16, "theta": 1e7},
-			in: []*ops.Tensor{randF32(r, 3, 8, 2*headD), randBF16(r, headD)}, C: 300},
+			in: []*ops.Tensor{randtensor.F32(r, 3, 8, 2*headD), randtensor.BF16(r, headD)}, C: 300},
 		{name: "rms_norm_rope_append f32", op: "rms_norm_rope_append", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
-			in: []*ops.Tensor{cache(graph.F32, 16, 2, headD), randF32(r, 3, 2, headD), randBF16(r, headD)}, alias: map[int]int{0: 0}, C: 5},
+			in: []*ops.Tensor{cache(graph.F32, 16, 2, headD), randtensor.F32(r, 3, 2, headD), randtensor.BF16(r, headD)}, alias: map[int]int{0: 0}, C: 5},
 		{name: "rms_norm_rope_append bf16", op: "rms_norm_rope_append", attrs: graph.Attrs{"eps": 1e-6, "dims": 16, "theta": 1e7},
-			in: []*ops.Tensor{cache(graph.BF16, 16, 2, headD), randF32(r, 1, 2, headD), randBF16(r, headD)}, alias: map[int]int{0: 0}, C: 9},
-		{name: "kv_append f32", op: "kv_append", in: []*ops.Tensor{cache(graph.F32, 16, 1, headD), randF32(r, 3, 1, headD)}, alias: map[int]int{0: 0}, C: 5, exact: true, launch: kvAppend},
-		{name: "kv_append bf16 store", op: "kv_append", in: []*ops.Tensor{cache(graph.BF16, 16, 1, headD), randF32(r, 2, 1, headD)}, alias: map[int]int{0: 0}, C: 9, exact: true, launch: kvAppend},
-		{name: "attention 16 heads per kv head", op: "attention", attrs: graph.Attrs{"scale": 0.1}, in: []*ops.Tensor{randF32(r, 2, 16, 32), randF32(r, 16, 1, 32), randF32(r, 16, 1, 32)}, C: 3,
+			in: []*ops.Tensor{cache(graph.BF16, 16, 2, headD), randtensor.F32(r, 1, 2, headD), randtensor.BF16(r, headD)}, alias: map[int]int{0: 0}, C: 9},
+		{name: "kv_append f32", op: "kv_append", in: []*ops.Tensor{cache(graph.F32, 16, 1, headD), randtensor.F32(r, 3, 1, headD)}, alias: map[int]int{0: 0}, C: 5, exact: true, launch: kvAppend},
+		{name: "kv_append bf16 store", op: "kv_append", in: []*ops.Tensor{cache(graph.BF16, 16, 1, headD), randtensor.F32(r, 2, 1, headD)}, alias: map[int]int{0: 0}, C: 9, exact: true, launch: kvAppend},
+		{name: "attention 16 heads per kv head", op: "attention", attrs: graph.Attrs{"scale": 0.1}, in: []*ops.Tensor{randtensor.F32(r, 2, 16, 32), randtensor.F32(r, 16, 1, 32), randtensor.F32(r, 16, 1, 32)}, C: 3,
 			launch: func(e *env) []Launch {
 				a := attentionArgs(e, 0.1, 1)
 				return []Launch{{kernels.KernelAttention, [3]int{int(a.NH), int(a.T), 1}, 256, a}}
 			}},
 		{name: "attention_gqa prefill", op: "attention", attrs: graph.Attrs{"scale": 0.125},
-			in: []*ops.Tensor{randF32(r, 3, 8, headD), cache(graph.F32, 16, 1, headD), cache(graph.F32, 16, 1, headD)}, C: 7, launch: attentionGQA(0.125, 1)},
+			in: []*ops.Tensor{randtensor.F32(r, 3, 8, headD), cache(graph.F32, 16, 1, headD), cache(graph.F32, 16, 1, headD)}, C: 7, launch: attentionGQA(0.125, 1)},
 		{name: "attention_gqa decode bf16 cache", op: "attention", attrs: graph.Attrs{"scale": 0.125},
-			in: []*ops.Tensor{randF32(r, 1, 8, headD), cache(graph.BF16, 48, 1, headD), cache(graph.BF16, 48, 1, headD)}, C: 40, launch: attentionGQA(0.125, 1)},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 8, headD), cache(graph.BF16, 48, 1, headD), cache(graph.BF16, 48, 1, headD)}, C: 40, launch: attentionGQA(0.125, 1)},
 		// Decode attention split over key ranges (the plan's split-attention), through the
 		// shared GPU lowering: attention_gqa writes each range's partial state (8-key tiles
 		// on Metal inside 16-key ranges), attention_merge combines them.
 		{name: "attention_partial decode", op: "attention_partial", attrs: graph.Attrs{"scale": 0.125, "splits": 4, "key_block": kernels.AttnKeyBlock},
-			in: []*ops.Tensor{randF32(r, 1, 8, headD), cache(graph.F32, 80, 1, headD), cache(graph.F32, 80, 1, headD)}, C: 70},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 8, headD), cache(graph.F32, 80, 1, headD), cache(graph.F32, 80, 1, headD)}, C: 70},
 		{name: "attention_partial 2 tokens bf16", op: "attention_partial", attrs: graph.Attrs{"scale": 0.125, "splits": 3, "key_block": kernels.AttnKeyBlock},
-			in: []*ops.Tensor{randF32(r, 2, 8, headD), cache(graph.BF16, 40, 1, headD), cache(graph.BF16, 40, 1, headD)}, C: 20},
+			in: []*ops.Tensor{randtensor.F32(r, 2, 8, headD), cache(graph.BF16, 40, 1, headD), cache(graph.BF16, 40, 1, headD)}, C: 20},
 		{name: "attention_merge", op: "attention_merge", in: []*ops.Tensor{partials(r, 2, 8, 5, headD)}},
 		{name: "attention_gqa 2 kv heads D 256", op: "attention", attrs: graph.Attrs{"scale": 0.0625},
-			in: []*ops.Tensor{randF32(r, 2, 4, 256), cache(graph.F32, 12, 2, 256), cache(graph.F32, 12, 2, 256)}, C: 9, launch: attentionGQA(0.0625, 1)},
-		{name: "conv1d bf16 state", op: "conv1d", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96), randBF16(r, 96, 4)}, alias: map[int]int{1: 1}, launch: conv(0)},
-		{name: "conv1d_silu", op: "conv1d_silu", in: []*ops.Tensor{randF32(r, 5, 384), randF32(r, 3, 384), randBF16(r, 384, 4)}, alias: map[int]int{1: 1}, launch: conv(1)},
+			in: []*ops.Tensor{randtensor.F32(r, 2, 4, 256), cache(graph.F32, 12, 2, 256), cache(graph.F32, 12, 2, 256)}, C: 9, launch: attentionGQA(0.0625, 1)},
+		{name: "conv1d bf16 state", op: "conv1d", in: []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.BF16(r, 3, 96), randtensor.BF16(r, 96, 4)}, alias: map[int]int{1: 1}, launch: conv(0)},
+		{name: "conv1d_silu", op: "conv1d_silu", in: []*ops.Tensor{randtensor.F32(r, 5, 384), randtensor.F32(r, 3, 384), randtensor.BF16(r, 384, 4)}, alias: map[int]int{1: 1}, launch: conv(1)},
 		// Eight token slices of 2 (windows reaching back across slices into the state) and
 		// channels not a multiple of a group's 32.
-		{name: "conv1d 13 tokens in 8 slices", op: "conv1d", in: []*ops.Tensor{randF32(r, 13, 70), randF32(r, 3, 70), randBF16(r, 70, 4)}, alias: map[int]int{1: 1}, launch: conv(0)},
+		{name: "conv1d 13 tokens in 8 slices", op: "conv1d", in: []*ops.Tensor{randtensor.F32(r, 13, 70), randtensor.F32(r, 3, 70), randtensor.BF16(r, 70, 4)}, alias: map[int]int{1: 1}, launch: conv(0)},
 		{name: "gated_delta", op: "gated_delta", attrs: graph.Attrs{"form": "recurrent", "chunk": 64},
-			in:    []*ops.Tensor{scaled(randF32(r, 3, 2, 32), 0.2), scaled(randF32(r, 3, 2, 32), 0.2), randF32(r, 3, 4, 64), scaled(randF32(r, 3, 4), 0.1), randF32(r, 3, 4), randF32(r, 4, 32, 64)},
+			in:    []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 3, 2, 32), 0.2), randtensor.Scaled(randtensor.F32(r, 3, 2, 32), 0.2), randtensor.F32(r, 3, 4, 64), randtensor.Scaled(randtensor.F32(r, 3, 4), 0.1), randtensor.F32(r, 3, 4), randtensor.F32(r, 4, 32, 64)},
 			alias: map[int]int{1: 5}, launch: gatedDelta},
 		// The fused GDN decode step (fuse-gdn-prologue) and the conv state's shift after it,
 		// through gpu.Metal's lowering: GQA 2 and 1, bf16 and f32 conv state, Dv not a
 		// multiple of the 4 columns a group takes.
 		gdnStep(r, "gated_delta_step Hk 2 Hv 4 Dk 32 Dv 24 bf16 conv state", 2, 4, 32, 24, graph.BF16),
 		gdnStep(r, "gated_delta_step Hk = Hv 3 Dk 64 Dv 7", 3, 3, 64, 7, graph.F32),
-		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 1, 96), randBF16(r, 3, 96)}, alias: map[int]int{0: 1}, exact: true},
-		{name: "conv_state_shift 5 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randF32(r, 5, 40), randF32(r, 3, 40)}, alias: map[int]int{0: 1}, exact: true},
+		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.BF16(r, 3, 96)}, alias: map[int]int{0: 1}, exact: true},
+		{name: "conv_state_shift 5 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 5, 40), randtensor.F32(r, 3, 40)}, alias: map[int]int{0: 1}, exact: true},
 		{name: "router ties", op: "router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{tied(r, 5, 16)}, launch: router},
 		{name: "router 256 experts ties", op: "router", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{tied(r, 3, 256)}, launch: router},
-		{name: "moe_combine", op: "moe_combine", in: []*ops.Tensor{randF32(r, 3, 4, 40), randF32(r, 3, 4)}, launch: func(e *env) []Launch {
+		{name: "moe_combine", op: "moe_combine", in: []*ops.Tensor{randtensor.F32(r, 3, 4, 40), randtensor.F32(r, 3, 4)}, launch: func(e *env) []Launch {
 			return []Launch{{kernels.KernelMoECombine, elementGrid(120), 256, kernels.CombineArgs{Y: e.in[0].addr, W: e.in[1].addr, Out: e.out[0].addr, T: 3, K: 4, H: 40}}}
 		}},
 		{name: "argmax ties", op: "argmax", in: []*ops.Tensor{argTies}, launch: argmax},
@@ -393,14 +394,14 @@ func Cases() []Case {
 		// heads of 4 chunks, the second pass over K half empty; the GDN's 32 heads of 128 in
 		// row groups of 128 lanes.
 		{name: "gated_rms_norm_matvec_q4", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]", gpu.AttrGatedNormMatvec: int64(1)},
-			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, 40, 256)}},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 4, 64), randtensor.F32(r, 1, 4, 64), randtensor.BF16(r, 64), randtensor.Quant(r, graph.Q4, 40, 256)}},
 		{name: "gated_rms_norm_matvec_q4 partial pass", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,384]", gpu.AttrGatedNormMatvec: int64(1)},
-			in: []*ops.Tensor{randF32(r, 1, 3, 128), randF32(r, 1, 3, 128), randF32(r, 128), randQuant(r, graph.Q4, 72, 384)}},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 3, 128), randtensor.F32(r, 1, 3, 128), randtensor.F32(r, 128), randtensor.Quant(r, graph.Q4, 72, 384)}},
 		{name: "gated_rms_norm_matvec_q4 gdn heads", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,4096]", gpu.AttrGatedNormMatvec: int64(1)},
-			in: []*ops.Tensor{randF32(r, 1, 32, 128), randF32(r, 1, 32, 128), randBF16(r, 128), randQuant(r, graph.Q4, 20, 4096)}},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 32, 128), randtensor.F32(r, 1, 32, 128), randtensor.BF16(r, 128), randtensor.Quant(r, graph.Q4, 20, 4096)}},
 		// Fused ops that run as two launches, the second reading the first's scratch.
 		{name: "gated_rms_norm_matmul decode", op: "gated_rms_norm_matmul", attrs: graph.Attrs{"eps": 1e-6, "shape": "[1,256]", gpu.AttrGatedNormMatvec: int64(1)},
-			in: []*ops.Tensor{randF32(r, 1, 4, 64), randF32(r, 1, 4, 64), randBF16(r, 64), randQuant(r, graph.Q4, hidden, 256)},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 4, 64), randtensor.F32(r, 1, 4, 64), randtensor.BF16(r, 64), randtensor.Quant(r, graph.Q4, hidden, 256)},
 			launch: func(e *env) []Launch {
 				normed := e.work(4 * 256)
 				mm := kernels.MatmulArgs{W: e.in[3].w, X: normed, Y: e.out[0].addr, Rows: 1, M: hidden, K: 256}
@@ -409,7 +410,7 @@ func Cases() []Case {
 					{kernels.KernelMatvecQ4, [3]int{ceilDiv(hidden, kernels.MatvecRowsPerGroup(256)), 1, 1}, kernels.MatvecThreads, mm},
 				}
 			}},
-		{name: "matmul_router", op: "matmul_router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randF32(r, 3, hidden), randQuant(r, graph.Q8, 16, hidden)},
+		{name: "matmul_router", op: "matmul_router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randtensor.F32(r, 3, hidden), randtensor.Quant(r, graph.Q8, 16, hidden)},
 			launch: func(e *env) []Launch {
 				logits := e.work(4 * 3 * 16)
 				return []Launch{
@@ -424,14 +425,14 @@ func Cases() []Case {
 // and 3 channels past them, the conv state has the given dtype.
 func gdnStep(r *rand.Rand, name string, Hk, Hv, Dk, Dv int, state graph.DType) Case {
 	CD := 2*Hk*Dk + Hv*Dv + 3
-	st := randF32(r, 3, CD)
+	st := randtensor.F32(r, 3, CD)
 	if state == graph.BF16 {
-		st = randBF16(r, 3, CD)
+		st = randtensor.BF16(r, 3, CD)
 	}
 	return Case{name: name, op: "gated_delta_step",
 		attrs: graph.Attrs{"key_heads": int64(Hk), "q_start": int64(0), "k_start": int64(Hk * Dk), "v_start": int64(2 * Hk * Dk),
 			"q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(Dk)), "k_eps": 1e-6, "k_scale": 1.0, "form": "recurrent", "chunk": int64(64)},
-		in: []*ops.Tensor{randF32(r, 1, CD), randF32(r, 1, Hv), randF32(r, 1, Hv), st, randBF16(r, CD, 4), scaled(randF32(r, Hv), 0.5),
-			randBF16(r, Hv), scaled(randF32(r, Hv, Dk, Dv), 0.3)},
+		in: []*ops.Tensor{randtensor.F32(r, 1, CD), randtensor.F32(r, 1, Hv), randtensor.F32(r, 1, Hv), st, randtensor.BF16(r, CD, 4), randtensor.Scaled(randtensor.F32(r, Hv), 0.5),
+			randtensor.BF16(r, Hv), randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3)},
 		alias: map[int]int{1: 7}}
 }

@@ -16,20 +16,9 @@ import (
 
 	"pistil/gpu"
 	"pistil/graph"
-	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/plan"
-)
-
-// The cases' random tensors, the same generators as the CUDA backend's per-op tests.
-var (
-	randF32   = randtensor.F32
-	scaled    = randtensor.Scaled
-	randBF16  = randtensor.BF16
-	randQuant = randtensor.Quant
-	ids       = randtensor.IDs
-	routed    = randtensor.Routed
 )
 
 // Device is device memory with kernels to run on it: Alloc reserves n bytes filled with

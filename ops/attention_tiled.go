@@ -176,12 +176,18 @@ func grow(b *[]float32, n int) []float32 {
 // attnScratch is one worker's buffers.
 type attnScratch struct {
 	q, s, k, v []float32
+	m, l, o    []float32 // attendRange's running maximum, sum and output (KVH heads)
+	bm         []float32 // a key block's row maxima
 }
 
 // ensure sizes the buffers for KVH heads of rows packed query rows of D.
 func (sc *attnScratch) ensure(KVH, rows, D int, convert bool) {
 	grow(&sc.q, KVH*rows*D)
 	grow(&sc.s, attnKeyBlock*rows)
+	grow(&sc.m, KVH*rows)
+	grow(&sc.l, KVH*rows)
+	grow(&sc.o, KVH*rows*D)
+	grow(&sc.bm, rows)
 	if convert {
 		grow(&sc.k, attnKeyBlock*D)
 		grow(&sc.v, attnKeyBlock*D)
@@ -213,19 +219,27 @@ func packQueries(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, ds
 // for mergeParts. qp, m, l and op hold the heads one after the other (rows rows each).
 // Each key block is done for every head before the next, so the cache rows it reads
 // (all heads side by side) are used whole while they are in the cache.
+//
+// The running m, l and output live in the worker's scratch until the range is done: the
+// items' partials lie side by side, and two workers updating neighbouring items' m and l
+// after every key block shared their cache lines (a decode step's items have 8 rows: 32
+// bytes of m each).
 func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C int, kc, vc *Tensor,
-	m, l, op []float32, sc *attnScratch) {
+	outM, outL, outO []float32, sc *attnScratch) {
 	KVH := kc.Shape[1]
 	neg := float32(math.Inf(-1))
+	m, l := sc.m[:len(outM)], sc.l[:len(outL)]
+	op := sc.o[:len(outO)]
 	for i := range m {
 		m[i], l[i] = neg, 0
 	}
 	clear(op)
-	var blockMax [1024]float32
-	if rows > len(blockMax) {
-		panic("ops: attention query block too large")
-	}
-	bm := blockMax[:rows]
+	defer func() {
+		copy(outM, m)
+		copy(outL, l)
+		copy(outO, op)
+	}()
+	bm := sc.bm[:rows]
 	for j0 := it.k0; j0 < it.k1; j0 += attnKeyBlock {
 		nk := min(attnKeyBlock, it.k1-j0)
 		for kvh := 0; kvh < KVH; kvh++ {

@@ -29,6 +29,37 @@ func attnScoresAVX512(q *float32, nq, D int, k *float32, kStride, nk int, s *flo
 //go:noescape
 func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32)
 
+//go:noescape
+func attnExp2Sum16AVX512(s *float32, n, stride int, m, l *float32)
+
+// exp2SumAVX512 is attnKernels.exp2Sum sixteen lanes at a time: 16 rows of every key
+// when nq is a multiple of 16; two keys' 8 rows (m and l doubled) when nq is 8, a last
+// odd key through the AVX2 kernel; other row counts through the AVX2 kernel.
+func exp2SumAVX512(s []float32, nq, nk int, m, l []float32) {
+	checkAttn(nq, 16, nk, len(s) >= nk*nq && len(m) >= nq && len(l) >= nq)
+	switch {
+	case nq%16 == 0:
+		for r := 0; r < nq; r += 16 {
+			attnExp2Sum16AVX512(&s[r], nk, 4*nq, &m[r], &l[r])
+		}
+	case nq == 8:
+		var m2, l2 [16]float32
+		copy(m2[:8], m[:8])
+		copy(m2[8:], m[:8])
+		if nk >= 2 {
+			attnExp2Sum16AVX512(&s[0], nk/2, 64, &m2[0], &l2[0])
+			for i := range 8 {
+				l[i] += l2[i] + l2[8+i]
+			}
+		}
+		if nk%2 == 1 {
+			attnExp2SumAVX2(&s[(nk-1)*8], 8, 1, &m[0], &l[0])
+		}
+	default:
+		attnExp2SumAVX2(&s[0], nq, nk, &m[0], &l[0])
+	}
+}
+
 var avx2AttnKernels = &attnKernels{
 	name: "avx2",
 	scores: func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
@@ -54,7 +85,7 @@ var avx2AttnKernels = &attnKernels{
 }
 
 // avx512AttnKernels: the scores and the value accumulation in 512-bit registers (two rows
-// per FMA); the softmax's row maximum and exponentials, a small share, stay AVX2. The
+// per FMA), and the softmax's exponentials; its row maximum, a small share, stays AVX2. The
 // accumulation takes D in blocks of 32 (the AVX2 kernel takes the other head dims).
 var avx512AttnKernels = &attnKernels{
 	name: "avx512",
@@ -71,7 +102,7 @@ var avx512AttnKernels = &attnKernels{
 		attnAccumAVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0])
 	},
 	rowMax:   avx2AttnKernels.rowMax,
-	exp2Sum:  avx2AttnKernels.exp2Sum,
+	exp2Sum:  exp2SumAVX512,
 	prefetch: avx2AttnKernels.prefetch,
 }
 

@@ -333,3 +333,70 @@ akeys:
 	JLT  agroup
 	VZEROUPPER
 	RET
+
+// The exponential's constants, those of attention_amd64.s's AVX2 kernel.
+DATA e16Const<>+0(SB)/4, $-125.0
+DATA e16Const<>+4(SB)/4, $0.6931471805599453
+DATA e16Const<>+8(SB)/4, $1.0
+DATA e16Const<>+12(SB)/4, $0.001388888888888889
+DATA e16Const<>+16(SB)/4, $0.008333333333333333
+DATA e16Const<>+20(SB)/4, $0.041666666666666664
+DATA e16Const<>+24(SB)/4, $0.16666666666666666
+DATA e16Const<>+28(SB)/4, $0.5
+DATA e16Const<>+32(SB)/4, $127
+GLOBL e16Const<>(SB), RODATA|NOPTR, $36
+
+// func attnExp2Sum16AVX512(s *float32, n, stride int, m, l *float32)
+// For the n runs of 16 floats at s, stride bytes apart: s = 2^(s - m) as exp2f computes
+// it (the AVX2 kernel's steps; 0 where s - m is below -125), l += s, lane by lane (m and l
+// are 16 floats). The softmax of a key block: 16 rows per run (nq a multiple of 16), or
+// two keys' 8 rows (nq = 8, m and l doubled by the caller).
+TEXT ·attnExp2Sum16AVX512(SB), NOSPLIT, $0-40
+	MOVQ         s+0(FP), DI
+	MOVQ         n+8(FP), CX
+	MOVQ         stride+16(FP), R9
+	MOVQ         m+24(FP), DX
+	MOVQ         l+32(FP), BX
+	VMOVUPS      (DX), Z0
+	VMOVUPS      (BX), Z6
+	VBROADCASTSS e16Const<>+0(SB), Z16
+	VBROADCASTSS e16Const<>+4(SB), Z17
+	VBROADCASTSS e16Const<>+8(SB), Z18
+	VBROADCASTSS e16Const<>+12(SB), Z19
+	VBROADCASTSS e16Const<>+16(SB), Z20
+	VBROADCASTSS e16Const<>+20(SB), Z21
+	VBROADCASTSS e16Const<>+24(SB), Z22
+	VBROADCASTSS e16Const<>+28(SB), Z23
+	VPBROADCASTD e16Const<>+32(SB), Z24
+	TESTQ        CX, CX
+	JZ           e16done
+
+e16loop:
+	VMOVUPS     (DI), Z1
+	VSUBPS      Z0, Z1, Z1          // x = s - m
+	VCMPPS      $0x1d, Z16, Z1, K1  // x >= -125 (else 0)
+	VRNDSCALEPS $0, Z1, Z3          // n
+	VSUBPS      Z3, Z1, Z4
+	VMULPS      Z17, Z4, Z4         // f = (x - n)·ln2
+	VMOVAPS     Z19, Z5
+	VFMADD213PS Z20, Z4, Z5
+	VFMADD213PS Z21, Z4, Z5
+	VFMADD213PS Z22, Z4, Z5
+	VFMADD213PS Z23, Z4, Z5
+	VFMADD213PS Z18, Z4, Z5
+	VFMADD213PS Z18, Z4, Z5         // e^f
+	VCVTPS2DQ   Z3, Z3
+	VPADDD      Z24, Z3, Z3
+	VPSLLD      $23, Z3, Z3         // 2^n
+	VMULPS.Z    Z3, Z5, K1, Z5
+	VMOVUPS     Z5, (DI)
+	VADDPS      Z5, Z6, Z6
+	ADDQ        R9, DI
+	DECQ        CX
+	JNZ         e16loop
+
+e16done:
+	VMOVUPS Z6, (BX)
+	VZEROUPPER
+	RET
+

@@ -1,7 +1,9 @@
 package ops
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"sync"
 
 	"pistil/graph"
@@ -46,8 +48,35 @@ type attnKernels struct {
 // it to check every set.
 var attnFast = goAttnKernels
 
-// attnKernelSets lists the sets this machine can run, for the tests.
+// attnKernelSets lists the sets this machine can run, slowest first (the tests run each).
 var attnKernelSets = []*attnKernels{goAttnKernels}
+
+// AttentionKernelNames are the names SetAttentionKernel knows on some machine.
+var AttentionKernelNames = []string{"go", "avx2", "avx512"}
+
+// AttentionKernel names the tiled attention's kernel set in use.
+func AttentionKernel() string { return attnFast.name }
+
+// SetAttentionKernel makes the tiled attention (the fast kernels' attention) run the named
+// kernel set, process-wide: "go" (the portable loops), "avx2", "avx512" (those this
+// machine has); "" the fastest. pipeline.toml's [cpu] attention_kernel; the sets differ
+// only in the order of float32 sums (TestTiledAttentionMatchesReference holds each to
+// the scalar oracle).
+func SetAttentionKernel(name string) error {
+	if name == "" {
+		attnFast = attnKernelSets[len(attnKernelSets)-1]
+		return nil
+	}
+	var names []string
+	for _, k := range attnKernelSets {
+		if k.name == name {
+			attnFast = k
+			return nil
+		}
+		names = append(names, k.name)
+	}
+	return fmt.Errorf("attention kernel %q: this machine has %s", name, strings.Join(names, ", "))
+}
 
 const (
 	attnKeyBlock = 64       // keys per score block

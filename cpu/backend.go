@@ -37,6 +37,13 @@ func init() {
 				return nil, fmt.Errorf("%s: %w", from, err)
 			}
 		}
+		// The tiled attention's kernel set: pipeline.toml's [cpu] attention_kernel was
+		// applied by pipeline.ExecOptions; the environment's, if set, overrides it.
+		if env := os.Getenv(AttentionKernelEnv); env != "" {
+			if err := ops.SetAttentionKernel(env); err != nil {
+				return nil, fmt.Errorf("%s: %w", AttentionKernelEnv, err)
+			}
+		}
 		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations}, nil
 	})
 }
@@ -44,6 +51,10 @@ func init() {
 // Int8KernelEnv names the environment variable that picks the int8 activations' kernel
 // by name (ops.SetInt8Kernel).
 const Int8KernelEnv = "PISTIL_CPU_INT8_KERNEL"
+
+// AttentionKernelEnv names the environment variable that picks the tiled attention's
+// kernel set by name (ops.SetAttentionKernel: "avx512", "avx2", "go").
+const AttentionKernelEnv = "PISTIL_CPU_ATTENTION_KERNEL"
 
 // Backend is the CPU backend. Workers is the goroutine count the references split heavy
 // loops across (0: every core).

@@ -21,6 +21,45 @@ func attnExp2SumAVX2(s *float32, nq, nk int, m, l *float32)
 //go:noescape
 func attnPrefetchRows(p *float32, stride, n, D int)
 
+// AVX-512 kernels of the two dot-product loops (attention_avx512_amd64.s).
+
+//go:noescape
+func attnScoresAVX512(q *float32, nq, D int, k *float32, kStride, nk int, s *float32)
+
+//go:noescape
+func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32)
+
+//go:noescape
+func attnExp2Sum16AVX512(s *float32, n, stride int, m, l *float32)
+
+// exp2SumAVX512 is attnKernels.exp2Sum sixteen lanes at a time: 16 rows of every key
+// when nq is a multiple of 16; two keys' 8 rows (m and l doubled) when nq is 8, a last
+// odd key through the AVX2 kernel; other row counts through the AVX2 kernel.
+func exp2SumAVX512(s []float32, nq, nk int, m, l []float32) {
+	checkAttn(nq, 16, nk, len(s) >= nk*nq && len(m) >= nq && len(l) >= nq)
+	switch {
+	case nq%16 == 0:
+		for r := 0; r < nq; r += 16 {
+			attnExp2Sum16AVX512(&s[r], nk, 4*nq, &m[r], &l[r])
+		}
+	case nq == 8:
+		var m2, l2 [16]float32
+		copy(m2[:8], m[:8])
+		copy(m2[8:], m[:8])
+		if nk >= 2 {
+			attnExp2Sum16AVX512(&s[0], nk/2, 64, &m2[0], &l2[0])
+			for i := range 8 {
+				l[i] += l2[i] + l2[8+i]
+			}
+		}
+		if nk%2 == 1 {
+			attnExp2SumAVX2(&s[(nk-1)*8], 8, 1, &m[0], &l[0])
+		}
+	default:
+		attnExp2SumAVX2(&s[0], nq, nk, &m[0], &l[0])
+	}
+}
+
 var avx2AttnKernels = &attnKernels{
 	name: "avx2",
 	scores: func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
@@ -45,6 +84,28 @@ var avx2AttnKernels = &attnKernels{
 	},
 }
 
+// avx512AttnKernels: the scores and the value accumulation in 512-bit registers (two rows
+// per FMA), and the softmax's exponentials; its row maximum, a small share, stays AVX2. The
+// accumulation takes D in blocks of 32 (the AVX2 kernel takes the other head dims).
+var avx512AttnKernels = &attnKernels{
+	name: "avx512",
+	scores: func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
+		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
+		attnScoresAVX512(&q[0], nq, D, &k[0], kStride, nk, &s[0])
+	},
+	accum: func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32) {
+		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
+		if D%32 != 0 {
+			attnAccumAVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
+			return
+		}
+		attnAccumAVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0])
+	},
+	rowMax:   avx2AttnKernels.rowMax,
+	exp2Sum:  exp2SumAVX512,
+	prefetch: avx2AttnKernels.prefetch,
+}
+
 func checkAttn(nq, D, nk int, lengthsOK bool) {
 	if nq <= 0 || nq%8 != 0 || D <= 0 || D%16 != 0 || nk <= 0 || !lengthsOK {
 		panic("ops: attention kernel called with a bad shape or a short slice")
@@ -55,5 +116,9 @@ func init() {
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		attnFast = avx2AttnKernels
 		attnKernelSets = append(attnKernelSets, avx2AttnKernels)
+		if cpu.X86.HasAVX512F {
+			attnFast = avx512AttnKernels
+			attnKernelSets = append(attnKernelSets, avx512AttnKernels)
+		}
 	}
 }

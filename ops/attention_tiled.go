@@ -1,7 +1,9 @@
 package ops
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"sync"
 
 	"pistil/graph"
@@ -46,8 +48,35 @@ type attnKernels struct {
 // it to check every set.
 var attnFast = goAttnKernels
 
-// attnKernelSets lists the sets this machine can run, for the tests.
+// attnKernelSets lists the sets this machine can run, slowest first (the tests run each).
 var attnKernelSets = []*attnKernels{goAttnKernels}
+
+// AttentionKernelNames are the names SetAttentionKernel knows on some machine.
+var AttentionKernelNames = []string{"go", "avx2", "avx512"}
+
+// AttentionKernel names the tiled attention's kernel set in use.
+func AttentionKernel() string { return attnFast.name }
+
+// SetAttentionKernel makes the tiled attention (the fast kernels' attention) run the named
+// kernel set, process-wide: "go" (the portable loops), "avx2", "avx512" (those this
+// machine has); "" the fastest. pipeline.toml's [cpu] attention_kernel; the sets differ
+// only in the order of float32 sums (TestTiledAttentionMatchesReference holds each to
+// the scalar oracle).
+func SetAttentionKernel(name string) error {
+	if name == "" {
+		attnFast = attnKernelSets[len(attnKernelSets)-1]
+		return nil
+	}
+	var names []string
+	for _, k := range attnKernelSets {
+		if k.name == name {
+			attnFast = k
+			return nil
+		}
+		names = append(names, k.name)
+	}
+	return fmt.Errorf("attention kernel %q: this machine has %s", name, strings.Join(names, ", "))
+}
 
 const (
 	attnKeyBlock = 64       // keys per score block
@@ -176,12 +205,18 @@ func grow(b *[]float32, n int) []float32 {
 // attnScratch is one worker's buffers.
 type attnScratch struct {
 	q, s, k, v []float32
+	m, l, o    []float32 // attendRange's running maximum, sum and output (KVH heads)
+	bm         []float32 // a key block's row maxima
 }
 
 // ensure sizes the buffers for KVH heads of rows packed query rows of D.
 func (sc *attnScratch) ensure(KVH, rows, D int, convert bool) {
 	grow(&sc.q, KVH*rows*D)
 	grow(&sc.s, attnKeyBlock*rows)
+	grow(&sc.m, KVH*rows)
+	grow(&sc.l, KVH*rows)
+	grow(&sc.o, KVH*rows*D)
+	grow(&sc.bm, rows)
 	if convert {
 		grow(&sc.k, attnKeyBlock*D)
 		grow(&sc.v, attnKeyBlock*D)
@@ -213,19 +248,27 @@ func packQueries(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, ds
 // for mergeParts. qp, m, l and op hold the heads one after the other (rows rows each).
 // Each key block is done for every head before the next, so the cache rows it reads
 // (all heads side by side) are used whole while they are in the cache.
+//
+// The running m, l and output live in the worker's scratch until the range is done: the
+// items' partials lie side by side, and two workers updating neighbouring items' m and l
+// after every key block shared their cache lines (a decode step's items have 8 rows: 32
+// bytes of m each).
 func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C int, kc, vc *Tensor,
-	m, l, op []float32, sc *attnScratch) {
+	outM, outL, outO []float32, sc *attnScratch) {
 	KVH := kc.Shape[1]
 	neg := float32(math.Inf(-1))
+	m, l := sc.m[:len(outM)], sc.l[:len(outL)]
+	op := sc.o[:len(outO)]
 	for i := range m {
 		m[i], l[i] = neg, 0
 	}
 	clear(op)
-	var blockMax [1024]float32
-	if rows > len(blockMax) {
-		panic("ops: attention query block too large")
-	}
-	bm := blockMax[:rows]
+	defer func() {
+		copy(outM, m)
+		copy(outL, l)
+		copy(outO, op)
+	}()
+	bm := sc.bm[:rows]
 	for j0 := it.k0; j0 < it.k1; j0 += attnKeyBlock {
 		nk := min(attnKeyBlock, it.k1-j0)
 		for kvh := 0; kvh < KVH; kvh++ {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"pistil/graph"
@@ -98,6 +99,7 @@ func BenchmarkAttention(b *testing.B) {
 	}{
 		{"tiny/decode-8192", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}, 1},
 		{"tiny/decode-8192-rotating", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}, 8},
+		{"tiny/decode-8192-two-layers", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}, 2},
 		{"tiny/prefill-512-at-16384", attnCase{T: 512, C: 16384, NH: 8, KVH: 1, D: 64}, 1},
 		{"full/decode-4096", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 1},
 		{"full/decode-4096-rotating", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 4},
@@ -129,6 +131,7 @@ func BenchmarkAttention(b *testing.B) {
 				env := &Env{Bind: graph.Bindings{T: c.T, C: c.C, N: N}, Workers: 2, Kernels: kernels}
 				b.SetBytes(int64(2 * N * c.KVH * c.D * kcs[0].DType.Bits() / 8))
 				i := 0
+				cpu0 := processCPU()
 				for b.Loop() {
 					if err := refAttention(env, v, []*Tensor{q, kcs[i], vcs[i]}, []*Tensor{out}); err != nil {
 						b.Fatal(err)
@@ -136,7 +139,79 @@ func BenchmarkAttention(b *testing.B) {
 					i = (i + 1) % c.caches
 				}
 				b.ReportMetric(float64(flops)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				// The process's CPU time per call: on a machine shared with other work, less
+				// moved by time slicing than the wall time (it still counts their cache misses).
+				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
+	}
+}
+
+// TestAttnKernelsMatchGo: each kernel set's inner loops against the portable ones, over
+// row counts (8: decode's query heads of one KV head; 16 and 32: the 16-lane paths; 24
+// the rest), key counts (odd ones take the AVX-512 exponential's last-key path, fewer
+// than 4 the score kernel's one-key loop) and head dims (D%32 != 0 takes the AVX2
+// value sums under avx512), within float32 rounding of their
+// sums (relative 1e-6 per term).
+func TestAttnKernelsMatchGo(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	randf := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	for _, k := range attnKernelSets {
+		for _, nq := range []int{8, 16, 24, 32} {
+			for _, nk := range []int{1, 2, 3, 5, 64} {
+				for _, D := range []int{16, 48, 64, 256} {
+					stride := 2 * D // two KV heads side by side
+					q, kv := randf(nq*D), randf((nk-1)*stride+D)
+					want, got := make([]float32, nk*nq), make([]float32, nk*nq)
+					scoresGo(q, nq, D, kv, stride, nk, want)
+					k.scores(q, nq, D, kv, stride, nk, got)
+					near(t, k.name+" scores", got, want, 1e-6*float64(D))
+
+					m, l := make([]float32, nq), randf(nq)
+					for i := range m {
+						m[i] = float32(math.Inf(-1))
+					}
+					wm, wl, gm, gl := append([]float32(nil), m...), append([]float32(nil), l...), append([]float32(nil), m...), append([]float32(nil), l...)
+					rowMaxGo(want, nq, nk, wm)
+					k.rowMax(want, nq, nk, gm)
+					near(t, k.name+" rowMax", gm, wm, 0)
+					copy(got, want)
+					exp2SumGo(want, nq, nk, wm, wl)
+					k.exp2Sum(got, nq, nk, wm, gl)
+					near(t, k.name+" exp2Sum", got, want, 1e-6)
+					near(t, k.name+" exp2Sum l", gl, wl, 1e-6*float64(nk))
+
+					o := randf(nq * D)
+					wo, gop := append([]float32(nil), o...), append([]float32(nil), o...)
+					accumGo(want, nq, D, kv, stride, nk, wo)
+					k.accum(want, nq, D, kv, stride, nk, gop)
+					near(t, k.name+" accum", gop, wo, 1e-6*float64(nk))
+				}
+			}
+		}
+	}
+}
+
+// TestSetAttentionKernel: every set this machine has can be chosen by name, "" is the
+// fastest, and an unknown name is an error that lists the machine's.
+func TestSetAttentionKernel(t *testing.T) {
+	old := attnFast
+	defer func() { attnFast = old }()
+	for _, k := range attnKernelSets {
+		if err := SetAttentionKernel(k.name); err != nil || AttentionKernel() != k.name {
+			t.Errorf("SetAttentionKernel(%q): %v, in use %q", k.name, err, AttentionKernel())
+		}
+	}
+	if err := SetAttentionKernel(""); err != nil || attnFast != attnKernelSets[len(attnKernelSets)-1] {
+		t.Errorf(`SetAttentionKernel(""): %v, in use %q`, err, AttentionKernel())
+	}
+	if err := SetAttentionKernel("avx9"); err == nil || !strings.Contains(err.Error(), "go") {
+		t.Errorf("SetAttentionKernel(avx9): %v", err)
 	}
 }

@@ -7,6 +7,7 @@ package pipeline
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,6 +60,10 @@ type CPU struct {
 	// "avx512vnni-rowcalls", "avx2", "avx2-rowcalls", "go", those the machine has), process-
 	// wide; empty, the fastest. PISTIL_CPU_INT8_KERNEL overrides it.
 	Int8Kernel string `toml:"int8_kernel"`
+	// AttentionKernel names the tiled attention's kernel set (ops.SetAttentionKernel:
+	// "avx512", "avx2", "go", those the machine has), process-wide; empty, the fastest.
+	// PISTIL_CPU_ATTENTION_KERNEL overrides it.
+	AttentionKernel string `toml:"attention_kernel"`
 }
 
 // CUDA is the [cuda] table.
@@ -222,6 +227,9 @@ func (p *Pipeline) validate() error {
 	if err := ops.CheckActivations(p.CPU.Activations); err != nil {
 		return fmt.Errorf("cpu.%w", err)
 	}
+	if k := p.CPU.AttentionKernel; k != "" && !slices.Contains(ops.AttentionKernelNames, k) {
+		return fmt.Errorf("cpu.attention_kernel = %q: want \"\" (the fastest) or one of %s", k, strings.Join(ops.AttentionKernelNames, ", "))
+	}
 	if err := p.Metal.validate(); err != nil {
 		return err
 	}
@@ -327,6 +335,12 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 	kv, err := p.State.KVDType()
 	if err != nil {
 		return exec.Options{}, err
+	}
+	// The CPU attention's kernel set is chosen process-wide, like the int8 kernel; exec's
+	// options do not carry it, so it is set here (the environment's choice, read by the
+	// CPU backend when it opens, comes after).
+	if err := ops.SetAttentionKernel(p.CPU.AttentionKernel); err != nil {
+		return exec.Options{}, fmt.Errorf("cpu.attention_kernel: %w", err)
 	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
 		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,

@@ -8,6 +8,7 @@ import (
 	"pistil/exec"
 	"pistil/gpu"
 	"pistil/graph"
+	"pistil/ops"
 	"pistil/passes"
 )
 
@@ -63,6 +64,7 @@ func TestParseErrors(t *testing.T) {
 		"[cpu]\nthreads = 4":                     "unknown keys: cpu.threads",
 		"[cpu]\nkernels = \"turbo\"":             "cpu.kernels",
 		"[cpu]\nactivations = \"int4\"":          "cpu.activations",
+		"[cpu]\nattention_kernel = \"avx9\"":     "cpu.attention_kernel",
 		"[phases]\nprefill_chunk = \"big\"":      "prefill_chunk",
 		"[state]\nkv_cache = \"fp8\"":            "state.kv_cache",
 		"[state]\nkv = \"bf16\"":                 "unknown keys: state.kv",
@@ -83,8 +85,9 @@ func TestParseErrors(t *testing.T) {
 // TestPartialFile: a file holding only some tables or keys takes the defaults for the
 // rest, and an unknown key anywhere is an error that names it.
 func TestPartialFile(t *testing.T) {
+	fastest := ops.AttentionKernel() // the init's choice
 	d := Default()
-	for _, text := range []string{"", "[cpu]\nworkers = 1", "[cpu]\nint8_kernel = \"go\"", "[cuda]\n", "[passes]\nfuse-dequant = false", "[phases]\nprefill_chunk = 64"} {
+	for _, text := range []string{"", "[cpu]\nworkers = 1", "[cpu]\nint8_kernel = \"go\"", "[cpu]\nattention_kernel = \"go\"", "[cuda]\n", "[passes]\nfuse-dequant = false", "[phases]\nprefill_chunk = 64"} {
 		p, err := Parse([]byte(text))
 		if err != nil {
 			t.Errorf("%q: %v", text, err)
@@ -98,6 +101,14 @@ func TestPartialFile(t *testing.T) {
 			want.CPU.Int8Kernel = "go"
 			if o, err := p.ExecOptions("cpu", nil); err != nil || o.Int8Kernel != "go" {
 				t.Errorf("%q: ExecOptions %+v, %v: want Int8Kernel go", text, o, err)
+			}
+		case "[cpu]\nattention_kernel = \"go\"":
+			want.CPU.AttentionKernel = "go"
+			if _, err := p.ExecOptions("cpu", nil); err != nil || ops.AttentionKernel() != "go" {
+				t.Errorf("%q: ExecOptions: %v, attention kernel %q: want go", text, err, ops.AttentionKernel())
+			}
+			if _, err := Default().ExecOptions("cpu", nil); err != nil || ops.AttentionKernel() != fastest {
+				t.Errorf("the default pipeline left the attention kernel %q (%v), want the fastest, %q", ops.AttentionKernel(), err, fastest)
 			}
 		case "[passes]\nfuse-dequant = false":
 			want.Passes["fuse-dequant"] = false

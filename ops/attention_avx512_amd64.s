@@ -1,0 +1,402 @@
+// AVX-512 kernels of the tiled attention's two dot-product loops (attention_tiled.go,
+// attention_amd64.go), over the same packed layouts as the AVX2 ones: query and output
+// rows in quads, chunk c (8 floats) of row r of a quad at byte 128c + 32r, so one zmm
+// load at 128c (or 128c + 64) holds chunk c of rows 0 and 1 (or 2 and 3); scores
+// key-major, s[j*nq + i]. A chunk of a key or value row is broadcast to both halves of a
+// zmm (VBROADCASTF64X4), so each FMA does two rows' eight lanes: twice the AVX2 kernels'
+// work per instruction on a machine with full-width 512-bit FMA units (Zen 5). Both take
+// 8 rows (two quads) at a time; nq is a multiple of 8. Z15 and R14 are left alone
+// (ABIInternal's zero and g registers); BP and R15 are not used.
+
+#include "textflag.h"
+
+// scorePerm puts the reduced scores [r0 r2 r4 r6 r1 r3 r5 r7] of two keys in row order.
+DATA scorePerm<>+0(SB)/4, $0
+DATA scorePerm<>+4(SB)/4, $4
+DATA scorePerm<>+8(SB)/4, $1
+DATA scorePerm<>+12(SB)/4, $5
+DATA scorePerm<>+16(SB)/4, $2
+DATA scorePerm<>+20(SB)/4, $6
+DATA scorePerm<>+24(SB)/4, $3
+DATA scorePerm<>+28(SB)/4, $7
+DATA scorePerm<>+32(SB)/4, $8
+DATA scorePerm<>+36(SB)/4, $12
+DATA scorePerm<>+40(SB)/4, $9
+DATA scorePerm<>+44(SB)/4, $13
+DATA scorePerm<>+48(SB)/4, $10
+DATA scorePerm<>+52(SB)/4, $14
+DATA scorePerm<>+56(SB)/4, $11
+DATA scorePerm<>+60(SB)/4, $15
+GLOBL scorePerm<>(SB), RODATA|NOPTR, $64
+
+// pairIdx: VPERMPS indices that spread a key's probabilities of rows 2m and 2m+1 over
+// the two halves of a zmm ([p_2m x8, p_2m+1 x8]), m = 0..3 at byte 64m.
+DATA pairIdx<>+0(SB)/8, $0x0000000000000000
+DATA pairIdx<>+8(SB)/8, $0x0000000000000000
+DATA pairIdx<>+16(SB)/8, $0x0000000000000000
+DATA pairIdx<>+24(SB)/8, $0x0000000000000000
+DATA pairIdx<>+32(SB)/8, $0x0000000100000001
+DATA pairIdx<>+40(SB)/8, $0x0000000100000001
+DATA pairIdx<>+48(SB)/8, $0x0000000100000001
+DATA pairIdx<>+56(SB)/8, $0x0000000100000001
+DATA pairIdx<>+64(SB)/8, $0x0000000200000002
+DATA pairIdx<>+72(SB)/8, $0x0000000200000002
+DATA pairIdx<>+80(SB)/8, $0x0000000200000002
+DATA pairIdx<>+88(SB)/8, $0x0000000200000002
+DATA pairIdx<>+96(SB)/8, $0x0000000300000003
+DATA pairIdx<>+104(SB)/8, $0x0000000300000003
+DATA pairIdx<>+112(SB)/8, $0x0000000300000003
+DATA pairIdx<>+120(SB)/8, $0x0000000300000003
+DATA pairIdx<>+128(SB)/8, $0x0000000400000004
+DATA pairIdx<>+136(SB)/8, $0x0000000400000004
+DATA pairIdx<>+144(SB)/8, $0x0000000400000004
+DATA pairIdx<>+152(SB)/8, $0x0000000400000004
+DATA pairIdx<>+160(SB)/8, $0x0000000500000005
+DATA pairIdx<>+168(SB)/8, $0x0000000500000005
+DATA pairIdx<>+176(SB)/8, $0x0000000500000005
+DATA pairIdx<>+184(SB)/8, $0x0000000500000005
+DATA pairIdx<>+192(SB)/8, $0x0000000600000006
+DATA pairIdx<>+200(SB)/8, $0x0000000600000006
+DATA pairIdx<>+208(SB)/8, $0x0000000600000006
+DATA pairIdx<>+216(SB)/8, $0x0000000600000006
+DATA pairIdx<>+224(SB)/8, $0x0000000700000007
+DATA pairIdx<>+232(SB)/8, $0x0000000700000007
+DATA pairIdx<>+240(SB)/8, $0x0000000700000007
+DATA pairIdx<>+248(SB)/8, $0x0000000700000007
+GLOBL pairIdx<>(SB), RODATA|NOPTR, $256
+
+// PAIRSUM(x, y, t, d): per 128-bit lane, d = [x0+x1, x2+x3, y0+y1, y2+y3] (t is scratch).
+#define PAIRSUM(x, y, t, d) \
+	VSHUFPS $0xdd, y, x, t; \
+	VSHUFPS $0x88, y, x, d; \
+	VADDPS  t, d, d
+
+// KEYSUM(a0, a1, a2, a3, t0, t1, d): one key's four row-pair accumulators (rows 01, 23,
+// 45, 67, each [row 2m: 8 lanes | row 2m+1: 8 lanes]) to d, whose 128-bit lane L holds
+// [r0 r2 r4 r6] partial sums (L = 0, 1: the even rows' two halves; 2, 3: the odd rows').
+#define KEYSUM(a0, a1, a2, a3, t0, t1, d) \
+	PAIRSUM(a0, a1, t0, t1); \
+	PAIRSUM(a2, a3, t0, d); \
+	PAIRSUM(t1, d, t0, d)
+
+// KEYPAIR(u, v, t, d): the two keys' KEYSUMs u and v to d = [u's rows 0-7 | v's rows
+// 0-7] in row order (Z14 holds scorePerm).
+#define KEYPAIR(u, v, t, d) \
+	VSHUFF32X4 $0xdd, v, u, t; \
+	VSHUFF32X4 $0x88, v, u, d; \
+	VADDPS     t, d, d; \
+	VPERMPS    d, Z14, d
+
+// func attnScoresAVX512(q *float32, nq, D int, k *float32, kStride, nk int, s *float32)
+// Four keys at a time: per chunk of 8 dims, the four keys' chunks (broadcast) meet the
+// 8 rows' (4 zmm) in 16 accumulators Z16-Z31; the accumulators are then reduced across
+// their lanes by shuffles, 2 x 8 sums per pair of keys. A last 1-3 keys go one at a time.
+TEXT ·attnScoresAVX512(SB), NOSPLIT, $0-56
+	MOVQ      nq+8(FP), R13
+	SHLQ      $2, R13           // R13: bytes of one key's scores
+	MOVQ      D+16(FP), R11
+	SHLQ      $2, R11           // R11: bytes of a plain row (a quad: 4x)
+	MOVQ      k+24(FP), DI
+	MOVQ      kStride+32(FP), R9
+	SHLQ      $2, R9            // R9: bytes between key rows
+	MOVQ      nk+40(FP), R10
+	MOVQ      s+48(FP), DX
+	VMOVDQU32 scorePerm<>(SB), Z14
+
+keys4:
+	CMPQ R10, $4
+	JLT  key1
+	MOVQ q+0(FP), AX            // AX: the 8-row group's first quad
+	MOVQ DX, BX                 // BX: its scores of key j
+	LEAQ (DI)(R11*1), SI        // SI: end of key j's row
+
+group4:
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+	MOVQ   DI, CX               // key j's chunk (j+2: CX + 2 R9)
+	LEAQ   (DI)(R9*1), R12      // key j+1's chunk (j+3: R12 + 2 R9)
+	MOVQ   AX, R8               // the first quad's chunk (the second quad: R8 + 4 R11)
+
+chunk4:
+	VBROADCASTF64X4 (CX), Z0
+	VBROADCASTF64X4 (R12), Z1
+	VBROADCASTF64X4 (CX)(R9*2), Z2
+	VBROADCASTF64X4 (R12)(R9*2), Z3
+	VMOVUPS         (R8), Z4
+	VMOVUPS         64(R8), Z5
+	VMOVUPS         (R8)(R11*4), Z6
+	VMOVUPS         64(R8)(R11*4), Z7
+	VFMADD231PS     Z4, Z0, Z16
+	VFMADD231PS     Z5, Z0, Z17
+	VFMADD231PS     Z6, Z0, Z18
+	VFMADD231PS     Z7, Z0, Z19
+	VFMADD231PS     Z4, Z1, Z20
+	VFMADD231PS     Z5, Z1, Z21
+	VFMADD231PS     Z6, Z1, Z22
+	VFMADD231PS     Z7, Z1, Z23
+	VFMADD231PS     Z4, Z2, Z24
+	VFMADD231PS     Z5, Z2, Z25
+	VFMADD231PS     Z6, Z2, Z26
+	VFMADD231PS     Z7, Z2, Z27
+	VFMADD231PS     Z4, Z3, Z28
+	VFMADD231PS     Z5, Z3, Z29
+	VFMADD231PS     Z6, Z3, Z30
+	VFMADD231PS     Z7, Z3, Z31
+	ADDQ            $32, CX
+	ADDQ            $32, R12
+	ADDQ            $128, R8
+	CMPQ            CX, SI
+	JLT             chunk4
+
+	KEYSUM(Z16, Z17, Z18, Z19, Z0, Z1, Z2)
+	KEYSUM(Z20, Z21, Z22, Z23, Z0, Z1, Z3)
+	KEYSUM(Z24, Z25, Z26, Z27, Z0, Z1, Z4)
+	KEYSUM(Z28, Z29, Z30, Z31, Z0, Z1, Z5)
+	KEYPAIR(Z2, Z3, Z0, Z6)
+	KEYPAIR(Z4, Z5, Z0, Z7)
+	VEXTRACTF64X4 $1, Z6, Y8
+	VEXTRACTF64X4 $1, Z7, Y9
+	LEAQ          (BX)(R13*2), CX
+	VMOVUPS       Y6, (BX)
+	VMOVUPS       Y8, (BX)(R13*1)
+	VMOVUPS       Y7, (CX)
+	VMOVUPS       Y9, (CX)(R13*1)
+	ADDQ          $32, BX
+	LEAQ          (AX)(R11*8), AX // the next two quads
+	LEAQ          (DX)(R13*1), CX
+	CMPQ          BX, CX
+	JLT           group4
+
+	LEAQ (DI)(R9*4), DI
+	LEAQ (DX)(R13*4), DX
+	SUBQ $4, R10
+	JMP  keys4
+
+key1:
+	TESTQ R10, R10
+	JZ    sdone
+	MOVQ  q+0(FP), AX
+	MOVQ  DX, BX
+	LEAQ  (DI)(R11*1), SI
+
+group1:
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	MOVQ   DI, CX
+	MOVQ   AX, R8
+
+chunk1:
+	VBROADCASTF64X4 (CX), Z0
+	VFMADD231PS     (R8), Z0, Z16
+	VFMADD231PS     64(R8), Z0, Z17
+	VFMADD231PS     (R8)(R11*4), Z0, Z18
+	VFMADD231PS     64(R8)(R11*4), Z0, Z19
+	ADDQ            $32, CX
+	ADDQ            $128, R8
+	CMPQ            CX, SI
+	JLT             chunk1
+
+	KEYSUM(Z16, Z17, Z18, Z19, Z0, Z1, Z2)
+	KEYPAIR(Z2, Z2, Z0, Z6)
+	VMOVUPS Y6, (BX)
+	ADDQ    $32, BX
+	LEAQ    (AX)(R11*8), AX
+	LEAQ    (DX)(R13*1), CX
+	CMPQ    BX, CX
+	JLT     group1
+
+	ADDQ R9, DI
+	ADDQ R13, DX
+	DECQ R10
+	JMP  key1
+
+sdone:
+	VZEROUPPER
+	RET
+
+// func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32)
+// Per 8 output rows (two quads) and block of 4 chunks (32 dims; D is a multiple of 32),
+// 16 accumulators Z16-Z31 stay in registers while every key's four value chunks
+// (broadcast) meet its probabilities, spread by row pair ([p_2m x8 | p_2m+1 x8]).
+TEXT ·attnAccumAVX512(SB), NOSPLIT, $0-56
+	MOVQ      nq+8(FP), R13
+	SHLQ      $2, R13           // R13: bytes of one key's probabilities
+	MOVQ      D+16(FP), R11
+	SHLQ      $2, R11           // R11: bytes of a plain row
+	MOVQ      vStride+32(FP), R9
+	SHLQ      $2, R9
+	MOVQ      o+48(FP), AX      // AX: the 8-row group's first quad
+	MOVQ      p+0(FP), BX       // BX: its probabilities of key 0
+	VMOVDQU32 pairIdx<>+0(SB), Z8
+	VMOVDQU32 pairIdx<>+64(SB), Z9
+	VMOVDQU32 pairIdx<>+128(SB), Z10
+	VMOVDQU32 pairIdx<>+192(SB), Z11
+
+agroup:
+	XORQ CX, CX                 // CX: the block's first chunk, in bytes of a plain row
+
+ablock:
+	LEAQ    (AX)(CX*4), R8      // the first quad at the block (the second: + 4 R11)
+	VMOVUPS (R8), Z16
+	VMOVUPS 64(R8), Z17
+	VMOVUPS 128(R8), Z18
+	VMOVUPS 192(R8), Z19
+	VMOVUPS 256(R8), Z20
+	VMOVUPS 320(R8), Z21
+	VMOVUPS 384(R8), Z22
+	VMOVUPS 448(R8), Z23
+	VMOVUPS (R8)(R11*4), Z24
+	VMOVUPS 64(R8)(R11*4), Z25
+	VMOVUPS 128(R8)(R11*4), Z26
+	VMOVUPS 192(R8)(R11*4), Z27
+	VMOVUPS 256(R8)(R11*4), Z28
+	VMOVUPS 320(R8)(R11*4), Z29
+	VMOVUPS 384(R8)(R11*4), Z30
+	VMOVUPS 448(R8)(R11*4), Z31
+	MOVQ    v+24(FP), DI
+	ADDQ    CX, DI              // key 0's value chunk
+	MOVQ    BX, R12
+	MOVQ    nk+40(FP), R10
+
+akeys:
+	VMOVUPS         (R12), Y12  // the key's probabilities of the 8 rows
+	VPERMPS         Z12, Z8, Z4
+	VPERMPS         Z12, Z9, Z5
+	VPERMPS         Z12, Z10, Z6
+	VPERMPS         Z12, Z11, Z7
+	VBROADCASTF64X4 (DI), Z0
+	VBROADCASTF64X4 32(DI), Z1
+	VBROADCASTF64X4 64(DI), Z2
+	VBROADCASTF64X4 96(DI), Z3
+	VFMADD231PS     Z4, Z0, Z16
+	VFMADD231PS     Z5, Z0, Z17
+	VFMADD231PS     Z6, Z0, Z24
+	VFMADD231PS     Z7, Z0, Z25
+	VFMADD231PS     Z4, Z1, Z18
+	VFMADD231PS     Z5, Z1, Z19
+	VFMADD231PS     Z6, Z1, Z26
+	VFMADD231PS     Z7, Z1, Z27
+	VFMADD231PS     Z4, Z2, Z20
+	VFMADD231PS     Z5, Z2, Z21
+	VFMADD231PS     Z6, Z2, Z28
+	VFMADD231PS     Z7, Z2, Z29
+	VFMADD231PS     Z4, Z3, Z22
+	VFMADD231PS     Z5, Z3, Z23
+	VFMADD231PS     Z6, Z3, Z30
+	VFMADD231PS     Z7, Z3, Z31
+	ADDQ            R9, DI
+	ADDQ            R13, R12
+	DECQ            R10
+	JNZ             akeys
+
+	VMOVUPS Z16, (R8)
+	VMOVUPS Z17, 64(R8)
+	VMOVUPS Z18, 128(R8)
+	VMOVUPS Z19, 192(R8)
+	VMOVUPS Z20, 256(R8)
+	VMOVUPS Z21, 320(R8)
+	VMOVUPS Z22, 384(R8)
+	VMOVUPS Z23, 448(R8)
+	VMOVUPS Z24, (R8)(R11*4)
+	VMOVUPS Z25, 64(R8)(R11*4)
+	VMOVUPS Z26, 128(R8)(R11*4)
+	VMOVUPS Z27, 192(R8)(R11*4)
+	VMOVUPS Z28, 256(R8)(R11*4)
+	VMOVUPS Z29, 320(R8)(R11*4)
+	VMOVUPS Z30, 384(R8)(R11*4)
+	VMOVUPS Z31, 448(R8)(R11*4)
+	ADDQ    $128, CX
+	CMPQ    CX, R11
+	JLT     ablock
+
+	ADDQ $32, BX
+	LEAQ (AX)(R11*8), AX
+	MOVQ p+0(FP), CX
+	ADDQ R13, CX
+	CMPQ BX, CX
+	JLT  agroup
+	VZEROUPPER
+	RET
+
+// The exponential's constants, those of attention_amd64.s's AVX2 kernel.
+DATA e16Const<>+0(SB)/4, $-125.0
+DATA e16Const<>+4(SB)/4, $0.6931471805599453
+DATA e16Const<>+8(SB)/4, $1.0
+DATA e16Const<>+12(SB)/4, $0.001388888888888889
+DATA e16Const<>+16(SB)/4, $0.008333333333333333
+DATA e16Const<>+20(SB)/4, $0.041666666666666664
+DATA e16Const<>+24(SB)/4, $0.16666666666666666
+DATA e16Const<>+28(SB)/4, $0.5
+DATA e16Const<>+32(SB)/4, $127
+GLOBL e16Const<>(SB), RODATA|NOPTR, $36
+
+// func attnExp2Sum16AVX512(s *float32, n, stride int, m, l *float32)
+// For the n runs of 16 floats at s, stride bytes apart: s = 2^(s - m) as exp2f computes
+// it (the AVX2 kernel's steps; 0 where s - m is below -125), l += s, lane by lane (m and l
+// are 16 floats). The softmax of a key block: 16 rows per run (nq a multiple of 16), or
+// two keys' 8 rows (nq = 8, m and l doubled by the caller).
+TEXT ·attnExp2Sum16AVX512(SB), NOSPLIT, $0-40
+	MOVQ         s+0(FP), DI
+	MOVQ         n+8(FP), CX
+	MOVQ         stride+16(FP), R9
+	MOVQ         m+24(FP), DX
+	MOVQ         l+32(FP), BX
+	VMOVUPS      (DX), Z0
+	VMOVUPS      (BX), Z6
+	VBROADCASTSS e16Const<>+0(SB), Z16
+	VBROADCASTSS e16Const<>+4(SB), Z17
+	VBROADCASTSS e16Const<>+8(SB), Z18
+	VBROADCASTSS e16Const<>+12(SB), Z19
+	VBROADCASTSS e16Const<>+16(SB), Z20
+	VBROADCASTSS e16Const<>+20(SB), Z21
+	VBROADCASTSS e16Const<>+24(SB), Z22
+	VBROADCASTSS e16Const<>+28(SB), Z23
+	VPBROADCASTD e16Const<>+32(SB), Z24
+	TESTQ        CX, CX
+	JZ           e16done
+
+e16loop:
+	VMOVUPS     (DI), Z1
+	VSUBPS      Z0, Z1, Z1          // x = s - m
+	VCMPPS      $0x1d, Z16, Z1, K1  // x >= -125 (else 0)
+	VRNDSCALEPS $0, Z1, Z3          // n
+	VSUBPS      Z3, Z1, Z4
+	VMULPS      Z17, Z4, Z4         // f = (x - n)·ln2
+	VMOVAPS     Z19, Z5
+	VFMADD213PS Z20, Z4, Z5
+	VFMADD213PS Z21, Z4, Z5
+	VFMADD213PS Z22, Z4, Z5
+	VFMADD213PS Z23, Z4, Z5
+	VFMADD213PS Z18, Z4, Z5
+	VFMADD213PS Z18, Z4, Z5         // e^f
+	VCVTPS2DQ   Z3, Z3
+	VPADDD      Z24, Z3, Z3
+	VPSLLD      $23, Z3, Z3         // 2^n
+	VMULPS.Z    Z3, Z5, K1, Z5
+	VMOVUPS     Z5, (DI)
+	VADDPS      Z5, Z6, Z6
+	ADDQ        R9, DI
+	DECQ        CX
+	JNZ         e16loop
+
+e16done:
+	VMOVUPS Z6, (BX)
+	VZEROUPPER
+	RET
+

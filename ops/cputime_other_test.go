@@ -1,0 +1,5 @@
+//go:build !unix
+
+package ops
+
+func processCPU() int64 { return 0 }

@@ -37,12 +37,14 @@ func init() {
 				return nil, fmt.Errorf("%s: %w", from, err)
 			}
 		}
-		// The tiled attention's kernel set: pipeline.toml's [cpu] attention_kernel was
-		// applied by pipeline.ExecOptions; the environment's, if set, overrides it.
+		// The tiled attention's kernel set likewise: [cpu] attention_kernel, or the
+		// environment's; empty, the fastest (also undoing an earlier model's choice).
+		name, from = o.AttentionKernel, "cpu.attention_kernel"
 		if env := os.Getenv(AttentionKernelEnv); env != "" {
-			if err := ops.SetAttentionKernel(env); err != nil {
-				return nil, fmt.Errorf("%s: %w", AttentionKernelEnv, err)
-			}
+			name, from = env, AttentionKernelEnv
+		}
+		if err := ops.SetAttentionKernel(name); err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
 		}
 		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations}, nil
 	})

@@ -49,3 +49,29 @@ func TestInt8KernelFromOptions(t *testing.T) {
 		t.Errorf("%s=go over int8_kernel int4: %v, kernel %q", Int8KernelEnv, err, ops.Int8KernelName())
 	}
 }
+
+// The tiled attention's kernel set comes from the backend's options (pipeline.toml's [cpu]
+// attention_kernel) the same way: PISTIL_CPU_ATTENTION_KERNEL overrides them, unset means
+// the fastest (undoing an earlier model's choice), and an unknown name is refused with the
+// setting that named it.
+func TestAttentionKernelFromOptions(t *testing.T) {
+	t.Setenv(AttentionKernelEnv, "")
+	if _, err := exec.NewBackend("cpu", exec.BackendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fastest := ops.AttentionKernel()
+	t.Cleanup(func() { ops.SetAttentionKernel("") })
+	if _, err := exec.NewBackend("cpu", exec.BackendOptions{AttentionKernel: "go"}); err != nil || ops.AttentionKernel() != "go" {
+		t.Fatalf("attention_kernel go: %v, kernel %q", err, ops.AttentionKernel())
+	}
+	if _, err := exec.NewBackend("cpu", exec.BackendOptions{AttentionKernel: "avx1024"}); err == nil || !strings.Contains(err.Error(), "cpu.attention_kernel") || !strings.Contains(err.Error(), "avx1024") {
+		t.Errorf("attention_kernel avx1024: %v", err)
+	}
+	if _, err := exec.NewBackend("cpu", exec.BackendOptions{}); err != nil || ops.AttentionKernel() != fastest {
+		t.Errorf("attention_kernel unset after go: %v, kernel %q, want the fastest %q", err, ops.AttentionKernel(), fastest)
+	}
+	t.Setenv(AttentionKernelEnv, "go")
+	if _, err := exec.NewBackend("cpu", exec.BackendOptions{AttentionKernel: "avx1024"}); err != nil || ops.AttentionKernel() != "go" {
+		t.Errorf("%s=go over attention_kernel avx1024: %v, kernel %q", AttentionKernelEnv, err, ops.AttentionKernel())
+	}
+}

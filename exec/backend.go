@@ -112,6 +112,8 @@ type BackendOptions struct {
 	Activations string
 	// Int8Kernel: the CPU backend's int8 kernel by name (exec.Options).
 	Int8Kernel string
+	// AttentionKernel: the CPU backend's tiled-attention kernel set by name (exec.Options).
+	AttentionKernel string
 	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs)
 	// instead of launching its kernels one by one.
 	Graphs bool

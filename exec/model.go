@@ -52,6 +52,9 @@ type Options struct {
 	Activations string
 	// Int8Kernel names the CPU backend's int8 kernel (ops.SetInt8Kernel); empty, the fastest.
 	Int8Kernel string
+	// AttentionKernel names the CPU backend's tiled-attention kernel set
+	// (ops.SetAttentionKernel: "avx512", "avx2", "go"); empty, the fastest.
+	AttentionKernel string
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.
 	Graphs bool

@@ -336,14 +336,8 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 	if err != nil {
 		return exec.Options{}, err
 	}
-	// The CPU attention's kernel set is chosen process-wide, like the int8 kernel; exec's
-	// options do not carry it, so it is set here (the environment's choice, read by the
-	// CPU backend when it opens, comes after).
-	if err := ops.SetAttentionKernel(p.CPU.AttentionKernel); err != nil {
-		return exec.Options{}, fmt.Errorf("cpu.attention_kernel: %w", err)
-	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"pistil/exec"
 	"pistil/gpu"
 	"pistil/graph"
-	"pistil/ops"
 	"pistil/passes"
 )
 
@@ -85,7 +84,6 @@ func TestParseErrors(t *testing.T) {
 // TestPartialFile: a file holding only some tables or keys takes the defaults for the
 // rest, and an unknown key anywhere is an error that names it.
 func TestPartialFile(t *testing.T) {
-	fastest := ops.AttentionKernel() // the init's choice
 	d := Default()
 	for _, text := range []string{"", "[cpu]\nworkers = 1", "[cpu]\nint8_kernel = \"go\"", "[cpu]\nattention_kernel = \"go\"", "[cuda]\n", "[passes]\nfuse-dequant = false", "[phases]\nprefill_chunk = 64"} {
 		p, err := Parse([]byte(text))
@@ -104,11 +102,8 @@ func TestPartialFile(t *testing.T) {
 			}
 		case "[cpu]\nattention_kernel = \"go\"":
 			want.CPU.AttentionKernel = "go"
-			if _, err := p.ExecOptions("cpu", nil); err != nil || ops.AttentionKernel() != "go" {
-				t.Errorf("%q: ExecOptions: %v, attention kernel %q: want go", text, err, ops.AttentionKernel())
-			}
-			if _, err := Default().ExecOptions("cpu", nil); err != nil || ops.AttentionKernel() != fastest {
-				t.Errorf("the default pipeline left the attention kernel %q (%v), want the fastest, %q", ops.AttentionKernel(), err, fastest)
+			if o, err := p.ExecOptions("cpu", nil); err != nil || o.AttentionKernel != "go" {
+				t.Errorf("%q: ExecOptions %+v, %v: want AttentionKernel go", text, o, err)
 			}
 		case "[passes]\nfuse-dequant = false":
 			want.Passes["fuse-dequant"] = false

@@ -153,10 +153,23 @@ var parserCases = []struct {
 		want: parsed{Calls: []ToolCall{call("get_weather", `{"city": "Jakarta", "days": 3}`)}},
 	},
 	{
-		name: "malformed call is content",
+		name: "malformed call is dropped, not content",
 		opts: ParserOptions{ParseTools: true},
 		text: "x <tool_call>not a call</tool_call> y",
-		want: parsed{Content: "x <tool_call>not a call</tool_call> y"},
+		want: parsed{Content: "x y"},
+	},
+	{
+		name: "closed json call that does not parse is dropped",
+		opts: ParserOptions{ParseTools: true},
+		text: "a\n<tool_call>\n{\"name\": \"f\", \"argu</tool_call>\nb",
+		want: parsed{Content: "a\nb"},
+	},
+	{
+		// A random-weight model's answer: the call's first token is another added token.
+		name: "call opened by a stray token and closed is dropped",
+		opts: ParserOptions{ParseTools: true},
+		text: "light <tool_call><|box_start|> en me</tool_call> sa",
+		want: parsed{Content: "light sa"},
 	},
 	{
 		name: "call cut off by the end of generation",

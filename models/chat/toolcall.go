@@ -236,19 +236,15 @@ func (p *Parser) endCall(n int) {
 	p.trimContentStart = true
 }
 
-// endRawCall ends a call that is not one: its text, tags included, is content.
+// endRawCall ends a closed call that is not one (no function tag, a JSON body that does
+// not parse). <tool_call> is an added token, so this was an attempt at a call, not prose,
+// and an agent takes content for the final answer: the markup is dropped, as a call left
+// open without a name is (finishToolCall), not passed off as text.
 func (p *Parser) endRawCall(n int) {
-	p.flushRawCall()
+	p.call.raw.Reset()
 	p.buf = p.buf[n:]
 	p.call = nil
 	p.state = stateContent
-}
-
-// flushRawCall emits the whole unparseable call, tags included, as content.
-func (p *Parser) flushRawCall() {
-	p.emitContent(p.call.separator + toolCallOpen + p.call.raw.String() + toolCallClose)
-	p.call.raw.Reset()
-	p.call.separator = ""
 }
 
 // finishToolCall closes a call cut off by the end of generation. An agent takes content

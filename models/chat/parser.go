@@ -236,7 +236,7 @@ func (p *Parser) content(final bool) {
 		before := p.buf[:i]
 		body := strings.TrimRight(before, spaces)
 		p.emitContentHeld(body)
-		p.call = &xmlCall{separator: p.heldSpace + before[len(body):]}
+		p.call = &xmlCall{}
 		p.heldSpace = ""
 		p.buf = p.buf[i+len(toolCallOpen):]
 		p.state = stateToolCall

@@ -13,14 +13,12 @@ const (
 	modeUnknown callMode = iota // right after <tool_call>
 	modeXML                     // Qwen3.5/3.6: <function=NAME><parameter=K>V</parameter></function>
 	modeJSON                    // Qwen3: {"name": ..., "arguments": {...}}
-	modeRaw                     // neither: passed through as content at </tool_call>
+	modeRaw                     // neither: dropped at </tool_call>
 )
 
 // xmlCall is the tool call being parsed (any mode; named for the family's main format).
 type xmlCall struct {
 	mode      callMode
-	separator string          // whitespace before <tool_call>, restored if the call is not one
-	raw       strings.Builder // text consumed since <tool_call>, to flush a bad call as content
 	name      string
 	index     int
 	started   bool // the name delta went out
@@ -70,13 +68,12 @@ func (p *Parser) takePending(n int) string {
 
 const spaces = " \t\r\n"
 
-// consume moves n bytes of buf into the call's raw text.
+// consume drops n bytes of buf the call has read.
 func (p *Parser) consume(n int) {
-	p.call.raw.WriteString(p.buf[:n])
 	p.buf = p.buf[n:]
 }
 
-// consumeSpace drops leading whitespace into the raw text; false when buf is all space.
+// consumeSpace drops leading whitespace; false when buf is all space.
 func (p *Parser) consumeSpace() bool {
 	p.consume(len(p.buf) - len(strings.TrimLeft(p.buf, spaces)))
 	return p.buf != ""
@@ -241,7 +238,6 @@ func (p *Parser) endCall(n int) {
 // and an agent takes content for the final answer: the markup is dropped, as a call left
 // open without a name is (finishToolCall), not passed off as text.
 func (p *Parser) endRawCall(n int) {
-	p.call.raw.Reset()
 	p.buf = p.buf[n:]
 	p.call = nil
 	p.state = stateContent

@@ -25,29 +25,37 @@ func init() {
 		// measuring a slower machine's int8 path on this one: the AVX2 kernel on an AVX-512
 		// VNNI machine, or a kernel's off switch such as avx512vnni-rowcalls); neither
 		// set, the fastest kernel runs.
-		name, from := o.Int8Kernel, "cpu.int8_kernel"
-		if env := os.Getenv(Int8KernelEnv); env != "" {
-			name, from = env, Int8KernelEnv
-		}
-		if name == "" {
-			name = ops.FastestInt8Kernel() // the choice is process-wide: undo an earlier model's
-		}
-		if name != "" {
-			if err := ops.SetInt8Kernel(name); err != nil {
-				return nil, fmt.Errorf("%s: %w", from, err)
+		if err := chooseKernel("cpu.int8_kernel", o.Int8Kernel, Int8KernelEnv, func(name string) error {
+			if name == "" {
+				name = ops.FastestInt8Kernel()
 			}
+			if name == "" {
+				return nil // no int8 kernel on this machine
+			}
+			return ops.SetInt8Kernel(name)
+		}); err != nil {
+			return nil, err
 		}
 		// The tiled attention's kernel set likewise: [cpu] attention_kernel, or the
-		// environment's; empty, the fastest (also undoing an earlier model's choice).
-		name, from = o.AttentionKernel, "cpu.attention_kernel"
-		if env := os.Getenv(AttentionKernelEnv); env != "" {
-			name, from = env, AttentionKernelEnv
-		}
-		if err := ops.SetAttentionKernel(name); err != nil {
-			return nil, fmt.Errorf("%s: %w", from, err)
+		// environment's; empty, the fastest.
+		if err := chooseKernel("cpu.attention_kernel", o.AttentionKernel, AttentionKernelEnv, ops.SetAttentionKernel); err != nil {
+			return nil, err
 		}
 		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations}, nil
 	})
+}
+
+// chooseKernel applies a process-wide kernel choice: the environment variable env's name
+// over the pipeline setting's value; "" (neither set) makes set pick the fastest, which
+// also undoes an earlier model's choice. An error names where the bad name came from.
+func chooseKernel(setting, value, env string, set func(string) error) error {
+	if v := os.Getenv(env); v != "" {
+		setting, value = env, v
+	}
+	if err := set(value); err != nil {
+		return fmt.Errorf("%s: %w", setting, err)
+	}
+	return nil
 }
 
 // Int8KernelEnv names the environment variable that picks the int8 activations' kernel

@@ -34,8 +34,8 @@ var matvecShapes = []struct {
 // reports the weight bytes it reads per second beside the device's own copy bandwidth
 // (a device-to-device copy of 1 GiB, read + write counted): the yardstick for "70% of
 // the measured copy bandwidth". PISTIL_MATVEC_KERNELS names kernels of the same
-// arguments to compare (default: matvec_q4 and its tensor-core twins matvec_mma_q4 and
-// matvec_imma_q4, on their own grid; others on matvec_q4's); each further kernel's result
+// arguments to compare (default: matvec_q4 and its tensor-core twins matvec_mma_q4,
+// matvec_imma_q4 and matvec_staged_q4, on their own grid; others on matvec_q4's); each further kernel's result
 // is checked against the first's. Weights under the L2's 50 MB stay in it between launches: the lm_head is the
 // shape that measures memory.
 //
@@ -48,7 +48,7 @@ func BenchmarkMatvecBandwidth(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	names := []string{kernels.KernelMatvecQ4, kernels.KernelMatvecMMAQ4, kernels.KernelMatvecIMMAQ4}
+	names := []string{kernels.KernelMatvecQ4, kernels.KernelMatvecMMAQ4, kernels.KernelMatvecIMMAQ4, kernels.KernelMatvecStagedQ4}
 	if env := os.Getenv("PISTIL_MATVEC_KERNELS"); env != "" {
 		names = strings.Split(env, ",")
 	}
@@ -93,7 +93,7 @@ func BenchmarkMatvecBandwidth(b *testing.B) {
 		for _, name := range names {
 			b.Run(sh.name+"/"+name, func(b *testing.B) {
 				grid, block := l.Grid, l.Block
-				if name == twin.Kernel || name == kernels.IMMAMatvecTwin[twin.Kernel] {
+				if name == twin.Kernel || name == kernels.IMMAMatvecTwin[twin.Kernel] || name == kernels.StagedMatvecTwin[twin.Kernel] {
 					grid, block = twin.Grid, twin.Block
 				}
 				var ln *launch

@@ -110,6 +110,52 @@ func TestIMMAMatvecKernelsMatchReferences(t *testing.T) {
 	}
 }
 
+// stagedMatvecCases are mmaMatvecCases marked for the staged twins (staged-matvec), less
+// those wider than a group's memory holds (the pass leaves them on the bf16 twins), plus
+// the widest each form takes: one weight of K 4,096 over several groups, gate and up of
+// 2,048, and the routed and shared experts at the model's widths.
+func stagedMatvecCases() []opCase {
+	r := rand.New(rand.NewPCG(27, 28))
+	q4 := func(shape ...int) *ops.Tensor { return randtensor.Quant(r, graph.Q4, shape...) }
+	var cases []opCase
+	for _, c := range mmaMatvecCases() {
+		if stagedTakes(c) {
+			cases = append(cases, c)
+		}
+	}
+	cases = append(cases,
+		opCase{name: "qmatmul 4096 to 100", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 4096), q4(100, 4096)}},
+		opCase{name: "matmul_swiglu 2048 to 72", op: "matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 1, 2048), q4(72, 2048), q4(72, 2048)}},
+		opCase{name: "expert_matmul_swiglu_shared 2048, 64 experts", op: "expert_matmul_swiglu_shared", in: []*ops.Tensor{randtensor.F32(r, 1, 2048),
+			q4(64, 48, 2048), q4(64, 48, 2048), randtensor.Routed(r, 1, 8, 64), q4(40, 2048), q4(40, 2048)}},
+	)
+	for i := range cases {
+		cases[i].attrs = graph.Attrs{gpu.AttrMMAMatvec: true, gpu.AttrStagedMatvec: true}
+	}
+	return cases
+}
+
+// stagedTakes says whether the staged-matvec pass would mark a case's dispatch.
+func stagedTakes(c opCase) bool {
+	in := make([]gpu.Operand, len(c.in))
+	for i, tns := range c.in {
+		in[i] = denseOperand(uint64(i+1)<<40, tns.DType, tns.Shape)
+		in[i].W.Group = int32(tns.Group)
+	}
+	return gpu.CUDA.StagedMatvecShape(c.op, in)
+}
+
+// The staged twins match the CPU references within the twins' bound: the same products
+// from group memory instead of registers. Under cuda/emu the copies happen at once, so
+// this checks the tile's layout (row padding, scales and biases per row, the rows past
+// M zeroed) and the K shares, not the asynchrony; the H200 runs check that.
+func TestStagedMatvecKernelsMatchReferences(t *testing.T) {
+	g := openGPU(t)
+	for _, c := range stagedMatvecCases() {
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+}
+
 // The cases are valid ops, the pass's shape test takes them, and they lower to the
 // twins of the SIMT kernels they would otherwise run; the lowering refuses the mark
 // where it cannot honour it (a target without tensor cores, q8 weights, K not a

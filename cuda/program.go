@@ -141,6 +141,7 @@ var tensorCorePasses = []struct{ attr, pass string }{
 	{gpu.AttrTensorCores, "tensor-cores"},
 	{gpu.AttrMMAMatvec, "mma-matvec"},
 	{gpu.AttrIMMAMatvec, "imma-matvec"},
+	{gpu.AttrStagedMatvec, "staged-matvec"},
 	{gpu.AttrMMAAttention, "mma-attention"},
 }
 

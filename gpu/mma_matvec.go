@@ -24,6 +24,12 @@ const AttrMMAMatvec = "mma_matvec"
 // the imma-matvec pass).
 const AttrIMMAMatvec = "imma_matvec"
 
+// AttrStagedMatvec (bool) runs a dispatch marked AttrMMAMatvec on the twin's staged form
+// (kernels.StagedMatvecTwin: each group's weight tile copied into group memory with
+// cp.async, before the programmatic-launch wait where the router does not choose it; the
+// staged-matvec pass).
+const AttrStagedMatvec = "staged_matvec"
+
 // mmaMatvecOps names, for each op whose decode kernel has a tensor-core twin, which of
 // its inputs are weights and whether the op takes the matrix-vector kernel at all with
 // these operands (a qmatmul only at one row; the fused ops where their kernel supports
@@ -89,6 +95,26 @@ func mmaMatvecWeights(ws ...Operand) bool {
 	return len(ws) > 0
 }
 
+// StagedMatvecShape says whether the staged twins take a dispatch the tensor-core twins
+// take: K within what a group's memory holds for the weights it multiplies at once
+// (kernels.StagedMatvecMaxK: two for the SwiGLU products' gate and up).
+func (t *Target) StagedMatvecShape(op string, in []Operand) bool {
+	if !t.MMAMatvecShape(op, in) || len(in) < 2 {
+		return false
+	}
+	K := in[1].Shape[len(in[1].Shape)-1] // every op's second operand (a weight or a gate of x) is K wide
+	return K <= kernels.StagedMatvecMaxK(stagedMatvecWeights(op))
+}
+
+// stagedMatvecWeights is how many weights a twin's group multiplies at once for op.
+func stagedMatvecWeights(op string) int {
+	switch op {
+	case "matmul_swiglu", "expert_matmul_swiglu", "expert_matmul_swiglu_shared":
+		return 2
+	}
+	return 1
+}
+
 // matvecLaunch launches the q4 matrix-vector kernel name over M rows of K inputs with y
 // groups along GROUP_ID_Y, or, for a dispatch marked AttrMMAMatvec, its tensor-core twin;
 // ws are the weights, which the twin needs in mma k-steps.
@@ -108,8 +134,16 @@ func matvecLaunch[A any](c *ctx, d *plan.Dispatch, name string, M, K, y int, arg
 	case !mmaMatvecWeights(ws...):
 		return nil, fmt.Errorf("%s: marked %s for weights it does not take (q4 in groups of a multiple of %d, K = %d a multiple of it)", d.Op, AttrMMAMatvec, mmaTileK, K)
 	}
-	if d.Attrs.Bool(AttrIMMAMatvec) {
+	switch integer, staged := d.Attrs.Bool(AttrIMMAMatvec), d.Attrs.Bool(AttrStagedMatvec); {
+	case integer && staged:
+		return nil, fmt.Errorf("%s: marked both %s and %s (two forms of one twin)", d.Op, AttrIMMAMatvec, AttrStagedMatvec)
+	case integer:
 		twin = kernels.IMMAMatvecTwin[twin]
+	case staged:
+		if most := kernels.StagedMatvecMaxK(stagedMatvecWeights(d.Op)); K > most {
+			return nil, fmt.Errorf("%s: marked %s for K = %d, wider than the %d its group memory holds", d.Op, AttrStagedMatvec, K, most)
+		}
+		twin = kernels.StagedMatvecTwin[twin]
 	}
 	grid := [3]int{ceilDiv(M, kernels.MMAMatvecRows), y, 1}
 	return newKernel(twin, grid, mmaMatvecThreads(c.t, grid[0]*grid[1]), args)

@@ -12,43 +12,53 @@ import (
 
 // On the 35B-A3B's decode plan, mma-matvec gives every q4 matrix-vector dispatch whose
 // kernel has a tensor-core twin that twin (the projections of all 40 layers, the routed
-// experts' gate/up with the shared expert's, the lm_head) and leaves the rest alone, and
-// imma-matvec gives all of them the twin's integer form; off, nothing runs a twin (or an
-// integer one); Metal, without tensor cores, never gets one.
+// experts' gate/up with the shared expert's, the lm_head) and leaves the rest alone;
+// imma-matvec gives all of them the twin's integer form, and staged-matvec, where
+// imma-matvec is off, its staged form (every K of the model fits a group's memory); off,
+// nothing runs a twin (or another form); Metal, without tensor cores, never gets one.
 func TestMMAMatvecMarksDecodeMatvecs(t *testing.T) {
 	cfg := qwen35moe.Default()
 	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	twins, integer := map[string]bool{}, map[string]bool{}
+	twins, integer, staged := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, twin := range kernels.MMAMatvecTwin {
-		twins[twin] = true
-		twins[kernels.IMMAMatvecTwin[twin]] = true
+		for _, form := range []string{twin, kernels.IMMAMatvecTwin[twin], kernels.StagedMatvecTwin[twin]} {
+			twins[form] = true
+		}
 		integer[kernels.IMMAMatvecTwin[twin]] = true
+		staged[kernels.StagedMatvecTwin[twin]] = true
 	}
 	for _, c := range []struct {
-		backend   string
-		on, imma  bool
-		wantTwins int
-	}{{"cuda", true, true, 121}, {"cuda", true, false, 121}, {"cuda", false, true, 0}, {"cuda", false, false, 0}, {"metal", true, true, 0}} {
+		backend            string
+		on, imma, stage    bool
+		wantTwins, wantInt int
+		wantStaged         int
+	}{
+		{"cuda", true, true, true, 121, 121, 0}, {"cuda", true, false, true, 121, 0, 121}, {"cuda", true, false, false, 121, 0, 0},
+		{"cuda", false, true, true, 0, 0, 0}, {"cuda", false, false, false, 0, 0, 0}, {"metal", true, true, true, 0, 0, 0},
+	} {
 		decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1, Backend: c.backend},
-			passes.Config{Off: map[string]bool{"mma-matvec": !c.on, "imma-matvec": !c.imma}})
+			passes.Config{Off: map[string]bool{"mma-matvec": !c.on, "imma-matvec": !c.imma, "staged-matvec": !c.stage}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		marked, ints, simt := 0, 0, 0
+		marked, ints, stages, simt := 0, 0, 0, 0
 		for _, d := range decode.Dispatches {
-			isTwin, isInt := twins[d.Kernel], integer[d.Kernel]
-			if isTwin != d.Attrs.Bool(gpu.AttrMMAMatvec) || isInt != d.Attrs.Bool(gpu.AttrIMMAMatvec) {
-				t.Errorf("%s on=%v imma=%v: %s %s runs %s, marked %v, %v", c.backend, c.on, c.imma, d.Op, d.Label, d.Kernel,
-					d.Attrs.Bool(gpu.AttrMMAMatvec), d.Attrs.Bool(gpu.AttrIMMAMatvec))
+			isTwin, isInt, isStaged := twins[d.Kernel], integer[d.Kernel], staged[d.Kernel]
+			if isTwin != d.Attrs.Bool(gpu.AttrMMAMatvec) || isInt != d.Attrs.Bool(gpu.AttrIMMAMatvec) || isStaged != d.Attrs.Bool(gpu.AttrStagedMatvec) {
+				t.Errorf("%s on=%v imma=%v staged=%v: %s %s runs %s, marked %v, %v, %v", c.backend, c.on, c.imma, c.stage, d.Op, d.Label, d.Kernel,
+					d.Attrs.Bool(gpu.AttrMMAMatvec), d.Attrs.Bool(gpu.AttrIMMAMatvec), d.Attrs.Bool(gpu.AttrStagedMatvec))
 			}
 			if isTwin {
 				marked++
 			}
 			if isInt {
 				ints++
+			}
+			if isStaged {
+				stages++
 			}
 			if _, ok := kernels.MMAMatvecTwin[d.Kernel]; ok {
 				simt++
@@ -57,13 +67,9 @@ func TestMMAMatvecMarksDecodeMatvecs(t *testing.T) {
 		// 30 GDN input projections + 10 attention q/k/v, 40 output projections, 40 routed +
 		// shared gate/up, 1 lm_head (the routed and shared down projections keep
 		// expert_matvec_combine_shared_q4, which was faster than a twin: cuda/README.md).
-		wantInts := 0
-		if c.imma {
-			wantInts = c.wantTwins
-		}
-		if marked != c.wantTwins || ints != wantInts {
-			t.Errorf("%s on=%v imma=%v: %d dispatches on tensor-core twins, %d of them integer, want %d and %d (%d left on twinned SIMT kernels)",
-				c.backend, c.on, c.imma, marked, ints, c.wantTwins, wantInts, simt)
+		if marked != c.wantTwins || ints != c.wantInt || stages != c.wantStaged {
+			t.Errorf("%s on=%v imma=%v staged=%v: %d dispatches on tensor-core twins, %d integer, %d staged, want %d, %d, %d (%d left on twinned SIMT kernels)",
+				c.backend, c.on, c.imma, c.stage, marked, ints, stages, c.wantTwins, c.wantInt, c.wantStaged, simt)
 		}
 	}
 }

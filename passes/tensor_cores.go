@@ -104,6 +104,30 @@ func immaMatvec(u *Unit) error {
 	return nil
 }
 
+// stagedMatvec marks every dispatch mma-matvec marked, and imma-matvec did not, whose K
+// a group's memory holds (gpu.Target.StagedMatvecShape) with gpu.AttrStagedMatvec, so
+// select-kernels launches the twin's staged form (kernels.StagedMatvecTwin: each group
+// copies its weight tile into group memory with cp.async, issued before the
+// programmatic-launch wait where the router does not choose the tile). Off, each warp
+// of the twins loads its own weights.
+func stagedMatvec(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || u.Plan == nil {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if !d.Attrs.Bool(gpu.AttrMMAMatvec) || d.Attrs.Bool(gpu.AttrIMMAMatvec) {
+			continue
+		}
+		if in, _ := dispatchOperands(u.Plan, d); t.GPU.StagedMatvecShape(d.Op, in) {
+			setAttr(d, gpu.AttrStagedMatvec, true)
+			u.count("staged-matvec: "+d.Op, 1)
+		}
+	}
+	return nil
+}
+
 // mmaAttention marks, for a GPU target with tensor cores, every tiled prefill attention
 // (tile-attention's gpu.AttrPrefillTiled, whole or split into key ranges) over a float32
 // cache with gpu.AttrMMAAttention, so select-kernels launches attention_prefill_mma

@@ -24,7 +24,7 @@ int nvrtcCompileProgram(Prog* p, int nopts, const char* const* opts) {
 	std::string out = tmpl;
 	std::string src = p->src;
 	std::ostringstream w;
-	std::regex re(R"(\n(KERNEL|KERNEL_BOUNDED)\((\w+), (\w+)[,)])");
+	std::regex re(R"(\n(KERNEL|KERNEL_BOUNDED|KERNEL_EARLY)\((\w+), (\w+)[,)])");
 	for (std::sregex_iterator it(src.begin(), src.end(), re), end; it != end; ++it) {
 		std::string name = (*it)[2], args = (*it)[3];
 		w << "static void emu_body_" << name << "(const void* a) { " << name << "(*(const struct " << args << "*)a); }\n"

@@ -55,8 +55,8 @@ func GroupMemoryOf(t Tuning) ([]GroupMemory, error) {
 
 var (
 	tgDecl       = regexp.MustCompile(`TG_MEM\s+([a-z0-9_]+)\s+([A-Za-z_][A-Za-z0-9_]*)\s*(?:\[([^\]]+)\])?\s*;`)
-	kernelDecl   = regexp.MustCompile(`KERNEL(?:_BOUNDED)?\(([a-z0-9_]+),`)
-	dialectSizes = map[string]int{"f32": 4, "i32": 4, "u32": 4, "u64": 8, "i64": 8, "u16": 2, "u8": 1}
+	kernelDecl   = regexp.MustCompile(`KERNEL(?:_BOUNDED|_EARLY)?\(([a-z0-9_]+),`)
+	dialectSizes = map[string]int{"vec4u": 16, "f32": 4, "i32": 4, "u32": 4, "u64": 8, "i64": 8, "u16": 2, "u8": 1}
 )
 
 type kernelBody struct{ name, body string }

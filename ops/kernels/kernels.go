@@ -104,6 +104,11 @@ const (
 	KernelMatvecFusedIMMAQ4          = "matvec_fused_imma_q4"
 	KernelExpertMVSwiGLUIMMAQ4       = "expert_matvec_swiglu_imma_q4"
 	KernelExpertMVSwiGLUSharedIMMAQ4 = "expert_matvec_swiglu_shared_imma_q4"
+	// The same with each group's weight tile staged in group memory (StagedMatvecTwin).
+	KernelMatvecStagedQ4               = "matvec_staged_q4"
+	KernelMatvecFusedStagedQ4          = "matvec_fused_staged_q4"
+	KernelExpertMVSwiGLUStagedQ4       = "expert_matvec_swiglu_staged_q4"
+	KernelExpertMVSwiGLUSharedStagedQ4 = "expert_matvec_swiglu_shared_staged_q4"
 )
 
 // MMAQ4Kernel maps each tensor-core GEMM kernel to its twin for q4 weights: the same
@@ -138,6 +143,27 @@ var IMMAMatvecTwin = map[string]string{
 	KernelExpertMVSwiGLUSharedMMAQ4: KernelExpertMVSwiGLUSharedIMMAQ4,
 }
 
+// StagedMatvecTwin maps each bf16 tensor-core twin to its staged form: the same
+// arguments, grid, group size and products, the group's weight tile copied into group
+// memory with cp.async (issued before the programmatic-launch wait where the tile does
+// not depend on the router) instead of each warp's loads (matvec_mma.k, the
+// staged-matvec pass). They take K up to StagedMatvecMaxK.
+var StagedMatvecTwin = map[string]string{
+	KernelMatvecMMAQ4:               KernelMatvecStagedQ4,
+	KernelMatvecFusedMMAQ4:          KernelMatvecFusedStagedQ4,
+	KernelExpertMVSwiGLUMMAQ4:       KernelExpertMVSwiGLUStagedQ4,
+	KernelExpertMVSwiGLUSharedMMAQ4: KernelExpertMVSwiGLUSharedStagedQ4,
+}
+
+// StagedMatvecMaxK is the widest K a staged twin takes for a launch of this many weights
+// per group (1, or 2 for the SwiGLU kernels' gate and up): MVS_MAX_K.
+func StagedMatvecMaxK(weights int) int {
+	if weights == 1 {
+		return 4096
+	}
+	return 2048
+}
+
 // The shared expert as one more slot of the routed experts' decode kernels
 // (fuse-shared-expert).
 const (
@@ -164,6 +190,7 @@ var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA
 	KernelMatmulMMAQ4, KernelMatmulMMASplitKQ4, KernelExpertMMA16Q4, KernelExpertMMA32Q4, KernelExpertMMA64Q4, KernelExpertMMASplitKQ4,
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
 	KernelMatvecIMMAQ4, KernelMatvecFusedIMMAQ4, KernelExpertMVSwiGLUIMMAQ4, KernelExpertMVSwiGLUSharedIMMAQ4,
+	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
 	KernelAttentionPrefillMMA}
 
 // NamesFor lists every kernel a backend's source declares.

@@ -77,7 +77,7 @@ func stripComments(s string) string {
 
 // Names lists exactly the kernels the .k files declare.
 func TestKernelNamesMatchDeclarations(t *testing.T) {
-	decl := regexp.MustCompile(`KERNEL(?:_BOUNDED)?\(([a-z0-9_]+),\s*([A-Za-z0-9]+)`)
+	decl := regexp.MustCompile(`KERNEL(?:_BOUNDED|_EARLY)?\(([a-z0-9_]+),\s*([A-Za-z0-9]+)`)
 	declared := map[string]bool{}
 	structs := map[string]bool{}
 	for _, l := range Layouts() {
@@ -164,7 +164,7 @@ func TestCUDASourceIsComplete(t *testing.T) {
 // CUDANames lists exactly the kernels of the CUDA-only files, and the CUDA source has them
 // while the Metal source does not.
 func TestCUDANamesMatchDeclarations(t *testing.T) {
-	decl := regexp.MustCompile(`KERNEL(?:_BOUNDED)?\(([a-z0-9_]+),\s*([A-Za-z0-9]+)`)
+	decl := regexp.MustCompile(`KERNEL(?:_BOUNDED|_EARLY)?\(([a-z0-9_]+),\s*([A-Za-z0-9]+)`)
 	declared := map[string]bool{}
 	for _, m := range decl.FindAllStringSubmatch(CUDADialect(), -1) {
 		declared[m[1]] = true

@@ -63,6 +63,15 @@ static __device__ constexpr bool pz_listed(const char* list, const char* name) {
 	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_KERNEL_ENTRY(); PZ_SKIP_BODY(name) name##_body(a); } \
 	static __device__ __forceinline__ void name##_body(const struct Args a)
 #define DEVICE static __device__ __forceinline__
+// KERNEL_EARLY is KERNEL_BOUNDED without the programmatic-launch wait at entry: its body
+// may first read what no kernel writes (the weights: a decode matrix-vector kernel issues
+// its tile's copies while the kernels before it finish) and must call pz_grid_wait(),
+// every thread, before it reads anything an earlier kernel wrote or writes anything.
+#define KERNEL_EARLY(name, Args, threads) \
+	static __device__ __forceinline__ void name##_body(const struct Args a); \
+	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_SKIP_BODY(name) name##_body(a); } \
+	static __device__ __forceinline__ void name##_body(const struct Args a)
+DEVICE void pz_grid_wait() { PZ_KERNEL_ENTRY(); }
 // CUDA's thread position is global (threadIdx), so helpers need no thread context.
 #define CTX_
 #define CTX_ARG_

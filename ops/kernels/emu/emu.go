@@ -64,7 +64,7 @@ func Available() error {
 	return nil
 }
 
-var kernelDecl = regexp.MustCompile(`KERNEL(?:_BOUNDED)?\(([a-z0-9_]+),\s*([A-Za-z0-9_]+)`)
+var kernelDecl = regexp.MustCompile(`KERNEL(?:_BOUNDED|_EARLY)?\(([a-z0-9_]+),\s*([A-Za-z0-9_]+)`)
 
 // Build compiles the emulator of an MSL source. The binary is cached by the hash of
 // everything that goes into it, so a test run recompiles only what changed.

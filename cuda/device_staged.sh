@@ -1,0 +1,53 @@
+#!/bin/bash
+# The staged twins (staged-matvec) on a GPU machine, from the repository root with
+# .dev/pistil and .dev/cuda.test carried (cuda/device_pack.sh): their per-op tests beside
+# the bf16 twins' and the launch and programmatic-edge tests (the staged kernels enter
+# before the programmatic-launch wait), pistil check on both golden layouts (whole, in
+# chunks of 7, decoding from 40, and with the pass off), the registers and group memory
+# of the twins (nvcc -Xptxas -v), the matrix-vector microbenchmark, then decode on the
+# full synthetic model with the pass on and off in alternating rounds.
+# STEPS picks (default "tests check regs micro bench"). Logs in $OUT; a summary last.
+set -u
+OUT=${OUT:-/tmp/cuda-out}
+mkdir -p "$OUT"
+STEPS=${STEPS:-tests check regs micro bench}
+ROUNDS=${ROUNDS:-2}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+if has tests; then
+	(cd cuda && timeout 300 ../.dev/cuda.test -test.v -test.count=1 -test.run \
+		'TestStagedMatvecKernelsMatchReferences|TestMMAMatvecKernelsMatchReferences|TestMMAMatvecCasesLowerToTheTwins|TestProgramLaunchesExactlyThePlan|TestProgrammaticEdgesKeepTheAnswer' \
+		> "$OUT/staged_tests.log" 2>&1; echo "cuda.test exit $?" >> "$OUT/staged_tests.log")
+	grep -E "^(--- FAIL|FAIL|ok|PASS)|^cuda.test exit|panic" "$OUT/staged_tests.log"
+	echo "$(grep -c -- '--- PASS' "$OUT/staged_tests.log") tests and subtests passed, $(grep -c -- '--- FAIL' "$OUT/staged_tests.log") failed"
+fi
+if has check; then
+	for layout in mlx-q4 hf; do
+		dir="testdata/golden/tiny-s1/$layout"
+		for args in "" "--chunk 7" "--decode-from 40" "--decode-from 40 -pass=staged-matvec/off"; do
+			echo "== check $layout $args" >> "$OUT/staged_check.log"
+			timeout 120 ./.dev/pistil check --backend cuda --model "$dir" --reference "$dir/reference.safetensors" $args >> "$OUT/staged_check.log" 2>&1
+			echo "check $layout ${args:-whole}: exit $? $(grep -E 'max abs' "$OUT/staged_check.log" | tail -1)"
+		done
+	done
+fi
+if has regs; then
+	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
+	(cd "$OUT" && timeout 200 nvcc -arch=sm_90 -Xptxas -v -c -o /dev/null kernels.cu > ptxas.txt 2>&1; echo "nvcc exit $?")
+	grep -A1 -E "Compiling entry function '(matvec|expert_matvec)_.*(mma|staged)_q4'" "$OUT/ptxas.txt" | grep -E "entry|registers" | paste - - | sed -E "s/.*entry function '([a-z0-9_]+)'.*Used ([0-9]+) registers.*, ([0-9]+) bytes smem.*/\1 \2 registers \3 bytes smem/"
+fi
+has micro && (cd cuda && timeout 180 ../.dev/cuda.test -test.run '^$' -test.bench MatvecBandwidth -test.benchtime 200x > "$OUT/staged_micro.txt" 2>&1; echo "micro exit $?"; grep -E "copy|Benchmark" "$OUT/staged_micro.txt")
+[ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
+B="bench --backend cuda --model /tmp/full --prompts 16 --contexts 0,4096 --decode-tokens 64 --repeats 3"
+run() {
+	name=$1; shift
+	timeout 150 "$@" > "$OUT/staged_$name.txt" 2>&1
+	echo "== $name exit $?"
+	grep -E "^decode" "$OUT/staged_$name.txt"
+}
+if has bench; then
+	for round in $(seq 1 "$ROUNDS"); do
+		run "on$round" ./.dev/pistil $B
+		run "off$round" ./.dev/pistil $B -pass=staged-matvec/off
+	done
+fi

@@ -5,7 +5,10 @@
 # before the programmatic-launch wait), pistil check on both golden layouts (whole, in
 # chunks of 7, decoding from 40, and with the pass off), the registers and group memory
 # of the twins (nvcc -Xptxas -v), the matrix-vector microbenchmark, then decode on the
-# full synthetic model with the pass on and off in alternating rounds.
+# full synthetic model with the pass on and off in alternating rounds, and (step
+# "variants") the staged twins' tuning variants against the default in alternating rounds:
+# VARIANTS is a space-separated list of NAME=ENV entries, ENV environment assignments joined by commas
+# (PISTIL_CUDA_DEFINES=MVS_XDIRECT=1, PISTIL_MVM_WARPS=8).
 # STEPS picks (default "tests check regs micro bench"). Logs in $OUT; a summary last.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
@@ -16,7 +19,7 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 if has tests; then
 	(cd cuda && timeout 300 ../.dev/cuda.test -test.v -test.count=1 -test.run \
-		'TestStagedMatvecKernelsMatchReferences|TestMMAMatvecKernelsMatchReferences|TestMMAMatvecCasesLowerToTheTwins|TestProgramLaunchesExactlyThePlan|TestProgrammaticEdgesKeepTheAnswer' \
+		'TestStagedMatvecKernelsMatchReferences|TestStagedMatvecCasesLowerToTheStagedTwins|TestMMAMatvecKernelsMatchReferences|TestMMAMatvecCasesLowerToTheTwins|TestProgramLaunchesExactlyThePlan|TestProgrammaticEdgesKeepTheAnswer' \
 		> "$OUT/staged_tests.log" 2>&1; echo "cuda.test exit $?" >> "$OUT/staged_tests.log")
 	grep -E "^(--- FAIL|FAIL|ok|PASS)|^cuda.test exit|panic" "$OUT/staged_tests.log"
 	echo "$(grep -c -- '--- PASS' "$OUT/staged_tests.log") tests and subtests passed, $(grep -c -- '--- FAIL' "$OUT/staged_tests.log") failed"
@@ -36,6 +39,11 @@ if has regs; then
 	(cd "$OUT" && timeout 200 nvcc -arch=sm_90 -Xptxas -v -c -o /dev/null kernels.cu > ptxas.txt 2>&1; echo "nvcc exit $?")
 	grep -A1 -E "Compiling entry function '(matvec|expert_matvec)_.*(mma|staged)_q4'" "$OUT/ptxas.txt" | grep -E "entry|registers" | paste - - | sed -E "s/.*entry function '([a-z0-9_]+)'.*Used ([0-9]+) registers.*, ([0-9]+) bytes smem.*/\1 \2 registers \3 bytes smem/"
 fi
+if has vtests; then
+	for v in ${VARIANTS:-}; do
+		(cd cuda && env $(echo "${v#*=}" | tr "," " ") timeout 200 ../.dev/cuda.test -test.v -test.count=1 -test.run 'TestStagedMatvecKernelsMatchReferences' > "$OUT/staged_vtests_${v%%=*}.log" 2>&1; echo "variant ${v%%=*} tests exit $?: $(grep -c -- '--- PASS' "$OUT/staged_vtests_${v%%=*}.log") passed, $(grep -c -- '--- FAIL' "$OUT/staged_vtests_${v%%=*}.log") failed")
+	done
+fi
 has micro && (cd cuda && timeout 180 ../.dev/cuda.test -test.run '^$' -test.bench MatvecBandwidth -test.benchtime 200x > "$OUT/staged_micro.txt" 2>&1; echo "micro exit $?"; grep -E "copy|Benchmark" "$OUT/staged_micro.txt")
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
 B="bench --backend cuda --model /tmp/full --prompts 16 --contexts 0,4096 --decode-tokens 64 --repeats 3"
@@ -49,5 +57,18 @@ if has bench; then
 	for round in $(seq 1 "$ROUNDS"); do
 		run "on$round" ./.dev/pistil $B
 		run "off$round" ./.dev/pistil $B -pass=staged-matvec/off
+	done
+fi
+if has variants; then
+	for round in $(seq 1 "$ROUNDS"); do
+		run "default$round" ./.dev/pistil $B
+		for v in ${VARIANTS:-}; do
+			run "${v%%=*}$round" env $(echo "${v#*=}" | tr "," " ") ./.dev/pistil $B
+		done
+	done
+fi
+if has vmicro; then
+	for v in ${VARIANTS:-}; do
+		(cd cuda && env $(echo "${v#*=}" | tr "," " ") PISTIL_MATVEC_KERNELS=matvec_mma_q4,matvec_staged_q4 timeout 120 ../.dev/cuda.test -test.run '^$' -test.bench MatvecBandwidth -test.benchtime 200x > "$OUT/staged_vmicro_${v%%=*}.txt" 2>&1; echo "variant ${v%%=*} micro exit $?"; grep -E "Benchmark" "$OUT/staged_vmicro_${v%%=*}.txt")
 	done
 fi

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"pistil/gpu"
@@ -153,6 +154,71 @@ func TestStagedMatvecKernelsMatchReferences(t *testing.T) {
 	g := openGPU(t)
 	for _, c := range stagedMatvecCases() {
 		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+}
+
+// The staged cases lower to the staged form of the twin they would otherwise run, on
+// the twin's group size, with one group per pair of row tiles where one weight's K
+// allows (kernels.StagedMatvecRows); a dispatch marked staged whose K is wider than a
+// group's memory holds is refused, and so is one marked for both other forms.
+func TestStagedMatvecCasesLowerToTheStagedTwins(t *testing.T) {
+	operands := func(ts []*ops.Tensor) []gpu.Operand {
+		in := make([]gpu.Operand, len(ts))
+		for i, tns := range ts {
+			in[i] = denseOperand(uint64(i+1)<<40, tns.DType, tns.Shape)
+			in[i].W.Group = int32(tns.Group)
+		}
+		return in
+	}
+	lower := func(c opCase, attrs graph.Attrs) (*gpu.Launch, error) {
+		types, _, err := referenceOf(c)
+		if err != nil {
+			return nil, err
+		}
+		var outs []gpu.Operand
+		for i, ty := range types {
+			outs = append(outs, denseOperand(uint64(20+i)<<40, ty.DType, ty.Shape.Eval(graph.Bindings{})))
+		}
+		return gpu.CUDA.Lower(&plan.Dispatch{Op: c.op, Attrs: attrs}, operands(c.in), outs, 30<<40)
+	}
+	for _, c := range stagedMatvecCases() {
+		twin, err := lower(c, graph.Attrs{gpu.AttrMMAMatvec: true})
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		l, err := lower(c, c.attrs)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		weights, K := 1, c.in[1].Shape[len(c.in[1].Shape)-1]
+		if strings.Contains(c.op, "swiglu") {
+			weights = 2
+		}
+		rows := kernels.StagedMatvecRows(weights, K)
+		wantX := (twin.Grid[0]*kernels.MMAMatvecRows + rows - 1) / rows // ceil(M / rows), from the twin's ceil(M / 16)
+		if want := kernels.StagedMatvecTwin[twin.Kernel]; l.Kernel != want || want == "" {
+			t.Errorf("%s: lowered to %s, want the staged form of %s (%q)", c.name, l.Kernel, twin.Kernel, want)
+		}
+		if l.Block != twin.Block || l.Grid[1] != twin.Grid[1] || l.Grid[0] != wantX {
+			t.Errorf("%s: grid %v block %d, want the twin's block %d and grid y %d with %d rows a group (twin grid %v)", c.name, l.Grid, l.Block, twin.Block, twin.Grid[1], rows, twin.Grid)
+		}
+		if _, err := lower(c, graph.Attrs{gpu.AttrMMAMatvec: true, gpu.AttrStagedMatvec: true, gpu.AttrIMMAMatvec: true}); err == nil {
+			t.Errorf("%s: lowered although marked integer and staged", c.name)
+		}
+	}
+	r := rand.New(rand.NewPCG(29, 30))
+	for _, c := range []opCase{
+		{name: "qmatmul K 8192", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 8192), randtensor.Quant(r, graph.Q4, 40, 8192)}},
+		{name: "matmul_swiglu K 4096", op: "matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 1, 4096), randtensor.Quant(r, graph.Q4, 40, 4096), randtensor.Quant(r, graph.Q4, 40, 4096)}},
+	} {
+		if stagedTakes(c) {
+			t.Errorf("%s: StagedMatvecShape takes it", c.name)
+		}
+		if _, err := lower(c, graph.Attrs{gpu.AttrMMAMatvec: true, gpu.AttrStagedMatvec: true}); err == nil {
+			t.Errorf("%s: lowered although too wide for a group's memory", c.name)
+		}
 	}
 }
 

@@ -146,7 +146,14 @@ func matvecLaunch[A any](c *ctx, d *plan.Dispatch, name string, M, K, y int, arg
 		twin = kernels.StagedMatvecTwin[twin]
 	}
 	grid := [3]int{ceilDiv(M, kernels.MMAMatvecRows), y, 1}
-	return newKernel(twin, grid, mmaMatvecThreads(c.t, grid[0]*grid[1]), args)
+	// The group size follows the 16-row grid for every form: a staged twin's grid of
+	// paired row tiles keeps the four warps that the 16-row grid gives it (eight warps
+	// measured slower for the staged twins, cuda/README.md).
+	threads := mmaMatvecThreads(c.t, grid[0]*grid[1])
+	if d.Attrs.Bool(AttrStagedMatvec) {
+		grid[0] = ceilDiv(M, kernels.StagedMatvecRows(stagedMatvecWeights(d.Op), K))
+	}
+	return newKernel(twin, grid, threads, args)
 }
 
 // mmaMatvecThreads is the group size of a tensor-core matrix-vector launch of this many

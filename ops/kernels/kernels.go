@@ -155,6 +155,16 @@ var StagedMatvecTwin = map[string]string{
 	KernelExpertMVSwiGLUSharedMMAQ4: KernelExpertMVSwiGLUSharedStagedQ4,
 }
 
+// StagedMatvecRows is the weight rows a staged twin's group takes for a launch of this
+// many weights per group and K: two row tiles (32) of one weight when K is at most
+// StagedMatvecMaxK(2), so each step's activations serve both (MVS_PAIR_K), else one.
+func StagedMatvecRows(weights, K int) int {
+	if weights == 1 && K <= StagedMatvecMaxK(2) {
+		return 2 * MMAMatvecRows
+	}
+	return MMAMatvecRows
+}
+
 // StagedMatvecMaxK is the widest K a staged twin takes for a launch of this many weights
 // per group (1, or 2 for the SwiGLU kernels' gate and up): MVS_MAX_K.
 func StagedMatvecMaxK(weights int) int {

@@ -5,16 +5,19 @@
 # family of kernels at a time compiled as its entry alone (ops/kernels/prelude_cuda.h). The
 # differences say what each family adds to a step beyond its stages. Decode answers are
 # garbage in the skipping runs; only their time means anything.
-# SKIP_SETS overrides the families (name=kernel,kernel ...). Logs in $OUT.
+# SKIP_SETS overrides the families (name=kernel,kernel ...), ROUNDS the rounds (2). Logs in $OUT.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
 B="bench --backend cuda --model /tmp/full --prompts 16 --contexts 0,4096 --decode-tokens 64 --repeats 3"
 SMALL=rms_norm,l2_norm,slice,gdn_gates,gated_rms_norm,rope,kv_append,embed,matvec_q8,router
-HEAVY=matvec_fused_mma_q4,matvec_mma_q4,expert_matvec_swiglu_shared_mma_q4,expert_matvec_combine_shared_q4
+# The weight-reading kernels in each form of the twins (bf16, staged) and the down projections.
+DENSE=matvec_fused_mma_q4,matvec_mma_q4,matvec_fused_staged_q4,matvec_staged_q4
+EXPERTS=expert_matvec_swiglu_shared_mma_q4,expert_matvec_swiglu_shared_staged_q4
+DOWN=expert_matvec_combine_shared_q4
 STATE=gated_delta,conv1d,attention_gqa,attention_merge
-SKIP_SETS=${SKIP_SETS:-all=* small=$SMALL heavy=$HEAVY state=$STATE}
+SKIP_SETS=${SKIP_SETS:-all=* small=$SMALL heavy=$DENSE,$EXPERTS,$DOWN dense=$DENSE experts=$EXPERTS down=$DOWN state=$STATE}
 run() {
 	name=$1 skip=$2
 	if [ -z "$skip" ]; then
@@ -25,7 +28,7 @@ run() {
 	echo "== $name exit $? (skipped: ${skip:-none})"
 	grep -E "^decode" "$OUT/floor_$name.txt"
 }
-for round in 1 2; do
+for round in $(seq 1 "${ROUNDS:-2}"); do
 	run "full$round" ""
 	for s in $SKIP_SETS; do run "${s%%=*}$round" "${s#*=}"; done
 done

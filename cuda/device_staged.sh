@@ -19,7 +19,7 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 if has tests; then
 	(cd cuda && timeout 300 ../.dev/cuda.test -test.v -test.count=1 -test.run \
-		'TestStagedMatvecKernelsMatchReferences|TestStagedMatvecCasesLowerToTheStagedTwins|TestMMAMatvecKernelsMatchReferences|TestMMAMatvecCasesLowerToTheTwins|TestProgramLaunchesExactlyThePlan|TestProgrammaticEdgesKeepTheAnswer' \
+		'TestStagedMatvecKernelsMatchReferences|TestStagedMatvecCasesLowerToTheStagedTwins|TestMMAMatvecKernelsMatchReferences|TestMMAMatvecCasesLowerToTheTwins|TestProgramLaunchesExactlyThePlan|TestProgrammaticEdgesKeepTheAnswer|TestKernelsMatchReferences' \
 		> "$OUT/staged_tests.log" 2>&1; echo "cuda.test exit $?" >> "$OUT/staged_tests.log")
 	grep -E "^(--- FAIL|FAIL|ok|PASS)|^cuda.test exit|panic" "$OUT/staged_tests.log"
 	echo "$(grep -c -- '--- PASS' "$OUT/staged_tests.log") tests and subtests passed, $(grep -c -- '--- FAIL' "$OUT/staged_tests.log") failed"

@@ -8,7 +8,7 @@
 # full synthetic model with the pass on and off in alternating rounds, and (step
 # "variants") the staged twins' tuning variants against the default in alternating rounds:
 # VARIANTS is a space-separated list of NAME=ENV entries, ENV environment assignments joined by commas
-# (PISTIL_CUDA_DEFINES=MVS_XDIRECT=1, PISTIL_MVM_WARPS=8).
+# (w8=PISTIL_MVM_WARPS=8; a tuning macro: NAME=PISTIL_CUDA_DEFINES=MACRO=VALUE).
 # STEPS picks (default "tests check regs micro bench"). Logs in $OUT; a summary last.
 set -u
 OUT=${OUT:-/tmp/cuda-out}

@@ -229,7 +229,7 @@ func lowerExpertCombine(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, e
 	if len(x.Shape) == 3 {
 		args.XPerSlot = 1
 	}
-	return newKernel(kernels.KernelExpertMVCombineQ4, [3]int{ceilDiv(M, kernels.MatvecCombineRows), T, 1}, kernels.MatvecThreads, args)
+	return newKernel(kernels.KernelExpertMVCombineQ4, [3]int{ceilDiv(M, c.t.CombineRows), T, 1}, kernels.MatvecThreads, args)
 }
 
 func supportsSigmoidGateMatmul(_ graph.Attrs, in, _ []Operand) bool {

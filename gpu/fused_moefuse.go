@@ -55,7 +55,7 @@ func lowerExpertCombineShared(c *ctx, d *plan.Dispatch, in, out []Operand) (*Lau
 	}
 	pairs := k*(K/32) + SK/32
 	threads := min(kernels.MatvecCombineSharedThreads, max(kernels.MatvecThreads, ceilDiv(pairs, 32)*32))
-	return newKernel(kernels.KernelExpertMVCombineSharedQ4, [3]int{ceilDiv(M, kernels.MatvecCombineRows), T, 1}, threads, args)
+	return newKernel(kernels.KernelExpertMVCombineSharedQ4, [3]int{ceilDiv(M, c.t.CombineRows), T, 1}, threads, args)
 }
 
 // q8Row says whether w is one q8 row of K that q8_row_dot multiplies.

@@ -54,15 +54,18 @@ type Target struct {
 	// a matmul dispatch marked AttrTensorCores (the compiler's tensor-cores pass) runs on
 	// them.
 	TensorCores bool
+	// CombineRows is the output rows a group of the experts' down-projection combines
+	// takes: the kernels' MVC_ROWS for this backend (kernels.Tuning.CombineRows).
+	CombineRows int
 }
 
 // The GPU targets. Their choices are fixed per target, not read from the device, so a
 // plan compiled on a machine without the GPU is the plan the GPU runs.
 var (
 	// CUDA is tuned for the H200 (132 multiprocessors).
-	CUDA = &Target{Name: "cuda", ParallelGroups: 264, TensorCores: true}
+	CUDA = &Target{Name: "cuda", ParallelGroups: 264, TensorCores: true, CombineRows: int(kernels.CUDA.CombineRows)}
 	// Metal is sized for the larger Apple GPUs (up to 40 cores).
-	Metal = &Target{Name: "metal", ParallelGroups: 80}
+	Metal = &Target{Name: "metal", ParallelGroups: 80, CombineRows: int(kernels.Metal.CombineRows)}
 )
 
 // ctx is what lowerings need beyond the operands: the target and the address of the

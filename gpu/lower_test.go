@@ -73,3 +73,17 @@ func TestAttentionSplits(t *testing.T) {
 		}
 	}
 }
+
+// Each GPU target's sizes that the kernels also see as tuning macros agree with that
+// backend's kernels.Tuning: a lowering's grid of combine groups must cover the rows the
+// compiled kernel gives a group.
+func TestTargetsAgreeWithKernelTuning(t *testing.T) {
+	for _, c := range []struct {
+		target *Target
+		tuning kernels.Tuning
+	}{{CUDA, kernels.CUDA}, {Metal, kernels.Metal}} {
+		if c.target.CombineRows != int(c.tuning.CombineRows) || c.target.CombineRows <= 0 {
+			t.Errorf("%s: CombineRows %d, the kernels' MVC_ROWS %d", c.target.Name, c.target.CombineRows, c.tuning.CombineRows)
+		}
+	}
+}

@@ -258,7 +258,7 @@ func Cases() []Case {
 			launch: func(e *env) []Launch {
 				a := expertArgs(e.in[0], e.in[1], e.in[2], e.out[0])
 				a.Weights = e.in[3].addr
-				return []Launch{{kernels.KernelExpertMVCombineQ4, [3]int{ceilDiv(int(a.M), kernels.MatvecCombineRows), int(a.T), 1}, kernels.MatvecThreads, a}}
+				return []Launch{{kernels.KernelExpertMVCombineQ4, [3]int{ceilDiv(int(a.M), int(kernels.Metal.CombineRows)), int(a.T), 1}, kernels.MatvecThreads, a}}
 			}},
 		// The shared expert as one more slot (fuse-shared-expert), through gpu.Metal's
 		// lowering: narrower than the routed experts, and (combine) more (expert, chunk)

@@ -238,7 +238,6 @@ const (
 	DeltaLanes          = 8   // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
 	MatvecThreads       = 128 // MV_THREADS: the q4 matrix-vector kernels' group size
 	MatvecRows          = 4   // MV_ROWS: rows per row group of the q4 matrix-vector kernels
-	MatvecCombineRows   = 8   // MVC_ROWS: rows per group of expert_matvec_combine_q4
 	MatvecQ8Rows        = 2   // MV8_ROWS: rows per group of matvec_q8
 	MatvecBatchRows     = 8   // MVB_ROWS: activation rows per weight load of matvec_q4_rows and expert_matvec_gather_q4
 	RouterMaxE          = 512 // ROUTER_MAX_E
@@ -291,6 +290,11 @@ type Tuning struct {
 	// ExpertSlots (EXPERT_SLOTS) is how many routed slots expert_tiled and
 	// expert_matvec_gather_q4 gather at a time.
 	ExpertSlots int32
+	// CombineRows (MVC_ROWS) is the output rows a group of the experts' down-projection
+	// combines (expert_matvec_combine_q4, expert_matvec_combine_shared_q4) takes; the GPU
+	// targets' CombineRows must agree. On the H200 4 decoded 356.2 tok/s against 343.1
+	// with 8 and 303.9 with 16 (cuda/README.md); Metal keeps the 8 it was checked with.
+	CombineRows int32
 	// GroupMemoryLimit is the most group (threadgroup, shared) memory a kernel may declare.
 	GroupMemoryLimit int
 }
@@ -308,14 +312,14 @@ func Conv1DGeometry(T, Ch int) (groups, threads int, slices int32) {
 
 // CUDA and Metal are the two backends' tunings.
 var (
-	CUDA  = Tuning{Backend: "cuda", AttnTileKeys: 16, ExpertSlots: 4096, GroupMemoryLimit: 48 << 10}
-	Metal = Tuning{Backend: "metal", AttnTileKeys: 8, ExpertSlots: 2048, GroupMemoryLimit: 32 << 10}
+	CUDA  = Tuning{Backend: "cuda", AttnTileKeys: 16, ExpertSlots: 4096, CombineRows: 4, GroupMemoryLimit: 48 << 10}
+	Metal = Tuning{Backend: "metal", AttnTileKeys: 8, ExpertSlots: 2048, CombineRows: 8, GroupMemoryLimit: 32 << 10}
 )
 
 // TuningDecls is the #define block of a backend's tuning.
 func TuningDecls(t Tuning) string {
-	return fmt.Sprintf("// Tuning of the %s backend (kernels.Tuning); do not edit.\n#define FA_KEYS %d\n#define EXPERT_SLOTS %d\n",
-		t.Backend, t.AttnTileKeys, t.ExpertSlots)
+	return fmt.Sprintf("// Tuning of the %s backend (kernels.Tuning); do not edit.\n#define FA_KEYS %d\n#define EXPERT_SLOTS %d\n#define MVC_ROWS %d\n",
+		t.Backend, t.AttnTileKeys, t.ExpertSlots, t.CombineRows)
 }
 
 func embedded(name string) string {

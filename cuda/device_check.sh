@@ -59,6 +59,10 @@ for layout in mlx-q4 hf; do
 	# twins (mma-matvec, on by default).
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-matvec/off
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=mma-matvec/off
+	# The twins with each warp's own loads instead of the tiles staged in group memory
+	# (staged-matvec, on by default).
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=staged-matvec/off
+	check --model "$dir" --reference "$ref" --chunk 7 -pass=staged-matvec/off
 	# The GDN decode prologue inside the step (gated_delta_step + conv_state_shift; off by
 	# default: slower on the H200) instead of staged.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/on

@@ -137,13 +137,17 @@ func stagedMatvecCases() []opCase {
 }
 
 // stagedTakes says whether the staged-matvec pass would mark a case's dispatch.
-func stagedTakes(c opCase) bool {
-	in := make([]gpu.Operand, len(c.in))
-	for i, tns := range c.in {
+func stagedTakes(c opCase) bool { return gpu.CUDA.StagedMatvecShape(c.op, caseOperands(c.in)) }
+
+// caseOperands are a case's inputs as lowering operands at made-up addresses, weights
+// with their quantization group.
+func caseOperands(ts []*ops.Tensor) []gpu.Operand {
+	in := make([]gpu.Operand, len(ts))
+	for i, tns := range ts {
 		in[i] = denseOperand(uint64(i+1)<<40, tns.DType, tns.Shape)
 		in[i].W.Group = int32(tns.Group)
 	}
-	return gpu.CUDA.StagedMatvecShape(c.op, in)
+	return in
 }
 
 // The staged twins match the CPU references within the twins' bound: the same products
@@ -162,14 +166,6 @@ func TestStagedMatvecKernelsMatchReferences(t *testing.T) {
 // allows (kernels.StagedMatvecRows); a dispatch marked staged whose K is wider than a
 // group's memory holds is refused, and so is one marked for both other forms.
 func TestStagedMatvecCasesLowerToTheStagedTwins(t *testing.T) {
-	operands := func(ts []*ops.Tensor) []gpu.Operand {
-		in := make([]gpu.Operand, len(ts))
-		for i, tns := range ts {
-			in[i] = denseOperand(uint64(i+1)<<40, tns.DType, tns.Shape)
-			in[i].W.Group = int32(tns.Group)
-		}
-		return in
-	}
 	lower := func(c opCase, attrs graph.Attrs) (*gpu.Launch, error) {
 		types, _, err := referenceOf(c)
 		if err != nil {
@@ -179,7 +175,7 @@ func TestStagedMatvecCasesLowerToTheStagedTwins(t *testing.T) {
 		for i, ty := range types {
 			outs = append(outs, denseOperand(uint64(20+i)<<40, ty.DType, ty.Shape.Eval(graph.Bindings{})))
 		}
-		return gpu.CUDA.Lower(&plan.Dispatch{Op: c.op, Attrs: attrs}, operands(c.in), outs, 30<<40)
+		return gpu.CUDA.Lower(&plan.Dispatch{Op: c.op, Attrs: attrs}, caseOperands(c.in), outs, 30<<40)
 	}
 	for _, c := range stagedMatvecCases() {
 		twin, err := lower(c, graph.Attrs{gpu.AttrMMAMatvec: true})
@@ -227,21 +223,13 @@ func TestStagedMatvecCasesLowerToTheStagedTwins(t *testing.T) {
 // where it cannot honour it (a target without tensor cores, q8 weights, K not a
 // multiple of the 64-k step, a qmatmul of several rows).
 func TestMMAMatvecCasesLowerToTheTwins(t *testing.T) {
-	operands := func(ts []*ops.Tensor) []gpu.Operand {
-		in := make([]gpu.Operand, len(ts))
-		for i, tns := range ts {
-			in[i] = denseOperand(uint64(i+1)<<40, tns.DType, tns.Shape)
-			in[i].W.Group = int32(tns.Group)
-		}
-		return in
-	}
 	for _, c := range mmaMatvecCases() {
 		types, _, err := referenceOf(c)
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
 		}
-		in := operands(c.in)
+		in := caseOperands(c.in)
 		var outs []gpu.Operand
 		for i, ty := range types {
 			outs = append(outs, denseOperand(uint64(20+i)<<40, ty.DType, ty.Shape.Eval(graph.Bindings{})))
@@ -289,7 +277,7 @@ func TestMMAMatvecCasesLowerToTheTwins(t *testing.T) {
 		{"K 96", "qmatmul", []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.Quant(r, graph.Q4, 40, 96)}},
 		{"two rows", "qmatmul", []*ops.Tensor{randtensor.F32(r, 2, 128), randtensor.Quant(r, graph.Q4, 40, 128)}},
 	} {
-		in := operands(c.in)
+		in := caseOperands(c.in)
 		outs := []gpu.Operand{denseOperand(20<<40, graph.F32, []int{c.in[0].Shape[0], 40})}
 		if gpu.CUDA.MMAMatvecShape(c.op, in) {
 			t.Errorf("%s: MMAMatvecShape takes it", c.name)

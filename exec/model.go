@@ -55,6 +55,15 @@ type Options struct {
 	// AttentionKernel names the CPU backend's tiled-attention kernel set
 	// (ops.SetAttentionKernel: "avx512", "avx2", "go"); empty, the fastest.
 	AttentionKernel string
+	// NoWorkerPool switches the CPU backend's worker pool off (ops.SetWorkerPool; pipeline.toml
+	// [cpu] worker_pool = false): its parallel loops then start goroutines per loop.
+	NoWorkerPool bool
+	// PrefaultWeights maps every page of the CPU backend's memory-mapped weights into the
+	// process when a plan loads (pipeline.toml [cpu] prefault_weights).
+	PrefaultWeights bool
+	// NoDecodeRegions switches the CPU backend's longer decode regions off
+	// (ops.SetDecodeRegions; pipeline.toml [cpu] decode_regions = false).
+	NoDecodeRegions bool
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.
 	Graphs bool

@@ -64,6 +64,9 @@ type Options struct {
 	// NoDecodeRegions switches the CPU backend's longer decode regions off
 	// (ops.SetDecodeRegions; pipeline.toml [cpu] decode_regions = false).
 	NoDecodeRegions bool
+	// NoHugePageMaps maps the checkpoint's files wherever mmap puts them, in 4 KiB pages
+	// (pipeline.toml [cpu] map_huge_pages = false; safetensors.MapHugePages).
+	NoHugePageMaps bool
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.
 	Graphs bool

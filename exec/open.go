@@ -2,12 +2,14 @@ package exec
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 
 	"pistil/graph"
 	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
+	"pistil/models/safetensors"
 	"pistil/ops"
 	"pistil/passes"
 	"pistil/plan"
@@ -99,6 +101,9 @@ func prepare(dir string, o Options) (*prepared, error) {
 	if chunk <= 0 {
 		return nil, fmt.Errorf("prefill chunk %d must be positive", chunk)
 	}
+	// [cpu] map_huge_pages: the checkpoint's memory maps 2 MiB-aligned, so that the page
+	// cache's large folios map whole (safetensors.MapHugePages); PISTIL_MAP_HUGE=0 overrides.
+	safetensors.MapHugePages = !o.NoHugePageMaps && os.Getenv("PISTIL_MAP_HUGE") != "0"
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ func init() {
 			return nil, err
 		}
 		// [cpu] worker_pool: persistent helpers for the parallel loops, or goroutines per loop.
-		ops.SetWorkerPool(!o.NoWorkerPool)
+		ops.SetWorkerPool(o.WorkerPool)
 		// [cpu] decode_regions: a decode step's experts and fused projections in longer
 		// parallel regions.
 		ops.SetDecodeRegions(!o.NoDecodeRegions)

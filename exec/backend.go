@@ -114,8 +114,8 @@ type BackendOptions struct {
 	Int8Kernel string
 	// AttentionKernel: the CPU backend's tiled-attention kernel set by name (exec.Options).
 	AttentionKernel string
-	// NoWorkerPool: the CPU backend's worker pool off (exec.Options).
-	NoWorkerPool bool
+	// WorkerPool: the CPU backend's worker pool on (exec.Options).
+	WorkerPool bool
 	// PrefaultWeights: the CPU backend's weights mapped in when a plan loads (exec.Options).
 	PrefaultWeights bool
 	// NoDecodeRegions: the CPU backend's longer decode regions off (exec.Options).

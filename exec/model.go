@@ -55,9 +55,9 @@ type Options struct {
 	// AttentionKernel names the CPU backend's tiled-attention kernel set
 	// (ops.SetAttentionKernel: "avx512", "avx2", "go"); empty, the fastest.
 	AttentionKernel string
-	// NoWorkerPool switches the CPU backend's worker pool off (ops.SetWorkerPool; pipeline.toml
-	// [cpu] worker_pool = false): its parallel loops then start goroutines per loop.
-	NoWorkerPool bool
+	// WorkerPool runs the CPU backend's parallel loops on persistent spinning helpers
+	// (ops.SetWorkerPool; pipeline.toml [cpu] worker_pool); false starts goroutines per loop.
+	WorkerPool bool
 	// PrefaultWeights maps every page of the CPU backend's memory-mapped weights into the
 	// process when a plan loads (pipeline.toml [cpu] prefault_weights).
 	PrefaultWeights bool

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"os"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -115,7 +116,15 @@ func parallelItems(env *Env, n int, fn func(worker, item int)) {
 // (mulRowsOneRegion).
 var decodeRegions atomic.Bool
 
-func init() { decodeRegions.Store(true) }
+func init() {
+	decodeRegions.Store(true)
+	if v, err := time.ParseDuration(os.Getenv("PISTIL_POOL_SPIN")); err == nil {
+		poolSpin = v
+	}
+	if v, err := time.ParseDuration(os.Getenv("PISTIL_POOL_RUN_SPIN")); err == nil {
+		poolRunSpin = v
+	}
+}
 
 // SetDecodeRegions switches the decode step's longer parallel regions on or off,
 // process-wide ([cpu] decode_regions). Either way every sum is the same to the bit.
@@ -126,12 +135,17 @@ func DecodeRegions() bool { return decodeRegions.Load() }
 
 // poolSpin is how long an idle helper spins before it parks: longer than the gap between
 // two loops of a decode step, short enough that a helper does not hold a core another
-// process on a shared machine could use. poolWaitSpin is how long the caller spins for the
-// helpers to finish before it blocks: a helper the OS has taken off its core (another
-// process's turn) then gets the caller's core instead of waiting for a spinning caller.
+// process on a shared machine could use for long. The caller, its chunk done, spins while
+// the helpers run theirs (up to poolRunSpin: a chunk of a decode step's matmul streams for
+// tens to hundreds of microseconds, and a parked caller costs a thread wake-up to resume),
+// but blocks after poolWaitSpin if a helper has not even started: one the OS has taken off
+// its core (another process's turn) then gets the caller's core instead of a spinning
+// caller. Measured on the full model (cpu/README.md, session 10): spins of 20-50 us were
+// slower than no pool, 1 ms collapsed under another process's load.
 var (
-	poolSpin     = 50 * time.Microsecond
+	poolSpin     = 200 * time.Microsecond
 	poolWaitSpin = 20 * time.Microsecond
+	poolRunSpin  = 200 * time.Microsecond
 )
 
 var workerPool = struct {
@@ -143,20 +157,20 @@ var workerPool = struct {
 	finish  chan struct{} // the last helper's word to a caller that blocked
 }{finish: make(chan struct{}, 1)}
 
-func init() { workerPool.enabled.Store(true) }
-
-// SetWorkerPool switches the worker pool on or off, process-wide ([cpu] worker_pool).
+// SetWorkerPool switches the worker pool on or off, process-wide ([cpu] worker_pool; off
+// unless set).
 func SetWorkerPool(on bool) { workerPool.enabled.Store(on) }
 
 // WorkerPool reports whether the worker pool is on.
 func WorkerPool() bool { return workerPool.enabled.Load() }
 
 type poolJob struct {
-	fn     func(chunk int)
-	chunks int // fn(1..chunks-1) run on helpers 0..chunks-2
-	labels context.Context
-	done   atomic.Int32 // helpers done with this job (or not taking part)
-	want   int32        // done's final value: every helper
+	fn      func(chunk int)
+	chunks  int // fn(1..chunks-1) run on helpers 0..chunks-2
+	labels  context.Context
+	done    atomic.Int32 // helpers done with this job (or not taking part)
+	started atomic.Int32 // helpers that have taken the job up
+	want    int32        // done's final value: every helper
 	// callerAsleep is set by a caller that stopped spinning and waits on finish.
 	callerAsleep atomic.Bool
 }
@@ -195,7 +209,10 @@ func runPooled(env *Env, w int, fn func(chunk int)) bool {
 	}
 	start := time.Now()
 	for spins := 1; job.done.Load() != job.want; spins++ {
-		if spins&63 == 0 && time.Since(start) > poolWaitSpin {
+		if spins&63 != 0 {
+			continue
+		}
+		if wait := time.Since(start); wait > poolRunSpin || wait > poolWaitSpin && job.started.Load() != job.want {
 			job.callerAsleep.Store(true)
 			if job.done.Load() == job.want && job.callerAsleep.CompareAndSwap(true, false) {
 				break
@@ -240,6 +257,7 @@ func (h *poolHelper) run(seen uint64) {
 		}
 		seen = p.seq.Load()
 		job := p.job.Load()
+		job.started.Add(1)
 		if h.index+1 < job.chunks {
 			if job.labels != labels {
 				labels = job.labels

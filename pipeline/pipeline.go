@@ -65,7 +65,8 @@ type CPU struct {
 	// PISTIL_CPU_ATTENTION_KERNEL overrides it.
 	AttentionKernel string `toml:"attention_kernel"`
 	// WorkerPool runs the parallel loops on persistent helpers that spin briefly between
-	// loops (ops.SetWorkerPool), process-wide; false starts goroutines per loop.
+	// loops (ops.SetWorkerPool), process-wide; false (the default) starts goroutines per
+	// loop.
 	WorkerPool bool `toml:"worker_pool"`
 	// PrefaultWeights maps every page of the memory-mapped weights into the process when a
 	// model opens (MADV_POPULATE_READ, Linux), when they fit in the available memory;
@@ -159,7 +160,7 @@ func Default() *Pipeline {
 			"check": false,
 		},
 		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
-		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, MapHugePages: true},
+		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, DecodeRegions: true, MapHugePages: true},
 		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false, PrefillChunk: exec.DefaultCUDAChunk},
 		Metal:     Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
@@ -353,7 +354,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, NoWorkerPool: !p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoHugePageMaps: !p.CPU.MapHugePages, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoHugePageMaps: !p.CPU.MapHugePages, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 

@@ -43,9 +43,18 @@ func BenchmarkMoEDecodeStream(b *testing.B) {
 	}
 	y := NewTensor(graph.F32, 1, K)
 	per := func(t *Tensor) int { return (len(t.Data) + len(t.Scales) + len(t.Biases)) / E }
-	for _, workers := range []int{1, 2} {
-		env := &Env{Workers: workers, Kernels: KernelsFast, Activations: ActivationsInt8All}
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+	defer SetWorkerPool(WorkerPool())
+	for _, c := range []struct {
+		workers int
+		pool    bool
+	}{{1, false}, {2, false}, {2, true}} {
+		env := &Env{Workers: c.workers, Kernels: KernelsFast, Activations: ActivationsInt8All}
+		name := fmt.Sprintf("workers=%d", c.workers)
+		if c.pool {
+			name += "/pool"
+		}
+		b.Run(name, func(b *testing.B) {
+			SetWorkerPool(c.pool)
 			b.SetBytes(int64(k*(per(wg)+per(wu)+per(wd)) + len(sg.Data)*3*9/8))
 			for b.Loop() {
 				for j, e := range rng.Perm(E)[:k] {

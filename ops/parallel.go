@@ -146,6 +146,7 @@ var (
 	poolSpin     = 200 * time.Microsecond
 	poolWaitSpin = 20 * time.Microsecond
 	poolRunSpin  = 200 * time.Microsecond
+	poolYield    = os.Getenv("PISTIL_POOL_YIELD") != "0"
 )
 
 var workerPool = struct {
@@ -212,6 +213,9 @@ func runPooled(env *Env, w int, fn func(chunk int)) bool {
 		if spins&63 != 0 {
 			continue
 		}
+		if poolYield {
+			osYield()
+		}
 		if wait := time.Since(start); wait > poolRunSpin || wait > poolWaitSpin && job.started.Load() != job.want {
 			job.callerAsleep.Store(true)
 			if job.done.Load() == job.want && job.callerAsleep.CompareAndSwap(true, false) {
@@ -245,6 +249,9 @@ func (h *poolHelper) run(seen uint64) {
 		start := time.Now()
 		for spins := 0; p.seq.Load() == seen; spins++ {
 			if spins&63 == 63 {
+				if poolYield {
+					osYield()
+				}
 				if time.Since(start) > poolSpin {
 					h.asleep.Store(true)
 					if p.seq.Load() != seen && h.asleep.CompareAndSwap(true, false) {

@@ -41,7 +41,12 @@ func init() {
 		if err := chooseKernel("cpu.attention_kernel", o.AttentionKernel, AttentionKernelEnv, ops.SetAttentionKernel); err != nil {
 			return nil, err
 		}
-		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations}, nil
+		// [cpu] worker_pool: persistent helpers for the parallel loops, or goroutines per loop.
+		ops.SetWorkerPool(o.WorkerPool)
+		// [cpu] decode_regions: a decode step's experts and fused projections in longer
+		// parallel regions.
+		ops.SetDecodeRegions(!o.NoDecodeRegions)
+		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations, PrefaultWeights: o.PrefaultWeights}, nil
 	})
 }
 
@@ -73,6 +78,10 @@ type Backend struct {
 	Kernels string // ops.Env.Kernels: "fast" (or empty) or "reference"
 	// Activations is ops.Env.Activations: "f32" (or empty) or "int8".
 	Activations string
+	// PrefaultWeights maps the weights' pages into the process when a plan loads (prefault),
+	// if they fit in the available memory.
+	PrefaultWeights bool
+	prefaulted      map[*byte]bool // weight byte ranges already prefaulted, by first byte
 }
 
 // Name implements exec.Backend.
@@ -140,6 +149,9 @@ func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) 
 			prog.tokens = buf.ID
 		}
 	}
+	if b.PrefaultWeights {
+		b.prefaultWeights(prog.weights)
+	}
 	if prog.tokens < 0 {
 		return nil, fmt.Errorf("plan %s has no tokens input", p.Phase)
 	}
@@ -199,6 +211,7 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 			out[j] = t
 		}
 		pprof.SetGoroutineLabels(stp.labels)
+		env.Labels = stp.labels
 		err := stp.ref(env, stp.value, in, out)
 		pprof.SetGoroutineLabels(ctx)
 		if err != nil {
@@ -248,4 +261,29 @@ func (p *program) operand(o plan.Operand, b graph.Bindings, s *state, tokens *op
 		return nil, fmt.Errorf("operand [%d,%d) outside buffer %s of %d bytes", o.Offset, o.Offset+size, buf.Name, len(data))
 	}
 	return &ops.Tensor{DType: o.Type.DType, Shape: shape, Group: o.Type.Group, Data: data[o.Offset : o.Offset+size]}, nil
+}
+
+// prefaultWeights prefaults the codes, scales and biases of every weight not yet done, if
+// they all fit in the memory available now (else paging them in would only evict others).
+func (b *Backend) prefaultWeights(weights map[int]*ops.Tensor) {
+	if b.prefaulted == nil {
+		b.prefaulted = map[*byte]bool{}
+	}
+	var todo [][]byte
+	var bytes int64
+	for _, w := range weights {
+		for _, r := range [][]byte{w.Data, w.Scales, w.Biases} {
+			if len(r) > 0 && !b.prefaulted[&r[0]] {
+				todo = append(todo, r)
+				bytes += int64(len(r))
+			}
+		}
+	}
+	if len(todo) == 0 || bytes > memAvailable() {
+		return
+	}
+	for _, r := range todo {
+		prefault(r)
+		b.prefaulted[&r[0]] = true
+	}
 }

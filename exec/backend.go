@@ -114,6 +114,12 @@ type BackendOptions struct {
 	Int8Kernel string
 	// AttentionKernel: the CPU backend's tiled-attention kernel set by name (exec.Options).
 	AttentionKernel string
+	// WorkerPool: the CPU backend's worker pool on (exec.Options).
+	WorkerPool bool
+	// PrefaultWeights: the CPU backend's weights mapped in when a plan loads (exec.Options).
+	PrefaultWeights bool
+	// NoDecodeRegions: the CPU backend's longer decode regions off (exec.Options).
+	NoDecodeRegions bool
 	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs)
 	// instead of launching its kernels one by one.
 	Graphs bool

@@ -55,6 +55,18 @@ type Options struct {
 	// AttentionKernel names the CPU backend's tiled-attention kernel set
 	// (ops.SetAttentionKernel: "avx512", "avx2", "go"); empty, the fastest.
 	AttentionKernel string
+	// WorkerPool runs the CPU backend's parallel loops on persistent spinning helpers
+	// (ops.SetWorkerPool; pipeline.toml [cpu] worker_pool); false starts goroutines per loop.
+	WorkerPool bool
+	// PrefaultWeights maps every page of the CPU backend's memory-mapped weights into the
+	// process when a plan loads (pipeline.toml [cpu] prefault_weights).
+	PrefaultWeights bool
+	// NoDecodeRegions switches the CPU backend's longer decode regions off
+	// (ops.SetDecodeRegions; pipeline.toml [cpu] decode_regions = false).
+	NoDecodeRegions bool
+	// NoHugePageMaps maps the checkpoint's files wherever mmap puts them, in 4 KiB pages
+	// (pipeline.toml [cpu] map_huge_pages = false; safetensors.MapHugePages).
+	NoHugePageMaps bool
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.
 	Graphs bool

@@ -2,12 +2,14 @@ package exec
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 
 	"pistil/graph"
 	"pistil/models/checkpoint"
 	"pistil/models/qwen35moe"
+	"pistil/models/safetensors"
 	"pistil/ops"
 	"pistil/passes"
 	"pistil/plan"
@@ -25,7 +27,7 @@ func Open(dir string, o Options) (*Model, error) {
 		return nil, err
 	}
 	o = pr.opts
-	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations, Int8Kernel: o.Int8Kernel, AttentionKernel: o.AttentionKernel, Graphs: o.Graphs, ProgrammaticLaunch: o.ProgrammaticLaunch, Metal: o.Metal})
+	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations, Int8Kernel: o.Int8Kernel, AttentionKernel: o.AttentionKernel, WorkerPool: o.WorkerPool, PrefaultWeights: o.PrefaultWeights, NoDecodeRegions: o.NoDecodeRegions, Graphs: o.Graphs, ProgrammaticLaunch: o.ProgrammaticLaunch, Metal: o.Metal})
 	if err != nil {
 		pr.ck.Close()
 		return nil, err
@@ -99,6 +101,9 @@ func prepare(dir string, o Options) (*prepared, error) {
 	if chunk <= 0 {
 		return nil, fmt.Errorf("prefill chunk %d must be positive", chunk)
 	}
+	// [cpu] map_huge_pages: the checkpoint's memory maps 2 MiB-aligned, so that the page
+	// cache's large folios map whole (safetensors.MapHugePages); PISTIL_MAP_HUGE=0 overrides.
+	safetensors.MapHugePages = !o.NoHugePageMaps && os.Getenv("PISTIL_MAP_HUGE") != "0"
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err

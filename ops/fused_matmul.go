@@ -66,6 +66,9 @@ func init() {
 // refMatmuls runs every projection over the shared x; each is the matmul kernel itself.
 func refMatmuls(env *Env, v *graph.Value, in, out []*Tensor) error {
 	x := in[0].F32()
+	if ok, err := mulRowsOneRegion(env, x, in[1:], out); ok || err != nil {
+		return err
+	}
 	for i, wt := range in[1:] {
 		w, err := newWeightRows(wt)
 		if err != nil {
@@ -84,6 +87,12 @@ func refMatmulSwiGLU(env *Env, v *graph.Value, in, out []*Tensor) error {
 	y := out[0].F32()
 	up, release := scratchF32(len(y))
 	defer release()
+	if ok, err := mulRowsOneRegion(env, x, in[1:3], []*Tensor{out[0], up}); err != nil {
+		return err
+	} else if ok {
+		siluGate(env, y, y, up.F32())
+		return nil
+	}
 	for i, dst := range [][]float32{y, up.F32()} {
 		w, err := newWeightRows(in[1+i])
 		if err != nil {
@@ -127,4 +136,48 @@ func refMatmulGatedAdd(env *Env, v *graph.Value, in, out []*Tensor) error {
 		}
 	}
 	return nil
+}
+
+// mulRowsOneRegion is a decode step's mulRows for several weights that project the same
+// one row x (matmuls, matmul_swiglu) in one parallel region: the weights' rows laid end to
+// end and split into contiguous chunks over the workers, so that a step waits for its
+// workers once, not once per weight, and the small weights (the GDN's a and b
+// projections, 32 rows each) are no region of their own. Every output row is the same
+// kernel on the same bytes as mulRows', so the result is the same to the bit. It reports
+// false, having done nothing, where it does not apply: more than one row, a weight not
+// quantized or under the reference kernels, or SetDecodeRegions(false).
+func mulRowsOneRegion(env *Env, x []float32, wts, out []*Tensor) (bool, error) {
+	if !decodeRegions.Load() || env.workers() < 2 {
+		return false, nil
+	}
+	ws := make([]weightRows, len(wts))
+	starts := make([]int, len(wts)+1)
+	for i, wt := range wts {
+		w, err := newWeightRows(wt)
+		if err != nil {
+			return true, fmt.Errorf("weight %d: %w", i, err)
+		}
+		w = w.forEnv(env)
+		if !w.t.DType.Quantized() || w.reference || len(x) != w.cols || len(out[i].F32()) < w.rows() {
+			return false, nil
+		}
+		ws[i] = w
+		starts[i+1] = starts[i] + w.rows()
+	}
+	acts := make([]*quantActs, len(ws))
+	for i, w := range ws {
+		acts[i] = prepareActs(env.serial(), w, x, 1)
+	}
+	parallelRange(env, starts[len(ws)], func(lo, hi int) {
+		for i, w := range ws {
+			a, b := max(lo, starts[i])-starts[i], min(hi, starts[i+1])-starts[i]
+			if a < b {
+				mulQuantRow(acts[i], w, 0, a, b, out[i].F32()[a:b])
+			}
+		}
+	})
+	for _, a := range acts {
+		a.release()
+	}
+	return true, nil
 }

@@ -168,6 +168,41 @@ func costExpertMatmul(v *graph.Value, b graph.Bindings) Cost {
 	}
 }
 
+// parallelExpertRuns runs the work of a routed-expert matmul, expert used[i]'s blocks of
+// expertRowBlock weight rows [blkLo, blkHi), as fn(worker, i, blkLo, blkHi). When every used
+// expert has one routed row (a decode step) the blocks are of one size and each worker
+// takes one contiguous run of them (parallelChunks over all experts' blocks in order),
+// passed to fn an expert at a time: each worker streams whole stretches of the experts'
+// matrices from one end to the other, which the hardware and the row kernel's prefetches
+// follow. Otherwise (the experts' row counts differ) the blocks are handed out one at a time
+// (parallelItems). Either way every weight row meets the same activations in the same
+// kernel, so the sums are the same to the bit.
+func parallelExpertRuns(env *Env, rowsOf [][]int, used []int, blocks int, fn func(worker, i, blkLo, blkHi int)) {
+	if decodeRegions.Load() {
+		one := true
+		for _, e := range used {
+			if len(rowsOf[e]) != 1 {
+				one = false
+				break
+			}
+		}
+		if one {
+			parallelChunks(env, len(used)*blocks, func(worker, lo, hi int) {
+				for it := lo; it < hi; {
+					i := it / blocks
+					end := min(hi, (i+1)*blocks)
+					fn(worker, i, it-i*blocks, end-i*blocks)
+					it = end
+				}
+			})
+			return
+		}
+	}
+	parallelItems(env, len(used)*blocks, func(worker, item int) {
+		fn(worker, item/blocks, item%blocks, item%blocks+1)
+	})
+}
+
 // expertRowBlock is the number of weight rows one work item of expert_matmul covers.
 const expertRowBlock = 64
 
@@ -254,11 +289,10 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 	})
 	blocks := (M + expertRowBlock - 1) / expertRowBlock
 	scratch := make([][]float32, env.workers())
-	parallelItems(env, len(used)*blocks, func(worker, item int) {
-		i, blk := item/blocks, item%blocks
+	parallelExpertRuns(env, rowsOf, used, blocks, func(worker, i, blkLo, blkHi int) {
 		e, wk := used[i], work[i]
 		rows := rowsOf[e]
-		lo, hi := blk*expertRowBlock, min((blk+1)*expertRowBlock, M)
+		lo, hi := blkLo*expertRowBlock, min(blkHi*expertRowBlock, M)
 		dst := func(p int) []float32 { return y[rows[p]*M : (rows[p]+1)*M] }
 		if fast && len(rows) == 1 {
 			mulQuantRow(wk.acts, w, e*M, lo, hi, y[rows[0]*M+lo:rows[0]*M+hi])

@@ -1,8 +1,12 @@
 package ops
 
 import (
+	"context"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // workers is the goroutine count a reference may use.
@@ -27,14 +31,22 @@ func (e *Env) serial() *Env {
 // each concurrently. Chunks are contiguous so that a worker's writes stay together and a
 // worker can allocate its scratch once per call.
 func parallelRange(env *Env, n int, fn func(lo, hi int)) {
+	parallelChunks(env, n, func(_, lo, hi int) { fn(lo, hi) })
+}
+
+// parallelChunks is parallelRange with the chunk's index (its worker) passed to fn.
+func parallelChunks(env *Env, n int, fn func(chunk, lo, hi int)) {
 	w := env.workers()
 	if w > n {
 		w = n
 	}
 	if w <= 1 {
 		if n > 0 {
-			fn(0, n)
+			fn(0, 0, n)
 		}
+		return
+	}
+	if runPooled(env, w, func(i int) { fn(i, i*n/w, (i+1)*n/w) }) {
 		return
 	}
 	var wg sync.WaitGroup
@@ -43,7 +55,7 @@ func parallelRange(env *Env, n int, fn func(lo, hi int)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fn(lo, hi)
+			fn(i, lo, hi)
 		}()
 	}
 	wg.Wait()
@@ -64,19 +76,208 @@ func parallelItems(env *Env, n int, fn func(worker, item int)) {
 		return
 	}
 	var next atomic.Int64
+	take := func(k int) {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			fn(k, i)
+		}
+	}
+	if runPooled(env, w, take) {
+		return
+	}
 	var wg sync.WaitGroup
 	for k := 0; k < w; k++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				fn(k, i)
-			}
+			take(k)
 		}()
 	}
 	wg.Wait()
+}
+
+// The worker pool ([cpu] worker_pool, SetWorkerPool): instead of starting a goroutine per
+// chunk of every parallel loop and waiting for it (a decode step of the 35B-A3B has about
+// 400 dispatches, most with one or two parallel loops, and each start wakes a parked
+// thread, tens of microseconds on a VM whose idle vCPU halted), the caller runs chunk 0
+// itself and persistent helper goroutines run the others. A helper that finishes a chunk
+// spins on the pool's sequence number for up to poolSpin before it parks, so the loops of
+// one decode step (back to back, a few microseconds apart) find it awake. The chunks and
+// the items are those of the goroutine path (parallelRange's boundaries, parallelItems'
+// counter), so every result is the same to the bit. One caller at a time: a loop started
+// while another holds the pool (nested loops, concurrent sessions) takes the goroutine path.
+
+// decodeRegions switches on the decode step's longer parallel regions
+// (SetDecodeRegions): the routed experts' blocks in one contiguous run per worker
+// (parallelExpertRuns) and the weights of a fused projection in one region
+// (mulRowsOneRegion).
+var decodeRegions atomic.Bool
+
+func init() {
+	decodeRegions.Store(true)
+	if v, err := time.ParseDuration(os.Getenv("PISTIL_POOL_SPIN")); err == nil {
+		poolSpin = v
+	}
+	if v, err := time.ParseDuration(os.Getenv("PISTIL_POOL_RUN_SPIN")); err == nil {
+		poolRunSpin = v
+	}
+}
+
+// SetDecodeRegions switches the decode step's longer parallel regions on or off,
+// process-wide ([cpu] decode_regions). Either way every sum is the same to the bit.
+func SetDecodeRegions(on bool) { decodeRegions.Store(on) }
+
+// DecodeRegions reports whether the decode step's longer parallel regions are on.
+func DecodeRegions() bool { return decodeRegions.Load() }
+
+// poolSpin is how long an idle helper spins before it parks: longer than the gap between
+// two loops of a decode step, short enough that a helper does not hold a core another
+// process on a shared machine could use for long. The caller, its chunk done, spins while
+// the helpers run theirs (up to poolRunSpin: a chunk of a decode step's matmul streams for
+// tens to hundreds of microseconds, and a parked caller costs a thread wake-up to resume),
+// but blocks after poolWaitSpin if a helper has not even started: one the OS has taken off
+// its core (another process's turn) then gets the caller's core instead of a spinning
+// caller. Measured on the full model (cpu/README.md, session 10): spins of 20-50 us were
+// slower than no pool, 1 ms collapsed under another process's load.
+var (
+	poolSpin     = 200 * time.Microsecond
+	poolWaitSpin = 20 * time.Microsecond
+	poolRunSpin  = 200 * time.Microsecond
+	poolYield    = os.Getenv("PISTIL_POOL_YIELD") != "0"
+)
+
+var workerPool = struct {
+	enabled atomic.Bool
+	mu      sync.Mutex // held by the caller whose loop the helpers run
+	seq     atomic.Uint64
+	job     atomic.Pointer[poolJob]
+	helpers []*poolHelper // guarded by mu
+	finish  chan struct{} // the last helper's word to a caller that blocked
+}{finish: make(chan struct{}, 1)}
+
+// SetWorkerPool switches the worker pool on or off, process-wide ([cpu] worker_pool; off
+// unless set).
+func SetWorkerPool(on bool) { workerPool.enabled.Store(on) }
+
+// WorkerPool reports whether the worker pool is on.
+func WorkerPool() bool { return workerPool.enabled.Load() }
+
+type poolJob struct {
+	fn      func(chunk int)
+	chunks  int // fn(1..chunks-1) run on helpers 0..chunks-2
+	labels  context.Context
+	done    atomic.Int32 // helpers done with this job (or not taking part)
+	started atomic.Int32 // helpers that have taken the job up
+	want    int32        // done's final value: every helper
+	// callerAsleep is set by a caller that stopped spinning and waits on finish.
+	callerAsleep atomic.Bool
+}
+
+type poolHelper struct {
+	index  int // runs chunk index+1
+	asleep atomic.Bool
+	wake   chan struct{}
+}
+
+// runPooled runs fn(0) .. fn(w-1) concurrently on the caller and w-1 helpers and reports
+// true, or reports false (having run nothing) when the pool is off or busy.
+func runPooled(env *Env, w int, fn func(chunk int)) bool {
+	p := &workerPool
+	if !p.enabled.Load() || !p.mu.TryLock() {
+		return false
+	}
+	defer p.mu.Unlock()
+	for len(p.helpers) < w-1 {
+		h := &poolHelper{index: len(p.helpers), wake: make(chan struct{}, 1)}
+		p.helpers = append(p.helpers, h)
+		go h.run(p.seq.Load())
+	}
+	job := &poolJob{fn: fn, chunks: w, labels: env.labels(), want: int32(len(p.helpers))}
+	p.job.Store(job)
+	p.seq.Add(1)
+	// Every helper answers the job, those beyond w-1 at once, so that done counts them all.
+	for _, h := range p.helpers {
+		if h.asleep.CompareAndSwap(true, false) {
+			h.wake <- struct{}{}
+		}
+	}
+	fn(0)
+	if job.done.Load() == job.want {
+		return true
+	}
+	start := time.Now()
+	for spins := 1; job.done.Load() != job.want; spins++ {
+		if spins&63 != 0 {
+			continue
+		}
+		if poolYield {
+			osYield()
+		}
+		if wait := time.Since(start); wait > poolRunSpin || wait > poolWaitSpin && job.started.Load() != job.want {
+			job.callerAsleep.Store(true)
+			if job.done.Load() == job.want && job.callerAsleep.CompareAndSwap(true, false) {
+				break
+			}
+			<-p.finish
+			break
+		}
+	}
+	return true
+}
+
+// labels is the pprof labels the helpers run a loop of env's caller under.
+func (e *Env) labels() context.Context {
+	if e == nil || e.Labels == nil {
+		return context.Background()
+	}
+	return e.Labels
+}
+
+// poolIdleLabels are a helper's pprof labels while it waits for a loop, so that a
+// profile does not count its spinning as the last op's work.
+var poolIdleLabels = pprof.WithLabels(context.Background(), pprof.Labels("op", "(worker pool spin)"))
+
+func (h *poolHelper) run(seen uint64) {
+	p := &workerPool
+	labels := poolIdleLabels
+	pprof.SetGoroutineLabels(labels)
+	for {
+		// Wait for a job newer than seen: spin, then park.
+		start := time.Now()
+		for spins := 0; p.seq.Load() == seen; spins++ {
+			if spins&63 == 63 {
+				if poolYield {
+					osYield()
+				}
+				if time.Since(start) > poolSpin {
+					h.asleep.Store(true)
+					if p.seq.Load() != seen && h.asleep.CompareAndSwap(true, false) {
+						break // a job came before anyone saw us asleep
+					}
+					<-h.wake // asleep.CompareAndSwap(true, false) by the caller, or already woken
+					break
+				}
+			}
+		}
+		seen = p.seq.Load()
+		job := p.job.Load()
+		job.started.Add(1)
+		if h.index+1 < job.chunks {
+			if job.labels != labels {
+				labels = job.labels
+				pprof.SetGoroutineLabels(labels)
+			}
+			job.fn(h.index + 1)
+		}
+		if labels != poolIdleLabels {
+			labels = poolIdleLabels
+			pprof.SetGoroutineLabels(labels)
+		}
+		if job.done.Add(1) == job.want && job.callerAsleep.CompareAndSwap(true, false) {
+			p.finish <- struct{}{}
+		}
+	}
 }

@@ -61,20 +61,25 @@ func expertSwiGLUInt8(env *Env, v *graph.Value, x, wgt, wut, idt, out *Tensor) (
 	})
 	blocks := (M + expertRowBlock - 1) / expertRowBlock
 	scratch := make([]*swigluScratch, env.workers())
-	parallelItems(env, len(used)*blocks, func(worker, item int) {
-		i, blk := item/blocks, item%blocks
+	// A run of work items (from parallelExpertItems) of one expert: gate's rows over the
+	// run in one stream, then up's, then the SiLU block by block, as each item alone would.
+	run := func(worker, i, blkLo, blkHi int) {
 		e, rows := used[i], rowsOf[used[i]]
-		lo, hi := blk*expertRowBlock, min((blk+1)*expertRowBlock, M)
+		lo, hi := blkLo*expertRowBlock, min(blkHi*expertRowBlock, M)
 		if scratch[worker] == nil {
 			scratch[worker] = swigluScratchPool.Get().(*swigluScratch)
 		}
 		gate, up := scratch[worker].grow(len(rows) * M)
 		mulQuant(acts[i], wg, e*M, lo, hi, func(p int) []float32 { return gate[p*M : (p+1)*M] })
 		mulQuant(acts[i], wu, e*M, lo, hi, func(p int) []float32 { return up[p*M : (p+1)*M] })
-		for p, r := range rows {
-			siluGateRange(true, y[r*M+lo:r*M+hi], gate[p*M+lo:p*M+hi], up[p*M+lo:p*M+hi])
+		for b0 := lo; b0 < hi; b0 += expertRowBlock {
+			b1 := min(b0+expertRowBlock, hi)
+			for p, r := range rows {
+				siluGateRange(true, y[r*M+b0:r*M+b1], gate[p*M+b0:p*M+b1], up[p*M+b0:p*M+b1])
+			}
 		}
-	})
+	}
+	parallelExpertRuns(env, rowsOf, used, blocks, run)
 	for _, s := range scratch {
 		if s != nil {
 			swigluScratchPool.Put(s)

@@ -4,6 +4,7 @@
 package ops
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
@@ -53,6 +54,9 @@ type Env struct {
 	// Activations is ActivationsF32 or ActivationsInt8 for the quantized matmuls of more
 	// than one row; empty means float32.
 	Activations string
+	// Labels is the pprof labels of the dispatch being run (op=<op>), which the worker
+	// pool's helpers take on for its parallel loops; nil, none.
+	Labels context.Context
 }
 
 // Table is the registry of ops. It implements graph.OpSet.

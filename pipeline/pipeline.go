@@ -64,6 +64,23 @@ type CPU struct {
 	// "avx512", "avx2", "go", those the machine has), process-wide; empty, the fastest.
 	// PISTIL_CPU_ATTENTION_KERNEL overrides it.
 	AttentionKernel string `toml:"attention_kernel"`
+	// WorkerPool runs the parallel loops on persistent helpers that spin briefly between
+	// loops (ops.SetWorkerPool), process-wide; false (the default) starts goroutines per
+	// loop.
+	WorkerPool bool `toml:"worker_pool"`
+	// PrefaultWeights maps every page of the memory-mapped weights into the process when a
+	// model opens (MADV_POPULATE_READ, Linux), when they fit in the available memory;
+	// false leaves them to fault in on first touch.
+	PrefaultWeights bool `toml:"prefault_weights"`
+	// DecodeRegions runs a decode step's routed experts as one contiguous run of weight
+	// rows per worker and a fused projection's weights in one parallel region
+	// (ops.SetDecodeRegions), process-wide; false hands the experts' blocks out one at a
+	// time and runs each weight as its own region. The same sums either way.
+	DecodeRegions bool `toml:"decode_regions"`
+	// MapHugePages maps the checkpoint's files at 2 MiB-aligned addresses with
+	// MADV_HUGEPAGE (Linux), so that the page cache's 2 MiB folios are mapped whole
+	// (safetensors.MapHugePages); false lets mmap place them, 4 KiB page-table entries.
+	MapHugePages bool `toml:"map_huge_pages"`
 }
 
 // CUDA is the [cuda] table.
@@ -143,7 +160,7 @@ func Default() *Pipeline {
 			"check": false,
 		},
 		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
-		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32},
+		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, DecodeRegions: true, MapHugePages: true},
 		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false, PrefillChunk: exec.DefaultCUDAChunk},
 		Metal:     Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
@@ -337,7 +354,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoHugePageMaps: !p.CPU.MapHugePages, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 

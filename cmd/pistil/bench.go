@@ -97,6 +97,7 @@ func runBench(args []string) error {
 	maxLength := fs.Int("max-length", 0, "with --sweep: leave out lengths above this (0: none)")
 	plotOut := fs.String("plot", "", "draw prefill and decode tok/s against length into this PNG")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurements to this file (go tool pprof)")
+	memProfile := fs.String("memprofile", "", "write a heap profile (every allocation of the measurements: go tool pprof -sample_index=alloc_space) to this file")
 	bandwidthMiB := fs.Int64("bandwidth-mib", bench.DefaultBandwidthBytes>>20, "buffer in MiB for measuring the streaming read bandwidth first (0: not measured)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -208,6 +209,15 @@ func runBench(args []string) error {
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			if f, err := os.Create(*memProfile); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	if *sweep {
 		rep.Result, err = bench.Sweep(ctx, m, sweepSpec)

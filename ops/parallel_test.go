@@ -1,0 +1,143 @@
+package ops
+
+import (
+	"fmt"
+	"math/rand"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"pistil/graph"
+)
+
+// The worker pool runs every chunk and item once, with the caller's and the helpers'
+// shares, whether callers take turns, nest a loop in a loop (the inner one takes the
+// goroutine path) or call at once from several goroutines; and with the pool off.
+func TestWorkerPoolRunsEveryChunk(t *testing.T) {
+	defer SetWorkerPool(WorkerPool())
+	for _, pool := range []bool{true, false} {
+		SetWorkerPool(pool)
+		for _, workers := range []int{2, 3, 5} {
+			env := &Env{Workers: workers}
+			for _, n := range []int{0, 1, 2, 7, 64, 1000} {
+				seen := make([]atomic.Int32, n)
+				parallelRange(env, n, func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						seen[i].Add(1)
+					}
+				})
+				parallelItems(env, n, func(worker, i int) {
+					if worker < 0 || worker >= workers {
+						t.Errorf("worker %d of %d", worker, workers)
+					}
+					seen[i].Add(10)
+				})
+				parallelChunks(env, n, func(chunk, lo, hi int) {
+					if want := chunk * n / min(workers, n); lo != want {
+						t.Errorf("n=%d chunk %d starts at %d, want %d", n, chunk, lo, want)
+					}
+					for i := lo; i < hi; i++ {
+						seen[i].Add(100)
+						// A nested loop: the pool is held, so it takes the goroutine path.
+						var inner atomic.Int32
+						parallelRange(env, 3, func(lo, hi int) { inner.Add(int32(hi - lo)) })
+						if inner.Load() != 3 {
+							t.Errorf("nested loop ran %d of 3", inner.Load())
+						}
+					}
+				})
+				for i := range seen {
+					if got := seen[i].Load(); got != 111 {
+						t.Fatalf("pool=%v workers=%d n=%d: index %d ran %d (want 111: once in each loop)", pool, workers, n, i, got)
+					}
+				}
+			}
+		}
+		// Concurrent callers: one holds the pool, the others start goroutines.
+		var wg sync.WaitGroup
+		var total atomic.Int64
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := 0; r < 200; r++ {
+					parallelRange(&Env{Workers: 2}, 100, func(lo, hi int) { total.Add(int64(hi - lo)) })
+				}
+			}()
+		}
+		wg.Wait()
+		if total.Load() != 4*200*100 {
+			t.Fatalf("pool=%v: concurrent callers covered %d of %d", pool, total.Load(), 4*200*100)
+		}
+	}
+}
+
+// A decode step's MoE and fused projections give the same bits with the worker pool and
+// the longer decode regions on and off, float32 and int8 activations.
+func TestDecodeRegionsAndPoolSameBits(t *testing.T) {
+	defer SetWorkerPool(WorkerPool())
+	defer SetDecodeRegions(DecodeRegions())
+	rng := rand.New(rand.NewSource(5))
+	const E, M, K, k = 16, 192, 512, 4
+	wg, wu := randQuantized(rng, 4, 64, E, M, K), randQuantized(rng, 4, 64, E, M, K)
+	wd := randQuantized(rng, 4, 64, E, K, M)
+	sg, su, sd := randQuantized(rng, 4, 64, M, K), randQuantized(rng, 4, 64, M, K), randQuantized(rng, 4, 64, K, M)
+	p1, p2, p3 := randQuantized(rng, 4, 64, 640, K), randQuantized(rng, 4, 64, 32, K), randQuantized(rng, 8, 64, 96, K)
+	x := randTensor(rng, 1, 1, K)
+	ids := NewTensor(graph.I32, 1, k)
+	for j, e := range rng.Perm(E)[:k] {
+		ids.I32()[j] = int32(e)
+	}
+	weights := randTensor(rng, 0.3, 1, k)
+	gate := randTensor(rng, 1, 1, 1)
+	run := func(act string, workers int) []float32 {
+		env := &Env{Workers: workers, Kernels: KernelsFast, Activations: act}
+		routed, shared := NewTensor(graph.F32, 1, k, M), NewTensor(graph.F32, 1, M)
+		y := NewTensor(graph.F32, 1, K)
+		outs := []*Tensor{NewTensor(graph.F32, 1, 640), NewTensor(graph.F32, 1, 32), NewTensor(graph.F32, 1, 96)}
+		for _, c := range []struct {
+			op   string
+			in   []*Tensor
+			outs []*Tensor
+		}{
+			{"expert_matmul_swiglu_shared", []*Tensor{x, wg, wu, ids, sg, su}, []*Tensor{routed, shared}},
+			{"expert_matmul_combine_shared", []*Tensor{routed, wd, ids, weights, shared, sd, gate}, []*Tensor{y}},
+			{"matmuls", []*Tensor{y, p1, p2, p3}, outs},
+		} {
+			g, err := opGraph(c.op, nil, c.in...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, _ := Default.Info(c.op)
+			if err := info.Ref(env, g.Values[len(c.in)], c.in, c.outs); err != nil {
+				t.Fatalf("%s: %v", c.op, err)
+			}
+		}
+		var all []float32
+		for _, o := range append([]*Tensor{routed, shared, y}, outs...) {
+			all = append(all, o.F32()...)
+		}
+		return all
+	}
+	for _, act := range []string{ActivationsF32, ActivationsInt8All} {
+		SetWorkerPool(false)
+		SetDecodeRegions(false)
+		want := run(act, 2)
+		if one := run(act, 1); !slices.Equal(one, want) {
+			t.Errorf("%s: one worker differs from two", act)
+		}
+		for _, pool := range []bool{false, true} {
+			for _, regions := range []bool{false, true} {
+				SetWorkerPool(pool)
+				SetDecodeRegions(regions)
+				for _, workers := range []int{2, 3} {
+					name := fmt.Sprintf("%s pool=%v regions=%v workers=%d", act, pool, regions, workers)
+					if got := run(act, workers); !slices.Equal(got, want) {
+						t.Errorf("%s: differs from the goroutine path's bits", name)
+					}
+				}
+			}
+		}
+	}
+}

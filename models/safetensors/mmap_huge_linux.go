@@ -72,4 +72,5 @@ func unmapHuge(b []byte) error {
 	}
 	return nil
 }
+
 const hugeSupported = true

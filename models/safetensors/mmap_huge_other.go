@@ -10,4 +10,5 @@ var MapHugePages = false
 func mapHuge(f *os.File, size int64) ([]byte, bool) { return nil, false }
 func hugeMapped(b []byte) bool                      { return false }
 func unmapHuge(b []byte) error                      { return nil }
+
 const hugeSupported = false

@@ -137,16 +137,16 @@ func DecodeRegions() bool { return decodeRegions.Load() }
 // two loops of a decode step, short enough that a helper does not hold a core another
 // process on a shared machine could use for long. The caller, its chunk done, spins while
 // the helpers run theirs (up to poolRunSpin: a chunk of a decode step's matmul streams for
-// tens to hundreds of microseconds, and a parked caller costs a thread wake-up to resume),
-// but blocks after poolWaitSpin if a helper has not even started: one the OS has taken off
-// its core (another process's turn) then gets the caller's core instead of a spinning
-// caller. Measured on the full model (cpu/README.md, session 10): spins of 20-50 us were
-// slower than no pool, 1 ms collapsed under another process's load.
+// tens to hundreds of microseconds, and a parked caller costs a thread wake-up to resume);
+// a chunk whose helper has not started by the time the caller's own is done the caller
+// runs itself (poolJob.claimed), so a helper the OS has taken off its core (another
+// process's turn) costs the loop its parallelism, not a wait for the OS to bring it back.
+// Measured on the full model (cpu/README.md, session 10): spins of 20-50 us were slower
+// than no pool, 1 ms collapsed under another process's load.
 var (
-	poolSpin     = 200 * time.Microsecond
-	poolWaitSpin = 20 * time.Microsecond
-	poolRunSpin  = 200 * time.Microsecond
-	poolYield    = os.Getenv("PISTIL_POOL_YIELD") != "0"
+	poolSpin    = 200 * time.Microsecond
+	poolRunSpin = 200 * time.Microsecond
+	poolYield   = os.Getenv("PISTIL_POOL_YIELD") != "0"
 )
 
 var workerPool = struct {
@@ -166,14 +166,28 @@ func SetWorkerPool(on bool) { workerPool.enabled.Store(on) }
 func WorkerPool() bool { return workerPool.enabled.Load() }
 
 type poolJob struct {
-	fn      func(chunk int)
-	chunks  int // fn(1..chunks-1) run on helpers 0..chunks-2
-	labels  context.Context
-	done    atomic.Int32 // helpers done with this job (or not taking part)
-	started atomic.Int32 // helpers that have taken the job up
-	want    int32        // done's final value: every helper
+	fn     func(chunk int)
+	chunks int // fn(1..chunks-1) run on helpers 0..chunks-2, or on the caller
+	labels context.Context
+	// claimed[c] is taken by whoever runs chunk c: its helper, or the caller, which runs
+	// every chunk whose helper has not started by the time its own chunk is done (a
+	// helper the OS has taken off its core, or one still waking up), so a loop never
+	// waits on a helper that has not begun.
+	claimed []atomic.Bool
+	done    atomic.Int32 // chunks 1.. finished
 	// callerAsleep is set by a caller that stopped spinning and waits on finish.
 	callerAsleep atomic.Bool
+}
+
+// claim reports whether the caller takes chunk c (nobody has started it).
+func (j *poolJob) claim(c int) bool { return j.claimed[c].CompareAndSwap(false, true) }
+
+// finished counts chunk c as done and wakes the caller if it is the last one and the
+// caller sleeps.
+func (j *poolJob) finished() {
+	if j.done.Add(1) == int32(j.chunks-1) && j.callerAsleep.CompareAndSwap(true, false) {
+		workerPool.finish <- struct{}{}
+	}
 }
 
 type poolHelper struct {
@@ -195,30 +209,36 @@ func runPooled(env *Env, w int, fn func(chunk int)) bool {
 		p.helpers = append(p.helpers, h)
 		go h.run(p.seq.Load())
 	}
-	job := &poolJob{fn: fn, chunks: w, labels: env.labels(), want: int32(len(p.helpers))}
+	job := &poolJob{fn: fn, chunks: w, labels: env.labels(), claimed: make([]atomic.Bool, w)}
 	p.job.Store(job)
 	p.seq.Add(1)
-	// Every helper answers the job, those beyond w-1 at once, so that done counts them all.
-	for _, h := range p.helpers {
+	for _, h := range p.helpers[:w-1] {
 		if h.asleep.CompareAndSwap(true, false) {
 			h.wake <- struct{}{}
 		}
 	}
 	fn(0)
-	if job.done.Load() == job.want {
+	for c := 1; c < w; c++ {
+		if job.claim(c) {
+			fn(c)
+			job.finished()
+		}
+	}
+	if job.done.Load() == int32(w-1) {
 		return true
 	}
+	// The rest are running on helpers: spin, then sleep until the last one says so.
 	start := time.Now()
-	for spins := 1; job.done.Load() != job.want; spins++ {
+	for spins := 1; job.done.Load() != int32(w-1); spins++ {
 		if spins&63 != 0 {
 			continue
 		}
 		if poolYield {
 			osYield()
 		}
-		if wait := time.Since(start); wait > poolRunSpin || wait > poolWaitSpin && job.started.Load() != job.want {
+		if time.Since(start) > poolRunSpin {
 			job.callerAsleep.Store(true)
-			if job.done.Load() == job.want && job.callerAsleep.CompareAndSwap(true, false) {
+			if job.done.Load() == int32(w-1) && job.callerAsleep.CompareAndSwap(true, false) {
 				break
 			}
 			<-p.finish
@@ -264,20 +284,17 @@ func (h *poolHelper) run(seen uint64) {
 		}
 		seen = p.seq.Load()
 		job := p.job.Load()
-		job.started.Add(1)
-		if h.index+1 < job.chunks {
+		if c := h.index + 1; c < job.chunks && job.claim(c) {
 			if job.labels != labels {
 				labels = job.labels
 				pprof.SetGoroutineLabels(labels)
 			}
-			job.fn(h.index + 1)
+			job.fn(c)
+			job.finished()
 		}
 		if labels != poolIdleLabels {
 			labels = poolIdleLabels
 			pprof.SetGoroutineLabels(labels)
-		}
-		if job.done.Add(1) == job.want && job.callerAsleep.CompareAndSwap(true, false) {
-			p.finish <- struct{}{}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"math/rand"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,40 @@ func TestWorkerPoolRunsEveryChunk(t *testing.T) {
 		wg.Wait()
 		if total.Load() != 4*200*100 {
 			t.Fatalf("pool=%v: concurrent callers covered %d of %d", pool, total.Load(), 4*200*100)
+		}
+	}
+}
+
+// With one OS thread for Go (a machine whose other core another process holds), the
+// helpers cannot start while the caller runs, so the caller takes their chunks itself
+// (poolJob.claimed): every chunk and item still runs exactly once, each chunk once, and
+// loops after it keep finding the pool usable.
+func TestWorkerPoolCallerTakesUnstartedChunks(t *testing.T) {
+	defer SetWorkerPool(WorkerPool())
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	SetWorkerPool(true)
+	for r := 0; r < 50; r++ {
+		for _, workers := range []int{2, 4} {
+			n := 10 + r
+			seen := make([]atomic.Int32, n)
+			var chunks [4]atomic.Int32
+			parallelChunks(&Env{Workers: workers}, n, func(chunk, lo, hi int) {
+				chunks[chunk].Add(1)
+				for i := lo; i < hi; i++ {
+					seen[i].Add(1)
+				}
+			})
+			parallelItems(&Env{Workers: workers}, n, func(_, i int) { seen[i].Add(10) })
+			for c := 0; c < workers; c++ {
+				if got := chunks[c].Load(); got != 1 {
+					t.Fatalf("round %d, %d workers: chunk %d ran %d times", r, workers, c, got)
+				}
+			}
+			for i := range seen {
+				if got := seen[i].Load(); got != 11 {
+					t.Fatalf("round %d, %d workers: index %d ran %d (want 11)", r, workers, i, got)
+				}
+			}
 		}
 	}
 }

@@ -65,7 +65,7 @@ type CPU struct {
 	// PISTIL_CPU_ATTENTION_KERNEL overrides it.
 	AttentionKernel string `toml:"attention_kernel"`
 	// WorkerPool runs the parallel loops on persistent helpers that spin briefly between
-	// loops (ops.SetWorkerPool), process-wide; false (the default) starts goroutines per
+	// loops (ops.SetWorkerPool), process-wide (the default); false starts goroutines per
 	// loop.
 	WorkerPool bool `toml:"worker_pool"`
 	// PrefaultWeights maps every page of the memory-mapped weights into the process when a
@@ -160,7 +160,7 @@ func Default() *Pipeline {
 			"check": false,
 		},
 		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
-		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, DecodeRegions: true, MapHugePages: true},
+		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, MapHugePages: true},
 		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false, PrefillChunk: exec.DefaultCUDAChunk},
 		Metal:     Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}

@@ -157,6 +157,70 @@ func TestAttentionVariants(t *testing.T) {
 	}
 }
 
+// attention_gqa_mma (the mma-decode-attention pass's mark) against the reference over
+// attention_gqa's shapes: head dims 64, 128 and 256, 1 to 8 query heads per kv head
+// (the mma's 8 columns, the rest zero), one and two kv heads, both cache dtypes, contexts
+// inside one key tile, past a warp's tile (the warps' states merge) and past every warp's
+// several tiles, one and three tokens; whole, split into equal key ranges, and decode's
+// fixed-block split below, at and past its switch and with ranges grown past the grid.
+// The caches hold NaN past the keys in use, so a key past a range that is not masked to
+// zero fails.
+func TestDecodeAttentionMMA(t *testing.T) {
+	g := openGPU(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	n := 0
+	for _, D := range []int{64, 128, 256} {
+		for _, G := range []int{1, 2, 4, 8} {
+			for _, dt := range []graph.DType{graph.F32, graph.BF16} {
+				for ci, ctx := range []int{0, 40, 290} {
+					for _, T := range []int{1, 3} {
+						if D > 64 && (ci+G+T+n)%3 != 0 {
+							continue // a rotation at the larger head dims, which cost the emulator most
+						}
+						n++
+						kvh := 1 + n%2
+						cache := func() *ops.Tensor {
+							c := randtensor.F32(r, 300, kvh, D)
+							if dt == graph.BF16 {
+								c = randtensor.BF16(r, 300, kvh, D)
+							}
+							poisonPast(c, ctx+T)
+							return c
+						}
+						c := opCase{name: fmt.Sprintf("mma/D%d/G%d/kvh%d/%s/C%d/T%d", D, G, kvh, dt, ctx, T), op: "attention",
+							attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(D)), gpu.AttrMMADecodeAttention: true},
+							in:    []*ops.Tensor{randtensor.F32(r, T, G*kvh, D), cache(), cache()}, C: ctx}
+						t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+						s := gpu.CUDA.AttentionSplits(T, G*kvh, kvh, D)
+						if s < 2 {
+							continue
+						}
+						c.splits = s
+						t.Run(c.name+"/split", func(t *testing.T) { runOpCase(t, g, c) })
+						if T == 1 {
+							c.splits, c.blocks = kernels.AttnMaxRanges, ops.KeyRanges{Splits: kernels.AttnMaxRanges, Block: kernels.AttnKeyBlock, BlockFrom: 41, BlockKeys: 32, ShortSplits: s}
+							t.Run(c.name+"/blocks", func(t *testing.T) { runOpCase(t, g, c) })
+							c.splits, c.blocks = 4, ops.KeyRanges{Splits: 4, Block: kernels.AttnKeyBlock, BlockFrom: 1, BlockKeys: 16, ShortSplits: 2}
+							t.Run(c.name+"/blocks-grown", func(t *testing.T) { runOpCase(t, g, c) })
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// poisonPast fills the cache rows from row n on with NaN: keys no query of the case sees.
+func poisonPast(c *ops.Tensor, n int) {
+	nan := []byte{0x00, 0x00, 0xc0, 0x7f} // float32 NaN, little-endian; its upper half is bf16's
+	if c.DType == graph.BF16 {
+		nan = nan[2:]
+	}
+	for i := n * len(c.Data) / c.Shape[0]; i < len(c.Data); i += len(nan) {
+		copy(c.Data[i:], nan)
+	}
+}
+
 // The cases are valid ops (types infer, references run) on any machine.
 func TestOpCasesAreValid(t *testing.T) {
 	for _, c := range opCases() {
@@ -496,7 +560,7 @@ func runOnGPU(g *device, c opCase, in []gpu.Operand, alloc func(graph.Type) (gpu
 	case c.splits > 0:
 		attrs := c.blocks.Attrs()
 		attrs["scale"], attrs["splits"], attrs["key_block"] = c.attrs.Float("scale"), int64(c.splits), int64(kernels.AttnKeyBlock)
-		for _, mark := range []string{gpu.AttrPrefillTiled, gpu.AttrMMAAttention} {
+		for _, mark := range []string{gpu.AttrPrefillTiled, gpu.AttrMMAAttention, gpu.AttrMMADecodeAttention} {
 			if v, ok := c.attrs[mark]; ok {
 				attrs[mark] = v // as split-attention carries the one and mma-attention sets the other
 			}

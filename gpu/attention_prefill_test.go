@@ -134,3 +134,65 @@ func TestPrefillAttentionMMALowering(t *testing.T) {
 		}
 	}
 }
+
+// Marked for the tensor cores (the mma-decode-attention pass), attention that is not tiled
+// for prefill runs attention_gqa_mma on attention_gqa's grid (kv heads x tokens x key
+// ranges) in groups of AttnGQAMMAThreads, whole or split, over a float32 or a bf16 cache;
+// the mark on a target without tensor cores, with more query heads per kv head than the
+// mma's 8 columns, or with a head dim that is not a multiple of 32 is an error that names
+// it, not a silent fallback.
+func TestDecodeAttentionMMALowering(t *testing.T) {
+	operands := func(T, NH, KVH, D int, cache graph.DType) []Operand {
+		return []Operand{
+			{Addr: 1 << 40, DType: graph.F32, Shape: []int{T, NH, D}},
+			{Addr: 2 << 40, DType: cache, Shape: []int{4096, KVH, D}},
+			{Addr: 3 << 40, DType: cache, Shape: []int{4096, KVH, D}},
+		}
+	}
+	out := []Operand{{Addr: 4 << 40, DType: graph.F32}}
+	mark := graph.Attrs{"scale": 0.0625, AttrMMADecodeAttention: true}
+	split := graph.Attrs{"scale": 0.0625, "splits": int64(64), "key_block": int64(kernels.AttnKeyBlock), AttrMMADecodeAttention: true}
+	for _, tc := range []struct {
+		name       string
+		op         string
+		attrs      graph.Attrs
+		T, NH, KVH int
+		cache      graph.DType
+		grid       [3]int
+	}{
+		{"decode, split", "attention_partial", split, 1, 16, 2, graph.F32, [3]int{2, 1, 64}},
+		{"decode, bf16 cache", "attention_partial", split, 1, 16, 2, graph.BF16, [3]int{2, 1, 64}},
+		{"three tokens, whole", "attention", mark, 3, 4, 2, graph.F32, [3]int{2, 3, 1}},
+	} {
+		in := operands(tc.T, tc.NH, tc.KVH, 256, tc.cache)
+		if !CUDA.MMADecodeAttentionShape(tc.op, in) {
+			t.Errorf("%s: MMADecodeAttentionShape refuses it", tc.name)
+		}
+		l, err := CUDA.Lower(&plan.Dispatch{Op: tc.op, Attrs: tc.attrs}, in, out, 5<<40)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if l.Kernel != kernels.KernelAttentionGQAMMA || l.Grid != tc.grid || l.Block != kernels.AttnGQAMMAThreads {
+			t.Errorf("%s: %s on %v x%d, want %s on %v x%d", tc.name, l.Kernel, l.Grid, l.Block, kernels.KernelAttentionGQAMMA, tc.grid, kernels.AttnGQAMMAThreads)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		target  *Target
+		NH, KVH int
+		D       int
+	}{
+		{"no tensor cores", Metal, 16, 2, 256},
+		{"16 query heads per kv head", CUDA, 16, 1, 256},
+		{"head dim 48", CUDA, 16, 2, 48}, // refused by every attention kernel, before the mark
+	} {
+		in := operands(1, tc.NH, tc.KVH, tc.D, graph.F32)
+		if tc.target.MMADecodeAttentionShape("attention", in) {
+			t.Errorf("%s: MMADecodeAttentionShape takes it", tc.name)
+		}
+		_, err := tc.target.Lower(&plan.Dispatch{Op: "attention", Attrs: mark}, in, out, 5<<40)
+		if err == nil || (!strings.Contains(err.Error(), AttrMMADecodeAttention) && tc.D%32 == 0) {
+			t.Errorf("%s: lowered with the mark (err %v), want an error naming %s", tc.name, err, AttrMMADecodeAttention)
+		}
+	}
+}

@@ -688,9 +688,52 @@ func lowerAttention(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error
 		return nil, fmt.Errorf("%s: marked %s without the tiled prefill attention it replaces (%d tokens, %d query heads over %d kv heads)", d.Op, AttrMMAAttention, args.T, args.NH, args.KVH)
 	}
 	if !gqaKernel(int(args.NH), int(args.KVH)) {
+		if d.Attrs.Bool(AttrMMADecodeAttention) {
+			return nil, fmt.Errorf("%s: marked %s, which serves up to %d query heads per kv head (%d over %d)", d.Op, AttrMMADecodeAttention, kernels.AttnGQAMMAHeads, args.NH, args.KVH)
+		}
 		return newKernel(kernels.KernelAttention, [3]int{int(args.NH), int(args.T), 1}, 256, args)
 	}
-	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), 1}, 256, args)
+	return gqaAttentionLaunch(c, d, args, 1)
+}
+
+// AttrMMADecodeAttention (bool) runs an untiled attention (decode's, whole or split into
+// key ranges) on the tensor cores, attention_gqa_mma (the mma-decode-attention pass;
+// MMADecodeAttentionShape).
+const AttrMMADecodeAttention = "mma_decode_attention"
+
+// MMADecodeAttentionShape says whether attention_gqa_mma serves an attention or
+// attention_partial dispatch of these operands (q, k cache, v cache, ...) that is not
+// tiled for prefill: a target with tensor cores, up to kernels.AttnGQAMMAHeads query
+// heads per kv head, head dims a multiple of 32 up to kernels.AttnMaxD, a float32 or
+// bf16 cache.
+func (t *Target) MMADecodeAttentionShape(op string, in []Operand) bool {
+	if !t.TensorCores || (op != "attention" && op != "attention_partial") || len(in) < 3 {
+		return false
+	}
+	q, k, v := in[0], in[1], in[2]
+	if len(q.Shape) != 3 || len(k.Shape) != 3 || k.DType != v.DType || (k.DType != graph.F32 && k.DType != graph.BF16) {
+		return false
+	}
+	return mmaDecodeAttentionShape(t, q.Shape[1], k.Shape[1], q.Shape[2])
+}
+
+func mmaDecodeAttentionShape(t *Target, NH, KVH, D int) bool {
+	return t.TensorCores && gqaKernel(NH, KVH) && NH/KVH <= kernels.AttnGQAMMAHeads && D%32 == 0 && D <= kernels.AttnMaxD
+}
+
+// gqaAttentionLaunch is attention_gqa's launch (grid kv heads x tokens x key ranges), on
+// the tensor cores when the dispatch is marked AttrMMADecodeAttention (attention_gqa_mma
+// takes the same grid and writes the same outputs).
+func gqaAttentionLaunch(c *ctx, d *plan.Dispatch, args kernels.AttentionArgs, splits int) (*Launch, error) {
+	grid := [3]int{int(args.KVH), int(args.T), splits}
+	if !d.Attrs.Bool(AttrMMADecodeAttention) {
+		return newKernel(kernels.KernelAttentionGQA, grid, 256, args)
+	}
+	if !mmaDecodeAttentionShape(c.t, int(args.NH), int(args.KVH), int(args.D)) {
+		return nil, fmt.Errorf("%s: marked %s, which needs tensor cores, up to %d query heads per kv head and head dims a multiple of 32 (target %s, %d query heads over %d kv heads, head dim %d)",
+			d.Op, AttrMMADecodeAttention, kernels.AttnGQAMMAHeads, c.t.Name, args.NH, args.KVH, args.D)
+	}
+	return newKernel(kernels.KernelAttentionGQAMMA, grid, kernels.AttnGQAMMAThreads, args)
 }
 
 // AttrMMAAttention (bool) runs a tiled prefill attention (AttrPrefillTiled) on the
@@ -821,7 +864,7 @@ func lowerAttentionPartial(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch
 	if d.Attrs.Bool(AttrMMAAttention) {
 		return nil, fmt.Errorf("%s: marked %s without the tiled prefill attention it replaces (%d tokens, %d query heads over %d kv heads)", d.Op, AttrMMAAttention, args.T, args.NH, args.KVH)
 	}
-	return newKernel(kernels.KernelAttentionGQA, [3]int{int(args.KVH), int(args.T), splits}, 256, args)
+	return gqaAttentionLaunch(c, d, args, splits)
 }
 
 // lowerAttentionMerge: one group per (token, query head) merges its ranges.

@@ -15,7 +15,7 @@ import (
 // puts every tiled prefill attention of the 10 attention layers on attention_prefill_mma
 // on the CUDA target, split or whole, and off gives back attention_prefill; Metal (no
 // tensor cores) and a bf16 cache keep attention_prefill with the pass on; decode is the
-// same plan either way.
+// same plan either way (attention_gqa_mma: mma-decode-attention's).
 func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 	cfg := qwen35moe.Default()
 	build := func(kv graph.DType) *graph.Graph {
@@ -56,7 +56,47 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 			}
 		})
 	}
-	if a, b := compile(f32, "cuda", 1, on), compile(f32, "cuda", 1, off); fmt.Sprint(a) != fmt.Sprint(b) || a[kernels.KernelAttentionGQA] != 10 {
-		t.Errorf("decode attention kernels %v on, %v off: want attention_gqa in all 10 layers both ways", a, b)
+	if a, b := compile(f32, "cuda", 1, on), compile(f32, "cuda", 1, off); fmt.Sprint(a) != fmt.Sprint(b) || a[kernels.KernelAttentionGQAMMA] != 10 {
+		t.Errorf("decode attention kernels %v on, %v off: want attention_gqa_mma in all 10 layers both ways", a, b)
+	}
+}
+
+// mma-decode-attention puts decode's attention (split over key ranges) of the 10
+// attention layers on attention_gqa_mma on the CUDA target with a float32 or a bf16
+// cache, and off gives back attention_gqa; Metal (no tensor cores) keeps attention_gqa
+// with the pass on; prefill keeps its tiled kernel either way.
+func TestMMADecodeAttentionChoosesTheTensorCoreKernel(t *testing.T) {
+	cfg := qwen35moe.Default()
+	on := passes.Config{Off: map[string]bool{"mma-decode-attention": false}}
+	off := passes.Config{Off: map[string]bool{"mma-decode-attention": true}}
+	for _, kv := range []graph.DType{graph.F32, graph.BF16} {
+		g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg), KVDType: kv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		compile := func(target string, T int, c passes.Config) map[string]int {
+			t.Helper()
+			name := "prefill"
+			if T == 1 {
+				name = "decode"
+			}
+			p, err := passes.Compile(g, ops.Default, passes.Phase{Name: name, Tokens: T, LastLogitsOnly: true, Backend: target}, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return attentionKernels(t, p, 16, 2)
+		}
+		if got := compile("cuda", 1, on); got[kernels.KernelAttentionGQAMMA] != 10 || len(got) != 1 {
+			t.Errorf("%s cache, cuda decode, on: attention kernels %v, want attention_gqa_mma in all 10 layers", kv, got)
+		}
+		if got := compile("cuda", 1, off); got[kernels.KernelAttentionGQA] != 10 || len(got) != 1 {
+			t.Errorf("%s cache, cuda decode, off: attention kernels %v, want attention_gqa in all 10 layers", kv, got)
+		}
+		if got := compile("metal", 1, on); got[kernels.KernelAttentionGQA] != 10 || len(got) != 1 {
+			t.Errorf("%s cache, metal decode, on: attention kernels %v, want attention_gqa in all 10 layers", kv, got)
+		}
+		if got := compile("cuda", 512, on); got[kernels.KernelAttentionGQAMMA] != 0 || got[kernels.KernelAttentionGQA] != 0 {
+			t.Errorf("%s cache, cuda prefill of 512, on: attention kernels %v, want the tiled prefill kernel", kv, got)
+		}
 	}
 }

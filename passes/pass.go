@@ -155,6 +155,8 @@ var Passes = []Pass{
 		Doc: "the tensor-core matrix-vector twins copy each group's weight tile into group memory with cp.async (no registers held, the whole tile in flight; issued before the programmatic-launch wait unless the router chooses the tile) instead of each warp loading its own"},
 	{Name: "mma-attention", Fn: mmaAttention,
 		Doc: "a GPU target with tensor cores: tiled prefill attention over a float32 cache runs both its products on the tensor cores (attention_prefill_mma, tf32 split in three)"},
+	{Name: "mma-decode-attention", Fn: mmaDecodeAttention,
+		Doc: "a GPU target with tensor cores: attention that is not tiled for prefill (decode's, whole or split into key ranges) runs on attention_gqa_mma, each warp streaming its own key tiles into tf32 mma fragments split in three"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,
 		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},
 }
@@ -267,6 +269,9 @@ var PassOrder = []Constraint{
 	{"staged-matvec", "select-kernels", "the kernel choice reads the mark"},
 	{"lower", "mma-attention", "it marks the plan's dispatches, which lower makes"},
 	{"mma-attention", "select-kernels", "the kernel choice reads the mark"},
+	{"lower", "mma-decode-attention", "it marks the plan's dispatches, which lower makes"},
+	{"tile-attention", "mma-decode-attention", "it marks what tile-attention left untiled"},
+	{"mma-decode-attention", "select-kernels", "the kernel choice reads the mark"},
 	{"expert-tiles", "select-kernels", "the kernel choice reads the tile height"},
 	{"expert-tiles", "expert-split-k", "it takes the tiles of 16 routed rows"},
 	{"expert-split-k", "select-kernels", "the kernel choice reads the mark"},

@@ -152,6 +152,34 @@ func mmaAttention(u *Unit) error {
 	return nil
 }
 
+// mmaDecodeAttention marks, for a GPU target with tensor cores, every attention that runs
+// one group per (kv head, token, key range) rather than tiled for prefill (decode's,
+// whole or split into key ranges) with gpu.AttrMMADecodeAttention, so select-kernels
+// launches attention_gqa_mma (ops/kernels/attention_mma.k: each warp streams its own key
+// tiles from the cache into tf32 mma fragments, split in three for float32's precision)
+// instead of attention_gqa, whose SIMT dot products are bound by group memory at long
+// contexts.
+func mmaDecodeAttention(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || !t.GPU.TensorCores || u.Plan == nil {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		in, _ := dispatchOperands(u.Plan, d)
+		if !t.GPU.MMADecodeAttentionShape(d.Op, in) {
+			continue
+		}
+		q, k := in[0], in[1]
+		if d.Attrs.Int(gpu.AttrPrefillTiled) != 0 && t.GPU.TiledPrefillAttention(q.Shape[0], q.Shape[1], k.Shape[1], q.Shape[2]) {
+			continue // attention_prefill's (or attention_prefill_mma's)
+		}
+		setAttr(d, gpu.AttrMMADecodeAttention, true)
+		u.count("mma-decode-attention: "+d.Op, 1)
+	}
+	return nil
+}
+
 // expertTiles sizes the mma expert tiles by expert load: the height (routed rows per
 // tile) that holds the rows an expert receives on average, T·k/E (gpu.ExpertTileFor).
 // Off, every expert tile is 16 rows high.

@@ -38,8 +38,9 @@ func attentionKernels(t *testing.T, p *plan.Plan, NH, KVH int) map[string]int {
 // On the 35B-A3B's shapes (16 query heads over 2 kv heads, head dim 256): with
 // tile-attention every prefill attention of the 10 attention layers runs as
 // attention_prefill (split over key ranges for chunks of few query tiles), on both GPU
-// targets; -pass=tile-attention/off gives back attention_gqa; decode is the same plan
-// either way; the CPU ignores the pass.
+// targets; -pass=tile-attention/off gives back one group per (kv head, token):
+// attention_gqa, or on CUDA its tensor-core twin attention_gqa_mma (mma-decode-attention);
+// decode is the same plan either way; the CPU ignores the pass.
 func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	cfg := qwen35moe.Default()
 	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
@@ -48,6 +49,10 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	}
 	off := passes.Config{Off: map[string]bool{"tile-attention": true}}
 	for _, target := range []string{"cuda", "metal"} {
+		untiled := kernels.KernelAttentionGQA
+		if target == "cuda" {
+			untiled = kernels.KernelAttentionGQAMMA
+		}
 		for _, T := range []int{2, 7, 64, 200, 512} {
 			t.Run(fmt.Sprintf("%s/T=%d", target, T), func(t *testing.T) {
 				ph := passes.Phase{Name: "prefill", Tokens: T, LastLogitsOnly: true, Backend: target}
@@ -62,8 +67,8 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := attentionKernels(t, p, 16, 2); got[kernels.KernelAttentionGQA] != 10 || len(got) != 1 {
-					t.Errorf("tile-attention off: attention kernels %v, want attention_gqa in all 10 layers", got)
+				if got := attentionKernels(t, p, 16, 2); got[untiled] != 10 || len(got) != 1 {
+					t.Errorf("tile-attention off: attention kernels %v, want %s in all 10 layers", got, untiled)
 				}
 			})
 		}
@@ -80,8 +85,8 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 			if a, b := planKernels(on), planKernels(p); a != b {
 				t.Errorf("decode plans differ with tile-attention on and off")
 			}
-			if got := attentionKernels(t, on, 16, 2); got[kernels.KernelAttentionGQA] != 10 {
-				t.Errorf("decode attention kernels %v, want attention_gqa (split) in all 10 layers", got)
+			if got := attentionKernels(t, on, 16, 2); got[untiled] != 10 {
+				t.Errorf("decode attention kernels %v, want %s (split) in all 10 layers", got, untiled)
 			}
 		})
 	}

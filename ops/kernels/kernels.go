@@ -88,10 +88,12 @@ const (
 	KernelMatmulMMASplitKQ4 = "matmul_mma_splitk_q4"
 	// attention_prefill on the tensor cores (attention_mma.k).
 	KernelAttentionPrefillMMA = "attention_prefill_mma"
-	KernelExpertMMA16Q4       = "expert_mma16_q4"
-	KernelExpertMMA32Q4       = "expert_mma32_q4"
-	KernelExpertMMA64Q4       = "expert_mma64_q4"
-	KernelExpertMMASplitKQ4   = "expert_mma_splitk_q4"
+	// attention_gqa on the tensor cores (attention_mma.k): decode's, and any untiled step's.
+	KernelAttentionGQAMMA   = "attention_gqa_mma"
+	KernelExpertMMA16Q4     = "expert_mma16_q4"
+	KernelExpertMMA32Q4     = "expert_mma32_q4"
+	KernelExpertMMA64Q4     = "expert_mma64_q4"
+	KernelExpertMMASplitKQ4 = "expert_mma_splitk_q4"
 
 	// The decode matrix-vector products on the tensor cores (matvec_mma.k), each the twin
 	// of a SIMT kernel of the same arguments (MMAMatvecTwin).
@@ -201,7 +203,7 @@ var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
 	KernelMatvecIMMAQ4, KernelMatvecFusedIMMAQ4, KernelExpertMVSwiGLUIMMAQ4, KernelExpertMVSwiGLUSharedIMMAQ4,
 	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
-	KernelAttentionPrefillMMA}
+	KernelAttentionPrefillMMA, KernelAttentionGQAMMA}
 
 // NamesFor lists every kernel a backend's source declares.
 func NamesFor(backend string) []string {
@@ -220,6 +222,8 @@ const (
 	ExpertTileM         = 128 // ETILE_M: expert_tiled's weight rows per group
 	MMAThreads          = 128 // MMA_THREADS: the mma kernels' group size
 	AttnMMAThreads      = 128 // AM_THREADS: attention_prefill_mma's group size
+	AttnGQAMMAThreads   = 256 // AD_THREADS: attention_gqa_mma's group size
+	AttnGQAMMAHeads     = 8   // AD_HEADS: attention_gqa_mma serves up to this many query heads per kv head
 	MMATileM            = 64  // MMA_TM: matmul_mma's weight rows per group
 	MMATileN            = 64  // MMA_TN: matmul_mma's activation rows per group
 	MMASplitKTileM      = 32  // MMA_SK_M: matmul_mma_splitk's weight rows per group

@@ -7,7 +7,8 @@
 #  check: pistil check on both golden layouts, whole, --chunk 7, --decode-from 40, with
 #         the pass on and off, a bf16 cache, and decode's fixed-block split from 48 keys;
 #  bench: decode at CONTEXTS (default 0,4096,32768), 64 tokens, 3 repeats, the pass on and
-#         off alternating, ROUNDS rounds (default 2), then a bf16 cache at 32,768 on and off;
+#         off alternating, ROUNDS rounds (default 2), then (unless BF16=0) a bf16 cache at
+#         32,768 on and off;
 #         VARIANTS="name=DEFINES ..." adds, each round, the pass on with PISTIL_CUDA_DEFINES
 #         set to DEFINES (commas between defines), e.g. "unrolled=AD_FULL_UNROLL=1".
 # Logs in $OUT; each step prints a summary.
@@ -59,7 +60,7 @@ if has bench; then
 			grep -E "^decode" "$OUT/da_bench_${round}_${var%%=*}.txt"
 		done
 	done
-	for v in on off; do
+	[ "${BF16:-1}" = 1 ] && for v in on off; do
 		echo "== bf16 cache mma-decode-attention $v at 32768"
 		timeout 200 ./.dev/pistil $B --contexts 32768 --kv-cache bf16 -pass=mma-decode-attention/$v > "$OUT/da_bench_bf16_$v.txt" 2>&1
 		grep -E "^decode" "$OUT/da_bench_bf16_$v.txt"

@@ -137,7 +137,7 @@ func TestPrefillAttentionMMALowering(t *testing.T) {
 
 // Marked for the tensor cores (the mma-decode-attention pass), attention that is not tiled
 // for prefill runs attention_gqa_mma on attention_gqa's grid (kv heads x tokens x key
-// ranges) in groups of AttnGQAMMAThreads, whole or split, over a float32 or a bf16 cache;
+// ranges) in groups of D threads (a warp per 32 head dims), whole or split, over a float32 or a bf16 cache;
 // the mark on a target without tensor cores, with more query heads per kv head than the
 // mma's 8 columns, or with a head dim that is not a multiple of 32 is an error that names
 // it, not a silent fallback.
@@ -172,8 +172,8 @@ func TestDecodeAttentionMMALowering(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if l.Kernel != kernels.KernelAttentionGQAMMA || l.Grid != tc.grid || l.Block != kernels.AttnGQAMMAThreads {
-			t.Errorf("%s: %s on %v x%d, want %s on %v x%d", tc.name, l.Kernel, l.Grid, l.Block, kernels.KernelAttentionGQAMMA, tc.grid, kernels.AttnGQAMMAThreads)
+		if l.Kernel != kernels.KernelAttentionGQAMMA || l.Grid != tc.grid || l.Block != 256 {
+			t.Errorf("%s: %s on %v x%d, want %s on %v x256", tc.name, l.Kernel, l.Grid, l.Block, kernels.KernelAttentionGQAMMA, tc.grid)
 		}
 	}
 	for _, tc := range []struct {

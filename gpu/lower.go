@@ -723,7 +723,8 @@ func mmaDecodeAttentionShape(t *Target, NH, KVH, D int) bool {
 
 // gqaAttentionLaunch is attention_gqa's launch (grid kv heads x tokens x key ranges), on
 // the tensor cores when the dispatch is marked AttrMMADecodeAttention (attention_gqa_mma
-// takes the same grid and writes the same outputs).
+// takes the same grid and writes the same outputs, in groups of D threads: a warp per 32
+// head dims).
 func gqaAttentionLaunch(c *ctx, d *plan.Dispatch, args kernels.AttentionArgs, splits int) (*Launch, error) {
 	grid := [3]int{int(args.KVH), int(args.T), splits}
 	if !d.Attrs.Bool(AttrMMADecodeAttention) {
@@ -733,7 +734,7 @@ func gqaAttentionLaunch(c *ctx, d *plan.Dispatch, args kernels.AttentionArgs, sp
 		return nil, fmt.Errorf("%s: marked %s, which needs tensor cores, up to %d query heads per kv head and head dims a multiple of 32 (target %s, %d query heads over %d kv heads, head dim %d)",
 			d.Op, AttrMMADecodeAttention, kernels.AttnGQAMMAHeads, c.t.Name, args.NH, args.KVH, args.D)
 	}
-	return newKernel(kernels.KernelAttentionGQAMMA, grid, kernels.AttnGQAMMAThreads, args)
+	return newKernel(kernels.KernelAttentionGQAMMA, grid, int(args.D), args) // a warp per 32 head dims
 }
 
 // AttrMMAAttention (bool) runs a tiled prefill attention (AttrPrefillTiled) on the

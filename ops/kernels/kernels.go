@@ -222,7 +222,6 @@ const (
 	ExpertTileM         = 128 // ETILE_M: expert_tiled's weight rows per group
 	MMAThreads          = 128 // MMA_THREADS: the mma kernels' group size
 	AttnMMAThreads      = 128 // AM_THREADS: attention_prefill_mma's group size
-	AttnGQAMMAThreads   = 256 // AD_THREADS: attention_gqa_mma's group size
 	AttnGQAMMAHeads     = 8   // AD_HEADS: attention_gqa_mma serves up to this many query heads per kv head
 	MMATileM            = 64  // MMA_TM: matmul_mma's weight rows per group
 	MMATileN            = 64  // MMA_TN: matmul_mma's activation rows per group

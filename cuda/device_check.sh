@@ -63,10 +63,17 @@ for layout in mlx-q4 hf; do
 	# (staged-matvec, on by default).
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=staged-matvec/off
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=staged-matvec/off
+	# Decode attention with the SIMT attention_gqa instead of its tensor-core form
+	# (mma-decode-attention, on by default), with each cache type, and the tensor-core form
+	# for a prefill step left untiled.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-decode-attention/off
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-decode-attention/off --kv-cache bf16 --tolerance bf16-kv
+	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off -pass=mma-decode-attention/off
 	# The GDN decode prologue inside the step (gated_delta_step + conv_state_shift; off by
 	# default: slower on the H200) instead of staged.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/on
-	# Prefill attention one group per (kv head, token): attention_gqa instead of attention_prefill.
+	# Prefill attention one group per (kv head, token): attention_gqa_mma (attention_gqa
+	# with mma-decode-attention off, above) instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off
 	# Tiled prefill attention on the tensor cores (attention_prefill_mma; mma-attention),
 	# whole, in chunks (the earlier chunks' keys in the cache) and before decode.

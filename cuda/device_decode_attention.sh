@@ -31,7 +31,7 @@ fi
 if has regs; then
 	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
 	(cd "$OUT" && timeout 200 nvcc -arch=sm_90 -Xptxas -v -c -o /dev/null kernels.cu > ptxas.txt 2>&1; echo "nvcc exit $?")
-	grep -A2 -E "entry function '(attention_gqa_mma|attention_gqa)'" "$OUT/ptxas.txt" | grep -E "entry|registers|spill"
+	grep -A3 -E "entry function '(attention_gqa_mma|attention_gqa)'" "$OUT/ptxas.txt" | grep -E "entry|registers|spill"
 fi
 if has check; then
 	printf '[attention]\nkey_block_split_from = 48\nkey_block_keys = 16\n' > /tmp/blocks48.toml

@@ -2,24 +2,30 @@
 # Device calls left for the next session, from the repository root with .dev/pistil and
 # .dev/cuda.test carried (cuda/device_pack.sh builds both, stripped, into .dev/bin.tar.xz,
 # which stays under the 64 MiB a call carries: `tar -C .dev -xJf .dev/bin.tar.xz` first):
-#  check:   cuda/device_check.sh on the tree (the tenth session ran the staged twins' per-op
-#           tests, eight pistil check runs, the grid's mlx-q4 shapes with 8 combine rows, and
-#           the combine's tests and one check with 4; not the whole cuda.test, the other
-#           layouts' grid shapes or the other check lines since the ninth session);
+#  check:   cuda/device_check.sh on the tree (the eleventh session ran its decode attention
+#           kernel's per-op tests, 640 with the attention and launch tests beside them, and 12
+#           pistil check runs; the whole script last ran on the tenth session's final tree:
+#           731 tests and subtests, 77 of 77 checks);
 #  floor:   cuda/device_floor.sh (ROUNDS=1), where a decode step's time goes now (the tenth
 #           session's table: dense projections 1.01 ms, experts' gate/up 0.38, down 0.36
 #           with 8 combine rows, small kernels 0.49, stages 0.42 of 2.92 ms);
-#  longctx: decode at 32,768 with f32 and bf16 caches, the key split on and off;
+#  longctx: decode at 32,768 with f32 and bf16 caches, the key split on and off (with
+#           CONTEXTS=32768,65536,131072 past 32K: mma-decode-attention is measured only to
+#           32,768);
+#  attn:    attention_gqa_mma's registers (nvcc -Xptxas -v) and Nsight Compute on the
+#           decode steps' attention launches after 1 and 8,192 tokens, the pass on and off
+#           (cuda/device_decode_attention.sh regs, cuda/device_attn_profile.sh);
 #  prefill: BenchmarkPrefill's variants (fused, unfused, SIMT tiles), never run on the H200.
-# STEPS picks them (default "check floor"). Logs go to $OUT; each step prints a summary.
+# STEPS picks them (default "check attn floor"). Logs go to $OUT; each step prints a summary.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
-STEPS=${STEPS:-check floor}
+STEPS=${STEPS:-check attn floor}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 has check && { timeout 420 bash cuda/device_check.sh > "$OUT/next_check.txt" 2>&1; echo "check exit $?"; grep -E "passed|FAIL" "$OUT/next_check.txt" | head -20; }
 has floor && { ROUNDS=1 timeout 300 bash cuda/device_floor.sh > "$OUT/next_floor.txt" 2>&1; echo "floor exit $?"; cat "$OUT/next_floor.txt"; }
 has longctx && { ROUNDS=1 timeout 400 bash cuda/device_longctx.sh > "$OUT/next_longctx.txt" 2>&1; echo "longctx exit $?"; grep -E "^==|^decode" "$OUT/next_longctx.txt"; }
+has attn && { STEPS=regs bash cuda/device_decode_attention.sh 2>&1 | grep -E "entry|regist|spill"; bash cuda/device_attn_profile.sh 2>&1 | grep -E "==|attention"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

@@ -135,21 +135,7 @@ func TestAttentionVariants(t *testing.T) {
 						c := opCase{name: fmt.Sprintf("D%d/kvh%d/%s/C%d/T%d", D, kvh, dt, ctx, T), op: "attention",
 							attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(D))},
 							in:    []*ops.Tensor{randtensor.F32(r, T, 8*kvh, D), cache(), cache()}, C: ctx}
-						t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
-						if s := gpu.CUDA.AttentionSplits(T, 8*kvh, kvh, D); s > 1 {
-							c.splits = s
-							t.Run(c.name+"/split", func(t *testing.T) { runOpCase(t, g, c) })
-							if T == 1 {
-								// Decode's fixed-block split (split-attention from
-								// KeyBlockSplitFrom keys on): below the switch (C 0), at it
-								// (C 40 sees 41 keys), past it (C 290: 10 blocks of 32), and
-								// ranges grown past a grid of 4 (C 290: 4 of 80 keys).
-								c.splits, c.blocks = kernels.AttnMaxRanges, ops.KeyRanges{Splits: kernels.AttnMaxRanges, Block: kernels.AttnKeyBlock, BlockFrom: 41, BlockKeys: 32, ShortSplits: s}
-								t.Run(c.name+"/blocks", func(t *testing.T) { runOpCase(t, g, c) })
-								c.splits, c.blocks = 4, ops.KeyRanges{Splits: 4, Block: kernels.AttnKeyBlock, BlockFrom: 1, BlockKeys: 16, ShortSplits: 2}
-								t.Run(c.name+"/blocks-grown", func(t *testing.T) { runOpCase(t, g, c) })
-							}
-						}
+						runAttentionSplits(t, g, c, gpu.CUDA.AttentionSplits(T, 8*kvh, kvh, D))
 					}
 				}
 			}
@@ -157,12 +143,34 @@ func TestAttentionVariants(t *testing.T) {
 	}
 }
 
+// runAttentionSplits runs attention case c whole and, where the plan would split it into
+// splits > 1 key ranges, split; for one token also decode's fixed-block split
+// (split-attention from KeyBlockSplitFrom keys on): below the switch (C 0), at it (C 40
+// sees 41 keys), past it (C 290: 10 blocks of 32), and ranges grown past a grid of 4 (C
+// 290: 4 of 80 keys).
+func runAttentionSplits(t *testing.T, g *device, c opCase, splits int) {
+	t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	if splits < 2 {
+		return
+	}
+	c.splits = splits
+	t.Run(c.name+"/split", func(t *testing.T) { runOpCase(t, g, c) })
+	if c.in[0].Shape[0] != 1 {
+		return
+	}
+	c.splits, c.blocks = kernels.AttnMaxRanges, ops.KeyRanges{Splits: kernels.AttnMaxRanges, Block: kernels.AttnKeyBlock, BlockFrom: 41, BlockKeys: 32, ShortSplits: splits}
+	t.Run(c.name+"/blocks", func(t *testing.T) { runOpCase(t, g, c) })
+	c.splits, c.blocks = 4, ops.KeyRanges{Splits: 4, Block: kernels.AttnKeyBlock, BlockFrom: 1, BlockKeys: 16, ShortSplits: 2}
+	t.Run(c.name+"/blocks-grown", func(t *testing.T) { runOpCase(t, g, c) })
+}
+
 // attention_gqa_mma (the mma-decode-attention pass's mark) against the reference over
 // attention_gqa's shapes: head dims 64, 128 and 256, 1 to 8 query heads per kv head
-// (the mma's 8 columns, the rest zero), one and two kv heads, both cache dtypes, contexts
-// inside one key tile, past a warp's tile (the warps' states merge) and past every warp's
-// several tiles, one and three tokens; whole, split into equal key ranges, and decode's
-// fixed-block split below, at and past its switch and with ranges grown past the grid.
+// (the mma's 8 columns, the rest zero), one and two kv heads (a warp per 32 head dims: 2,
+// 4 and 8 warps whose partial scores meet), both cache dtypes, contexts inside one key
+// tile and past many (each tile's loads issued while the one before multiplies), one and
+// three tokens; whole, split into equal key ranges, and decode's fixed-block split below,
+// at and past its switch and with ranges grown past the grid.
 // The caches hold NaN past the keys in use, so a key past a range that is not masked to
 // zero fails.
 func TestDecodeAttentionMMA(t *testing.T) {
@@ -190,19 +198,7 @@ func TestDecodeAttentionMMA(t *testing.T) {
 						c := opCase{name: fmt.Sprintf("mma/D%d/G%d/kvh%d/%s/C%d/T%d", D, G, kvh, dt, ctx, T), op: "attention",
 							attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(D)), gpu.AttrMMADecodeAttention: true},
 							in:    []*ops.Tensor{randtensor.F32(r, T, G*kvh, D), cache(), cache()}, C: ctx}
-						t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
-						s := gpu.CUDA.AttentionSplits(T, G*kvh, kvh, D)
-						if s < 2 {
-							continue
-						}
-						c.splits = s
-						t.Run(c.name+"/split", func(t *testing.T) { runOpCase(t, g, c) })
-						if T == 1 {
-							c.splits, c.blocks = kernels.AttnMaxRanges, ops.KeyRanges{Splits: kernels.AttnMaxRanges, Block: kernels.AttnKeyBlock, BlockFrom: 41, BlockKeys: 32, ShortSplits: s}
-							t.Run(c.name+"/blocks", func(t *testing.T) { runOpCase(t, g, c) })
-							c.splits, c.blocks = 4, ops.KeyRanges{Splits: 4, Block: kernels.AttnKeyBlock, BlockFrom: 1, BlockKeys: 16, ShortSplits: 2}
-							t.Run(c.name+"/blocks-grown", func(t *testing.T) { runOpCase(t, g, c) })
-						}
+						runAttentionSplits(t, g, c, gpu.CUDA.AttentionSplits(T, G*kvh, kvh, D))
 					}
 				}
 			}

@@ -50,7 +50,7 @@ func TestPrefillAttentionLowering(t *testing.T) {
 		{"split unmarked", "attention_partial", split(5, false), 128, 16, 2, kernels.KernelAttentionGQA, [3]int{2, 128, 5}},
 		{"split decode", "attention_partial", split(33, true), 1, 16, 2, kernels.KernelAttentionGQA, [3]int{2, 1, 33}},
 	} {
-		l, err := CUDA.Lower(&plan.Dispatch{Op: tc.op, Attrs: tc.attrs}, operands(tc.T, tc.NH, tc.KVH, 256), out, 5<<40)
+		l, err := CUDA.Lower(&plan.Dispatch{Op: tc.op, Attrs: tc.attrs}, attentionOperands(tc.T, tc.NH, tc.KVH, 256), out, 5<<40)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -80,13 +80,6 @@ func TestPrefillAttentionSplits(t *testing.T) {
 // cores, or where no tiled kernel runs (decode, unmarked for tiling) is an error that
 // names it, not a silent fallback.
 func TestPrefillAttentionMMALowering(t *testing.T) {
-	operands := func(T, NH, KVH, D int, cache graph.DType) []Operand {
-		return []Operand{
-			{Addr: 1 << 40, DType: graph.F32, Shape: []int{T, NH, D}},
-			{Addr: 2 << 40, DType: cache, Shape: []int{4096, KVH, D}},
-			{Addr: 3 << 40, DType: cache, Shape: []int{4096, KVH, D}},
-		}
-	}
 	out := []Operand{{Addr: 4 << 40, DType: graph.F32}}
 	mma := graph.Attrs{"scale": 0.0625, AttrPrefillTiled: int64(1), AttrMMAAttention: true}
 	split := graph.Attrs{"scale": 0.0625, "splits": int64(5), "key_block": int64(kernels.AttnKeyBlock), AttrPrefillTiled: int64(1), AttrMMAAttention: true}
@@ -101,7 +94,7 @@ func TestPrefillAttentionMMALowering(t *testing.T) {
 		{"one head per kv head", "attention", mma, 70, 2, 2, [3]int{2, 3, 1}},
 		{"split", "attention_partial", split, 128, 16, 2, [3]int{2, 32, 5}},
 	} {
-		in := operands(tc.T, tc.NH, tc.KVH, 256, graph.F32)
+		in := attentionOperands(tc.T, tc.NH, tc.KVH, 256, graph.F32)
 		if !CUDA.MMAAttentionShape(tc.op, in) {
 			t.Errorf("%s: MMAAttentionShape refuses it", tc.name)
 		}
@@ -125,7 +118,7 @@ func TestPrefillAttentionMMALowering(t *testing.T) {
 		{"decode", CUDA, mma, 1, graph.F32},
 		{"not tiled", CUDA, graph.Attrs{"scale": 0.0625, AttrMMAAttention: true}, 512, graph.F32},
 	} {
-		in := operands(tc.T, 16, 2, 256, tc.cache)
+		in := attentionOperands(tc.T, 16, 2, 256, tc.cache)
 		if tc.target.MMAAttentionShape("attention", in) && tc.attrs.Int(AttrPrefillTiled) != 0 {
 			t.Errorf("%s: MMAAttentionShape takes it", tc.name)
 		}
@@ -142,13 +135,6 @@ func TestPrefillAttentionMMALowering(t *testing.T) {
 // mma's 8 columns, or with a head dim that is not a multiple of 32 is an error that names
 // it, not a silent fallback.
 func TestDecodeAttentionMMALowering(t *testing.T) {
-	operands := func(T, NH, KVH, D int, cache graph.DType) []Operand {
-		return []Operand{
-			{Addr: 1 << 40, DType: graph.F32, Shape: []int{T, NH, D}},
-			{Addr: 2 << 40, DType: cache, Shape: []int{4096, KVH, D}},
-			{Addr: 3 << 40, DType: cache, Shape: []int{4096, KVH, D}},
-		}
-	}
 	out := []Operand{{Addr: 4 << 40, DType: graph.F32}}
 	mark := graph.Attrs{"scale": 0.0625, AttrMMADecodeAttention: true}
 	split := graph.Attrs{"scale": 0.0625, "splits": int64(64), "key_block": int64(kernels.AttnKeyBlock), AttrMMADecodeAttention: true}
@@ -164,7 +150,7 @@ func TestDecodeAttentionMMALowering(t *testing.T) {
 		{"decode, bf16 cache", "attention_partial", split, 1, 16, 2, graph.BF16, [3]int{2, 1, 64}},
 		{"three tokens, whole", "attention", mark, 3, 4, 2, graph.F32, [3]int{2, 3, 1}},
 	} {
-		in := operands(tc.T, tc.NH, tc.KVH, 256, tc.cache)
+		in := attentionOperands(tc.T, tc.NH, tc.KVH, 256, tc.cache)
 		if !CUDA.MMADecodeAttentionShape(tc.op, in) {
 			t.Errorf("%s: MMADecodeAttentionShape refuses it", tc.name)
 		}
@@ -186,7 +172,7 @@ func TestDecodeAttentionMMALowering(t *testing.T) {
 		{"16 query heads per kv head", CUDA, 16, 1, 256},
 		{"head dim 48", CUDA, 16, 2, 48}, // refused by every attention kernel, before the mark
 	} {
-		in := operands(1, tc.NH, tc.KVH, tc.D, graph.F32)
+		in := attentionOperands(1, tc.NH, tc.KVH, tc.D, graph.F32)
 		if tc.target.MMADecodeAttentionShape("attention", in) {
 			t.Errorf("%s: MMADecodeAttentionShape takes it", tc.name)
 		}
@@ -194,5 +180,15 @@ func TestDecodeAttentionMMALowering(t *testing.T) {
 		if err == nil || (!strings.Contains(err.Error(), AttrMMADecodeAttention) && tc.D%32 == 0) {
 			t.Errorf("%s: lowered with the mark (err %v), want an error naming %s", tc.name, err, AttrMMADecodeAttention)
 		}
+	}
+}
+
+// attentionOperands are attention's q [T, NH, D] and K and V caches of 4,096 rows [4096,
+// KVH, D] at made-up device addresses.
+func attentionOperands(T, NH, KVH, D int, cache graph.DType) []Operand {
+	return []Operand{
+		{Addr: 1 << 40, DType: graph.F32, Shape: []int{T, NH, D}},
+		{Addr: 2 << 40, DType: cache, Shape: []int{4096, KVH, D}},
+		{Addr: 3 << 40, DType: cache, Shape: []int{4096, KVH, D}},
 	}
 }

@@ -14,13 +14,6 @@ import (
 // groups), on one group per (kv head, query tile), the key split on z; everything else
 // keeps the kernel it had.
 func TestPrefillAttentionLowering(t *testing.T) {
-	operands := func(T, NH, KVH, D int) []Operand {
-		return []Operand{
-			{Addr: 1 << 40, DType: graph.F32, Shape: []int{T, NH, D}},
-			{Addr: 2 << 40, DType: graph.BF16, Shape: []int{4096, KVH, D}},
-			{Addr: 3 << 40, DType: graph.BF16, Shape: []int{4096, KVH, D}},
-		}
-	}
 	out := []Operand{{Addr: 4 << 40, DType: graph.F32}}
 	marked := graph.Attrs{"scale": 0.0625, AttrPrefillTiled: int64(1)}
 	plain := graph.Attrs{"scale": 0.0625}
@@ -50,7 +43,7 @@ func TestPrefillAttentionLowering(t *testing.T) {
 		{"split unmarked", "attention_partial", split(5, false), 128, 16, 2, kernels.KernelAttentionGQA, [3]int{2, 128, 5}},
 		{"split decode", "attention_partial", split(33, true), 1, 16, 2, kernels.KernelAttentionGQA, [3]int{2, 1, 33}},
 	} {
-		l, err := CUDA.Lower(&plan.Dispatch{Op: tc.op, Attrs: tc.attrs}, attentionOperands(tc.T, tc.NH, tc.KVH, 256), out, 5<<40)
+		l, err := CUDA.Lower(&plan.Dispatch{Op: tc.op, Attrs: tc.attrs}, attentionOperands(tc.T, tc.NH, tc.KVH, 256, graph.BF16), out, 5<<40)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

@@ -156,7 +156,7 @@ var Passes = []Pass{
 	{Name: "mma-attention", Fn: mmaAttention,
 		Doc: "a GPU target with tensor cores: tiled prefill attention over a float32 cache runs both its products on the tensor cores (attention_prefill_mma, tf32 split in three)"},
 	{Name: "mma-decode-attention", Fn: mmaDecodeAttention,
-		Doc: "a GPU target with tensor cores: attention that is not tiled for prefill (decode's, whole or split into key ranges) runs on attention_gqa_mma, each warp streaming its own key tiles into tf32 mma fragments split in three"},
+		Doc: "a GPU target with tensor cores: attention that is not tiled for prefill (decode's, whole or split into key ranges) runs on attention_gqa_mma: the group's warps split the head dims, each loading its slice of every key tile straight from the cache into tf32 mma fragments split in three"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,
 		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},
 }

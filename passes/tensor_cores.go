@@ -155,10 +155,10 @@ func mmaAttention(u *Unit) error {
 // mmaDecodeAttention marks, for a GPU target with tensor cores, every attention that runs
 // one group per (kv head, token, key range) rather than tiled for prefill (decode's,
 // whole or split into key ranges) with gpu.AttrMMADecodeAttention, so select-kernels
-// launches attention_gqa_mma (ops/kernels/attention_mma.k: each warp streams its own key
-// tiles from the cache into tf32 mma fragments, split in three for float32's precision)
-// instead of attention_gqa, whose SIMT dot products are bound by group memory at long
-// contexts.
+// launches attention_gqa_mma (ops/kernels/attention_mma.k: the group's warps split the
+// head dims, each loading its slice of every key tile straight from the cache into tf32
+// mma fragments, split in three for float32's precision) instead of attention_gqa, whose
+// SIMT dot products are bound by group memory at long contexts.
 func mmaDecodeAttention(u *Unit) error {
 	t, err := TargetFor(u.Phase.Backend)
 	if err != nil || t.GPU == nil || !t.GPU.TensorCores || u.Plan == nil {

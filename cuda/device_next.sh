@@ -15,7 +15,11 @@
 #  attn:    attention_gqa_mma's registers (nvcc -Xptxas -v) and Nsight Compute on the
 #           decode steps' attention launches after 1 and 8,192 tokens, the pass on and off
 #           (cuda/device_decode_attention.sh regs, cuda/device_attn_profile.sh);
-#  prefill: BenchmarkPrefill's variants (fused, unfused, SIMT tiles), never run on the H200.
+#  prefill: BenchmarkPrefill's variants (fused, unfused, SIMT tiles), never run on the H200;
+#  pstalls: why prefill attention at depth is slow (issue 11: 4,096 tokens on top of 32,768
+#           at 1,394.7 tok/s, the ninth session): Nsight Compute's stall reasons for
+#           attention_prefill_mma in the last 1,024-token chunk of an 8,192-token prompt
+#           (cuda/device_stalls.sh; its launches 71-73 of 80), never profiled so far.
 # STEPS picks them (default "check attn floor"). Logs go to $OUT; each step prints a summary.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
@@ -28,4 +32,5 @@ has check && { timeout 420 bash cuda/device_check.sh > "$OUT/next_check.txt" 2>&
 has floor && { ROUNDS=1 timeout 300 bash cuda/device_floor.sh > "$OUT/next_floor.txt" 2>&1; echo "floor exit $?"; cat "$OUT/next_floor.txt"; }
 has longctx && { ROUNDS=1 timeout 400 bash cuda/device_longctx.sh > "$OUT/next_longctx.txt" 2>&1; echo "longctx exit $?"; grep -E "^==|^decode" "$OUT/next_longctx.txt"; }
 has attn && { STEPS=regs bash cuda/device_decode_attention.sh 2>&1 | grep -E "entry|regist|spill"; bash cuda/device_attn_profile.sh 2>&1 | grep -E "==|attention"; }
+has pstalls && { KERNELS='regex:^attention_prefill_mma$' PROMPT=8192 SKIP=70 COUNT=3 timeout 500 bash cuda/device_stalls.sh > "$OUT/next_pstalls.txt" 2>&1; echo "pstalls exit $?"; tail -40 "$OUT/next_pstalls.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

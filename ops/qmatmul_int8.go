@@ -121,6 +121,17 @@ var (
 	int8TileKernelSets = map[string]int8DotTile{"go": int8TileOf(q4Int8Dot8Go)}
 )
 
+// int8TileWarmKernel is the tile kernel for the passes over a tile of weight rows after
+// its first (the weights then sit in L2): a kernel that prefetches its weights from memory
+// ("avx512vnni") names its twin without the prefetches here (int8TileWarmSets), since a
+// prefetch of a line already cached still takes a load slot, and the dense projections'
+// 64 passes over each tile were 4% slower with them (BenchmarkPrefillChunk/qmatmul). The
+// same sums to the bit either way. Otherwise int8TileKernel.
+var (
+	int8TileWarmKernel int8DotTile
+	int8TileWarmSets   = map[string]int8DotTile{}
+)
+
 // int8RowKernel is the one-row kernel of the int8 kernel in use, nil where that kernel
 // has none (decode then keeps float32); int8RowKernelSets lists them by kernel name.
 var (
@@ -176,6 +187,10 @@ func SetInt8Kernel(name string) error {
 	}
 	int8Kernel, int8KernelName = k, name
 	int8TileKernel = int8TileKernelSets[name]
+	int8TileWarmKernel = int8TileKernel
+	if warm := int8TileWarmSets[name]; warm != nil {
+		int8TileWarmKernel = warm
+	}
 	int8RowKernel = int8RowKernelSets[name]
 	int8RowTails = int8RowTailSets[name]
 	quantizeGroupFast = int8Quantizers[name]
@@ -193,7 +208,7 @@ func addInt8Kernel(name string, k int8Dot, tile int8DotTile, row int8Dot1, quant
 		tile = int8TileOf(k)
 	}
 	int8KernelSets[name], int8TileKernelSets[name] = k, tile
-	int8Kernel, int8KernelName, int8TileKernel = k, name, tile
+	int8Kernel, int8KernelName, int8TileKernel, int8TileWarmKernel = k, name, tile, tile
 	int8FastestName = name
 	if row != nil {
 		int8RowKernelSets[name] = row
@@ -351,6 +366,10 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) 
 			rows := a.int8[p0*rowBytes:]
 			acc := acc[:r1-r0]
 			clear(acc)
+			kernel := int8TileKernel // the first pass meets the tile's weights in memory
+			if p0 > 0 {
+				kernel = int8TileWarmKernel
+			}
 			for b0 := 0; b0 < full; b0 += int8ChunkBlocks {
 				nb := min(int8ChunkBlocks, full-b0)
 				acts := rows[b0*int8Block:]
@@ -360,7 +379,7 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) 
 						n = min(n, w.rowsPerSlice-(rowBase+r)%w.rowsPerSlice)
 					}
 					codes, scales, biases := w.locateRun(rowBase+r, n)
-					int8TileKernel(codes[b0*int8CodeBytes:], G*int8Group/2, scales[b0*int8Groups:], biases[b0*int8Groups:], G,
+					kernel(codes[b0*int8CodeBytes:], G*int8Group/2, scales[b0*int8Groups:], biases[b0*int8Groups:], G,
 						nb, acts, rowBytes, acc[r-r0:r-r0+n])
 					r += n
 				}

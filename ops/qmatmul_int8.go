@@ -132,6 +132,19 @@ var (
 	int8TileWarmSets   = map[string]int8DotTile{}
 )
 
+// int8StagedStores reports whether storeAcc writes a full block's sums through a staging
+// buffer (int8StagedSets by kernel name): the eight activation rows' sums of 64 weight rows
+// transposed into eight runs of 64 floats on the stack, then each run copied out whole.
+// Storing them one float at a time into eight output rows put hundreds of stores in flight
+// to lines not in the cache (the routed experts' down projection writes a [T·k, 2048]
+// result, 32 MB for a 512-token chunk, 64 columns of 16-odd scattered rows at a time), and
+// those stores were a quarter of that op's time in the full model; copied whole they are
+// 8-16 times fewer (cpu/README.md, session 11). The same floats either way.
+var (
+	int8StagedStores bool
+	int8StagedSets   = map[string]bool{}
+)
+
 // int8RowKernel is the one-row kernel of the int8 kernel in use, nil where that kernel
 // has none (decode then keeps float32); int8RowKernelSets lists them by kernel name.
 var (
@@ -188,6 +201,7 @@ func SetInt8Kernel(name string) error {
 	int8Kernel, int8KernelName = k, name
 	int8TileKernel = int8TileKernelSets[name]
 	int8TileWarmKernel = int8TileKernel
+	int8StagedStores = int8StagedSets[name]
 	if warm := int8TileWarmSets[name]; warm != nil {
 		int8TileWarmKernel = warm
 	}
@@ -209,6 +223,7 @@ func addInt8Kernel(name string, k int8Dot, tile int8DotTile, row int8Dot1, quant
 	}
 	int8KernelSets[name], int8TileKernelSets[name] = k, tile
 	int8Kernel, int8KernelName, int8TileKernel, int8TileWarmKernel = k, name, tile, tile
+	int8StagedStores = false
 	int8FastestName = name
 	if row != nil {
 		int8RowKernelSets[name] = row

@@ -22,7 +22,7 @@ func q4Int8TileAVX512(codes []byte, codeStride int, scales, biases []uint16, gro
 }
 
 // q4Int8TileAVX512NoPrefetch is q4Int8TileAVX512 without the software prefetches: the
-// "avx512vnni-noprefetch" kernel, their off switch (the same sums to the bit).
+// "avx512vnni-plain" kernel, their off switch (the same sums to the bit).
 func q4Int8TileAVX512NoPrefetch(codes []byte, codeStride int, scales, biases []uint16, groupStride, blocks int, acts []byte, rowStride int, out [][8]float32) {
 	checkInt8TileCall(codes, codeStride, scales, biases, groupStride, blocks, acts, rowStride, len(out))
 	if len(out) > 0 {
@@ -98,16 +98,18 @@ func init() {
 	// VPMOVSDB and VPSHUFB on the upper sixteen registers (BW, VL).
 	// "avx512vnni-rowcalls" is the same kernel called once per weight row (the same sums
 	// to the bit): the tile kernel's off switch (PISTIL_CPU_INT8_KERNEL), and what the
-	// benchmarks compare it with; "avx512vnni-noprefetch" the tile kernel without its
-	// software prefetches.
+	// benchmarks compare it with; "avx512vnni-plain" the tile kernel and its driver as they
+	// were before the weights' prefetches and the staged stores (int8TileWarmSets,
+	// int8StagedSets): their off switch.
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
 		quantize := func(xs []float32, block []byte, j int) {
 			checkQuantizeGroup(xs, block, j)
 			quantizeGroupAVX512(&xs[0], &block[0], j)
 		}
 		addInt8Kernel("avx512vnni-rowcalls", q4Int8Dot8AVX512, nil, q4Int8Dot1AVX512, quantize)
-		addInt8Kernel("avx512vnni-noprefetch", q4Int8Dot8AVX512, q4Int8TileAVX512NoPrefetch, q4Int8Dot1AVX512, quantize)
+		addInt8Kernel("avx512vnni-plain", q4Int8Dot8AVX512, q4Int8TileAVX512NoPrefetch, q4Int8Dot1AVX512, quantize)
 		addInt8Kernel("avx512vnni", q4Int8Dot8AVX512, q4Int8TileAVX512, q4Int8Dot1AVX512, quantize)
 		int8TileWarmSets["avx512vnni"], int8TileWarmKernel = q4Int8TileAVX512NoPrefetch, q4Int8TileAVX512NoPrefetch
+		int8StagedSets["avx512vnni"], int8StagedStores = true, true
 	}
 }

@@ -310,7 +310,7 @@ func mulQuantBlock(a *quantActs, w weightRows, rowBase, r0, r1, p0, n int, blk *
 			}
 		}
 	}
-	storeAcc(acc, p0, min(n, a.P-p0), r0, dst)
+	storeAcc(acc, p0, min(n, a.P-p0), r0, dst, false)
 }
 
 // storeAccChunk is the weight rows storeAcc stages at a time (int8StagedStores): eight
@@ -320,11 +320,12 @@ const storeAccChunk = 64
 // storeAcc writes the sums of weight rows [r0, r0+len(acc)) against activation rows
 // [p0, p0+valid) into their output rows. Eight rows (all but a last partial block) go in
 // one pass over the sums, each read once: at one block a weight row (the experts' down
-// projection) a pass per row was 17% of the matmul's time. Under int8StagedStores every
-// block goes through a staging buffer, each output run copied whole.
-func storeAcc(acc [][8]float32, p0, valid, r0 int, dst outRows) {
+// projection) a pass per row was 17% of the matmul's time. staged (the int8 driver under
+// int8StagedStores) puts every block through a staging buffer, each output run copied
+// whole.
+func storeAcc(acc [][8]float32, p0, valid, r0 int, dst outRows, staged bool) {
 	n := len(acc)
-	if int8StagedStores {
+	if staged {
 		var o [8][]float32
 		for i := range valid {
 			o[i] = dst(p0 + i)[r0 : r0+n]

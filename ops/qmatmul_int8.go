@@ -407,7 +407,7 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) 
 					int8Kernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, acts, rowBytes, &acc[r-r0])
 				}
 			}
-			storeAcc(acc, p0, min(int8RowsPerDot, a.P-p0), r0, dst)
+			storeAcc(acc, p0, min(int8RowsPerDot, a.P-p0), r0, dst, int8StagedStores)
 		}
 	}
 }

@@ -562,8 +562,6 @@ func TestActivationsChoice(t *testing.T) {
 // by element ones: every sum in its place, nothing else written, for tiles that are and
 // are not whole staging chunks and for every count of valid activation rows.
 func TestStoreAccStagedSameAsDirect(t *testing.T) {
-	saved := int8StagedStores
-	defer func() { int8StagedStores = saved }()
 	rng := rand.New(rand.NewSource(3))
 	const P, M = 19, 300
 	for _, n := range []int{1, 17, 63, 64, 65, 128, 227} {
@@ -576,12 +574,11 @@ func TestStoreAccStagedSameAsDirect(t *testing.T) {
 			}
 			outs := [2][]float32{}
 			for k, staged := range []bool{false, true} {
-				int8StagedStores = staged
 				out := make([]float32, P*M)
 				for i := range out {
 					out[i] = -1
 				}
-				storeAcc(acc, 9, valid, 5, func(p int) []float32 { return out[p*M : (p+1)*M] })
+				storeAcc(acc, 9, valid, 5, func(p int) []float32 { return out[p*M : (p+1)*M] }, staged)
 				outs[k] = out
 			}
 			for i := range outs[0] {

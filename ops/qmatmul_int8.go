@@ -132,6 +132,28 @@ var (
 	int8TileWarmSets   = map[string]int8DotTile{}
 )
 
+// int8ExpertRows is the weight rows of one work item of the routed experts' int8 matmuls
+// in prefill (experts with several rows; 0: expertRowBlock, 64), by kernel name
+// (int8ExpertRowsSets). Longer items stream more of an expert's matrix in one run, which
+// the weights' prefetches and the hardware's follow, and pay the driver's per-call setup
+// and the last blocks' row-kernel passes less often: BenchmarkPrefillChunk, 2 workers,
+// expert_down 351 -> 443-482 GFLOP/s and expert_qmatmul (gate) 472 -> 539 with 1,024
+// rows against 64 (cpu/README.md, session 11). The same kernel meets every row with the
+// same activations, and the SwiGLU still runs per 64 columns: the same bits.
+var (
+	int8ExpertRows     int
+	int8ExpertRowsSets = map[string]int{}
+)
+
+// expertItemRows is the weight rows of one work item of a routed-expert matmul of T
+// tokens whose activations are int8 (quantized) or not.
+func expertItemRows(T int, quantized bool) int {
+	if quantized && T > 1 && int8ExpertRows > 0 {
+		return int8ExpertRows
+	}
+	return expertRowBlock
+}
+
 // int8StagedStores reports whether storeAcc writes a full block's sums through a staging
 // buffer (int8StagedSets by kernel name): the eight activation rows' sums of 64 weight rows
 // transposed into eight runs of 64 floats on the stack, then each run copied out whole.
@@ -202,6 +224,7 @@ func SetInt8Kernel(name string) error {
 	int8TileKernel = int8TileKernelSets[name]
 	int8TileWarmKernel = int8TileKernel
 	int8StagedStores = int8StagedSets[name]
+	int8ExpertRows = int8ExpertRowsSets[name]
 	if warm := int8TileWarmSets[name]; warm != nil {
 		int8TileWarmKernel = warm
 	}
@@ -223,7 +246,7 @@ func addInt8Kernel(name string, k int8Dot, tile int8DotTile, row int8Dot1, quant
 	}
 	int8KernelSets[name], int8TileKernelSets[name] = k, tile
 	int8Kernel, int8KernelName, int8TileKernel, int8TileWarmKernel = k, name, tile, tile
-	int8StagedStores = false
+	int8StagedStores, int8ExpertRows = false, 0
 	int8FastestName = name
 	if row != nil {
 		int8RowKernelSets[name] = row

@@ -111,5 +111,6 @@ func init() {
 		addInt8Kernel("avx512vnni", q4Int8Dot8AVX512, q4Int8TileAVX512, q4Int8Dot1AVX512, quantize)
 		int8TileWarmSets["avx512vnni"], int8TileWarmKernel = q4Int8TileAVX512NoPrefetch, q4Int8TileAVX512NoPrefetch
 		int8StagedSets["avx512vnni"], int8StagedStores = true, true
+		int8ExpertRowsSets["avx512vnni"], int8ExpertRows = 1024, 1024
 	}
 }

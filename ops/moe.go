@@ -287,12 +287,13 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		}
 		work[i] = expertWork{x: gx, xsums: quantGroupSums(w, gx, len(rows))}
 	})
-	blocks := (M + expertRowBlock - 1) / expertRowBlock
+	rowBlock := expertItemRows(T, quantized != nil)
+	blocks := (M + rowBlock - 1) / rowBlock
 	scratch := make([][]float32, env.workers())
 	parallelExpertRuns(env, rowsOf, used, blocks, func(worker, i, blkLo, blkHi int) {
 		e, wk := used[i], work[i]
 		rows := rowsOf[e]
-		lo, hi := blkLo*expertRowBlock, min(blkHi*expertRowBlock, M)
+		lo, hi := blkLo*rowBlock, min(blkHi*rowBlock, M)
 		dst := func(p int) []float32 { return y[rows[p]*M : (rows[p]+1)*M] }
 		if fast && len(rows) == 1 {
 			mulQuantRow(wk.acts, w, e*M, lo, hi, y[rows[0]*M+lo:rows[0]*M+hi])

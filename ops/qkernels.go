@@ -310,15 +310,39 @@ func mulQuantBlock(a *quantActs, w weightRows, rowBase, r0, r1, p0, n int, blk *
 			}
 		}
 	}
-	storeAcc(acc, p0, min(n, a.P-p0), r0, dst)
+	storeAcc(acc, p0, min(n, a.P-p0), r0, dst, false)
 }
+
+// storeAccChunk is the weight rows storeAcc stages at a time (int8StagedStores): eight
+// runs of 64 floats, 2 KiB on the stack, each a whole number of cache lines.
+const storeAccChunk = 64
 
 // storeAcc writes the sums of weight rows [r0, r0+len(acc)) against activation rows
 // [p0, p0+valid) into their output rows. Eight rows (all but a last partial block) go in
 // one pass over the sums, each read once: at one block a weight row (the experts' down
-// projection) a pass per row was 17% of the matmul's time.
-func storeAcc(acc [][8]float32, p0, valid, r0 int, dst outRows) {
+// projection) a pass per row was 17% of the matmul's time. staged (the int8 driver under
+// int8StagedStores) puts every block through a staging buffer, each output run copied
+// whole.
+func storeAcc(acc [][8]float32, p0, valid, r0 int, dst outRows, staged bool) {
 	n := len(acc)
+	if staged {
+		var o [8][]float32
+		for i := range valid {
+			o[i] = dst(p0 + i)[r0 : r0+n]
+		}
+		var buf [8][storeAccChunk]float32
+		for c0 := 0; c0 < n; c0 += storeAccChunk {
+			m := min(storeAccChunk, n-c0)
+			for r, a := range acc[c0 : c0+m] {
+				buf[0][r], buf[1][r], buf[2][r], buf[3][r] = a[0], a[1], a[2], a[3]
+				buf[4][r], buf[5][r], buf[6][r], buf[7][r] = a[4], a[5], a[6], a[7]
+			}
+			for i := range valid {
+				copy(o[i][c0:c0+m], buf[i][:m])
+			}
+		}
+		return
+	}
 	if valid == 8 {
 		o0, o1, o2, o3 := dst(p0)[r0:r0+n], dst(p0 + 1)[r0:r0+n], dst(p0 + 2)[r0:r0+n], dst(p0 + 3)[r0:r0+n]
 		o4, o5, o6, o7 := dst(p0 + 4)[r0:r0+n], dst(p0 + 5)[r0:r0+n], dst(p0 + 6)[r0:r0+n], dst(p0 + 7)[r0:r0+n]

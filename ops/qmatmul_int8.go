@@ -121,6 +121,52 @@ var (
 	int8TileKernelSets = map[string]int8DotTile{"go": int8TileOf(q4Int8Dot8Go)}
 )
 
+// int8TileWarmKernel is the tile kernel for the passes over a tile of weight rows after
+// its first (the weights then sit in L2): a kernel that prefetches its weights from memory
+// ("avx512vnni") names its twin without the prefetches here (int8TileWarmSets), since a
+// prefetch of a line already cached still takes a load slot, and the dense projections'
+// 64 passes over each tile were 4% slower with them (BenchmarkPrefillChunk/qmatmul). The
+// same sums to the bit either way. Otherwise int8TileKernel.
+var (
+	int8TileWarmKernel int8DotTile
+	int8TileWarmSets   = map[string]int8DotTile{}
+)
+
+// int8ExpertRows is the weight rows of one work item of the routed experts' int8 matmuls
+// in prefill (experts with several rows; 0: expertRowBlock, 64), by kernel name
+// (int8ExpertRowsSets). Longer items stream more of an expert's matrix in one run, which
+// the weights' prefetches and the hardware's follow, and pay the driver's per-call setup
+// and the last blocks' row-kernel passes less often: BenchmarkPrefillChunk, 2 workers,
+// expert_down 351 -> 443-482 GFLOP/s and expert_qmatmul (gate) 472 -> 539 with 1,024
+// rows against 64 (cpu/README.md, session 11). The same kernel meets every row with the
+// same activations, and the SwiGLU still runs per 64 columns: the same bits.
+var (
+	int8ExpertRows     int
+	int8ExpertRowsSets = map[string]int{}
+)
+
+// expertItemRows is the weight rows of one work item of a routed-expert matmul of T
+// tokens whose activations are int8 (quantized) or not.
+func expertItemRows(T int, quantized bool) int {
+	if quantized && T > 1 && int8ExpertRows > 0 {
+		return int8ExpertRows
+	}
+	return expertRowBlock
+}
+
+// int8StagedStores reports whether storeAcc writes a full block's sums through a staging
+// buffer (int8StagedSets by kernel name): the eight activation rows' sums of 64 weight rows
+// transposed into eight runs of 64 floats on the stack, then each run copied out whole.
+// Storing them one float at a time into eight output rows put hundreds of stores in flight
+// to lines not in the cache (the routed experts' down projection writes a [T·k, 2048]
+// result, 32 MB for a 512-token chunk, 64 columns of 16-odd scattered rows at a time), and
+// those stores were a quarter of that op's time in the full model; copied whole they are
+// 8-16 times fewer (cpu/README.md, session 11). The same floats either way.
+var (
+	int8StagedStores bool
+	int8StagedSets   = map[string]bool{}
+)
+
 // int8RowKernel is the one-row kernel of the int8 kernel in use, nil where that kernel
 // has none (decode then keeps float32); int8RowKernelSets lists them by kernel name.
 var (
@@ -176,6 +222,12 @@ func SetInt8Kernel(name string) error {
 	}
 	int8Kernel, int8KernelName = k, name
 	int8TileKernel = int8TileKernelSets[name]
+	int8TileWarmKernel = int8TileKernel
+	int8StagedStores = int8StagedSets[name]
+	int8ExpertRows = int8ExpertRowsSets[name]
+	if warm := int8TileWarmSets[name]; warm != nil {
+		int8TileWarmKernel = warm
+	}
 	int8RowKernel = int8RowKernelSets[name]
 	int8RowTails = int8RowTailSets[name]
 	quantizeGroupFast = int8Quantizers[name]
@@ -193,7 +245,8 @@ func addInt8Kernel(name string, k int8Dot, tile int8DotTile, row int8Dot1, quant
 		tile = int8TileOf(k)
 	}
 	int8KernelSets[name], int8TileKernelSets[name] = k, tile
-	int8Kernel, int8KernelName, int8TileKernel = k, name, tile
+	int8Kernel, int8KernelName, int8TileKernel, int8TileWarmKernel = k, name, tile, tile
+	int8StagedStores, int8ExpertRows = false, 0
 	int8FastestName = name
 	if row != nil {
 		int8RowKernelSets[name] = row
@@ -351,6 +404,10 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) 
 			rows := a.int8[p0*rowBytes:]
 			acc := acc[:r1-r0]
 			clear(acc)
+			kernel := int8TileKernel // the first pass meets the tile's weights in memory
+			if p0 > 0 {
+				kernel = int8TileWarmKernel
+			}
 			for b0 := 0; b0 < full; b0 += int8ChunkBlocks {
 				nb := min(int8ChunkBlocks, full-b0)
 				acts := rows[b0*int8Block:]
@@ -360,7 +417,7 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) 
 						n = min(n, w.rowsPerSlice-(rowBase+r)%w.rowsPerSlice)
 					}
 					codes, scales, biases := w.locateRun(rowBase+r, n)
-					int8TileKernel(codes[b0*int8CodeBytes:], G*int8Group/2, scales[b0*int8Groups:], biases[b0*int8Groups:], G,
+					kernel(codes[b0*int8CodeBytes:], G*int8Group/2, scales[b0*int8Groups:], biases[b0*int8Groups:], G,
 						nb, acts, rowBytes, acc[r-r0:r-r0+n])
 					r += n
 				}
@@ -373,7 +430,7 @@ func mulQuantInt8(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) 
 					int8Kernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, acts, rowBytes, &acc[r-r0])
 				}
 			}
-			storeAcc(acc, p0, min(int8RowsPerDot, a.P-p0), r0, dst)
+			storeAcc(acc, p0, min(int8RowsPerDot, a.P-p0), r0, dst, int8StagedStores)
 		}
 	}
 }

@@ -3,21 +3,30 @@ package ops
 import "golang.org/x/sys/cpu"
 
 //go:noescape
-func q4Int8Dot8VNNI(codes *byte, codeStride int, scales, biases *uint16, groupStride, blocks, rows int, acts *byte, rowStride int, out *[8]float32)
+func q4Int8Dot8VNNI(codes *byte, codeStride int, scales, biases *uint16, groupStride, blocks, rows int, acts *byte, rowStride int, out *[8]float32, prefetch int)
 
 // q4Int8Dot8AVX512 is the VNNI kernel (qmatmul_int8_amd64.s) for one weight row, behind
 // the length checks.
 func q4Int8Dot8AVX512(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int, out *[8]float32) {
 	checkInt8Call(codes, scales, biases, blocks, acts, rowStride)
-	q4Int8Dot8VNNI(&codes[0], 0, &scales[0], &biases[0], 0, blocks, 1, &acts[0], rowStride, out)
+	q4Int8Dot8VNNI(&codes[0], 0, &scales[0], &biases[0], 0, blocks, 1, &acts[0], rowStride, out, 0)
 }
 
 // q4Int8TileAVX512 is the VNNI kernel over a tile of weight rows in one call, behind the
-// length checks.
+// length checks, prefetching the weights ahead of its loads (see the kernel).
 func q4Int8TileAVX512(codes []byte, codeStride int, scales, biases []uint16, groupStride, blocks int, acts []byte, rowStride int, out [][8]float32) {
 	checkInt8TileCall(codes, codeStride, scales, biases, groupStride, blocks, acts, rowStride, len(out))
 	if len(out) > 0 {
-		q4Int8Dot8VNNI(&codes[0], codeStride, &scales[0], &biases[0], 2*groupStride, blocks, len(out), &acts[0], rowStride, &out[0])
+		q4Int8Dot8VNNI(&codes[0], codeStride, &scales[0], &biases[0], 2*groupStride, blocks, len(out), &acts[0], rowStride, &out[0], 1)
+	}
+}
+
+// q4Int8TileAVX512NoPrefetch is q4Int8TileAVX512 without the software prefetches: the
+// "avx512vnni-plain" kernel, their off switch (the same sums to the bit).
+func q4Int8TileAVX512NoPrefetch(codes []byte, codeStride int, scales, biases []uint16, groupStride, blocks int, acts []byte, rowStride int, out [][8]float32) {
+	checkInt8TileCall(codes, codeStride, scales, biases, groupStride, blocks, acts, rowStride, len(out))
+	if len(out) > 0 {
+		q4Int8Dot8VNNI(&codes[0], codeStride, &scales[0], &biases[0], 2*groupStride, blocks, len(out), &acts[0], rowStride, &out[0], 0)
 	}
 }
 
@@ -89,13 +98,19 @@ func init() {
 	// VPMOVSDB and VPSHUFB on the upper sixteen registers (BW, VL).
 	// "avx512vnni-rowcalls" is the same kernel called once per weight row (the same sums
 	// to the bit): the tile kernel's off switch (PISTIL_CPU_INT8_KERNEL), and what the
-	// benchmarks compare it with.
+	// benchmarks compare it with; "avx512vnni-plain" the tile kernel and its driver as they
+	// were before the weights' prefetches and the staged stores (int8TileWarmSets,
+	// int8StagedSets): their off switch.
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
 		quantize := func(xs []float32, block []byte, j int) {
 			checkQuantizeGroup(xs, block, j)
 			quantizeGroupAVX512(&xs[0], &block[0], j)
 		}
 		addInt8Kernel("avx512vnni-rowcalls", q4Int8Dot8AVX512, nil, q4Int8Dot1AVX512, quantize)
+		addInt8Kernel("avx512vnni-plain", q4Int8Dot8AVX512, q4Int8TileAVX512NoPrefetch, q4Int8Dot1AVX512, quantize)
 		addInt8Kernel("avx512vnni", q4Int8Dot8AVX512, q4Int8TileAVX512, q4Int8Dot1AVX512, quantize)
+		int8TileWarmSets["avx512vnni"], int8TileWarmKernel = q4Int8TileAVX512NoPrefetch, q4Int8TileAVX512NoPrefetch
+		int8StagedSets["avx512vnni"], int8StagedStores = true, true
+		int8ExpertRowsSets["avx512vnni"], int8ExpertRows = 1024, 1024
 	}
 }

@@ -59,13 +59,14 @@ func expertSwiGLUInt8(env *Env, v *graph.Value, x, wgt, wut, idt, out *Tensor) (
 		}
 		acts[i] = prepareActsFrom(env.serial(), wg, 1, func(int) []float32 { return token(rows[0] / k) })
 	})
-	blocks := (M + expertRowBlock - 1) / expertRowBlock
+	rowBlock := expertItemRows(T, true)
+	blocks := (M + rowBlock - 1) / rowBlock
 	scratch := make([]*swigluScratch, env.workers())
 	// A run of work items (from parallelExpertItems) of one expert: gate's rows over the
 	// run in one stream, then up's, then the SiLU block by block, as each item alone would.
 	run := func(worker, i, blkLo, blkHi int) {
 		e, rows := used[i], rowsOf[used[i]]
-		lo, hi := blkLo*expertRowBlock, min(blkHi*expertRowBlock, M)
+		lo, hi := blkLo*rowBlock, min(blkHi*rowBlock, M)
 		if scratch[worker] == nil {
 			scratch[worker] = swigluScratchPool.Get().(*swigluScratch)
 		}

@@ -557,3 +557,35 @@ func TestActivationsChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreAccStagedSameAsDirect holds the staged stores (int8StagedStores) to the element
+// by element ones: every sum in its place, nothing else written, for tiles that are and
+// are not whole staging chunks and for every count of valid activation rows.
+func TestStoreAccStagedSameAsDirect(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	const P, M = 19, 300
+	for _, n := range []int{1, 17, 63, 64, 65, 128, 227} {
+		for valid := 1; valid <= 8; valid++ {
+			acc := make([][8]float32, n)
+			for r := range acc {
+				for i := range acc[r] {
+					acc[r][i] = rng.Float32()
+				}
+			}
+			outs := [2][]float32{}
+			for k, staged := range []bool{false, true} {
+				out := make([]float32, P*M)
+				for i := range out {
+					out[i] = -1
+				}
+				storeAcc(acc, 9, valid, 5, func(p int) []float32 { return out[p*M : (p+1)*M] }, staged)
+				outs[k] = out
+			}
+			for i := range outs[0] {
+				if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+					t.Fatalf("n=%d valid=%d: element %d (row %d, col %d) staged %v, direct %v", n, valid, i, i/M, i%M, outs[1][i], outs[0][i])
+				}
+			}
+		}
+	}
+}

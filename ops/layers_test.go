@@ -1,8 +1,10 @@
 package ops
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -247,5 +249,65 @@ func TestExpertMatmul(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "expert id 5") {
 		t.Errorf("bad expert id: %v", err)
+	}
+}
+
+// The router and the experts' combine over a prefill step's tokens split among workers
+// give the bits of one worker (tokens are independent); a step with non-finite logits in
+// two workers' tokens names the first of them.
+func TestRouterAndCombineSplitSameBits(t *testing.T) {
+	rng := rand.New(rand.NewSource(41))
+	const T, E, k, H = 45, 256, 8, 96
+	logits := randTensor(rng, 2, T, E)
+	ys := randTensor(rng, 1, T, k, H)
+	run := func(workers int, op string, attrs graph.Attrs, args ...*Tensor) ([]*Tensor, error) {
+		g, err := opGraph(op, attrs, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(g, &Env{Workers: workers}, func(v *graph.Value) (*Tensor, error) {
+			var i int
+			fmt.Sscanf(v.Name, "a%d", &i)
+			return args[i], nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*Tensor, len(res))
+		for i := range out {
+			out[i] = res[fmt.Sprintf("out%d", i)]
+		}
+		return out, nil
+	}
+	route := graph.Attrs{"k": int64(k)}
+	one, err := run(1, "router", route, logits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := run(3, "router", route, logits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(one[0].F32(), three[0].F32()) || !slices.Equal(one[1].I32(), three[1].I32()) {
+		t.Errorf("router: three workers' weights or ids differ from one worker's")
+	}
+	c1, err := run(1, "moe_combine", nil, ys, one[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3, err := run(3, "moe_combine", nil, ys, one[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c1[0].F32(), c3[0].F32()) {
+		t.Errorf("moe_combine: three workers' sums differ from one worker's")
+	}
+	for _, tok := range []int{40, 7} {
+		for e := range E {
+			logits.F32()[tok*E+e] = float32(math.NaN())
+		}
+	}
+	if _, err := run(3, "router", route, logits); err == nil || !strings.Contains(err.Error(), "token 7 has non-finite logits") {
+		t.Errorf("router over NaN logits at tokens 7 and 40: %v, want an error naming token 7", err)
 	}
 }

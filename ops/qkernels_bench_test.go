@@ -249,3 +249,40 @@ func BenchmarkPrefillChunk(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRouterPrefill is the router and the experts' combine over a 512-token prefill
+// chunk at the 35B-A3B's shapes (256 experts, top 8, hidden 2048), on one and two workers:
+// both loops are per token, so a prefill step splits them (routerParallelFrom).
+func BenchmarkRouterPrefill(b *testing.B) {
+	rng := rand.New(rand.NewSource(2))
+	const T, E, k, H = 512, 256, 8, 2048
+	logits := randTensor(rng, 2, T, E)
+	ys := randTensor(rng, 1, T, k, H)
+	weights, ids := NewTensor(graph.F32, T, k), NewTensor(graph.I32, T, k)
+	combined := NewTensor(graph.F32, T, H)
+	route, err := opGraph("router", graph.Attrs{"k": int64(k)}, logits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	combine, err := opGraph("moe_combine", nil, ys, weights)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, workers := range []int{1, 2} {
+		env := &Env{Workers: workers}
+		b.Run(fmt.Sprintf("router/workers=%d", workers), func(b *testing.B) {
+			for range b.N {
+				if err := refRouter(env, route.Values[1], []*Tensor{logits}, []*Tensor{weights, ids}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("moe_combine/workers=%d", workers), func(b *testing.B) {
+			for range b.N {
+				if err := refMoECombine(env, combine.Values[2], []*Tensor{ys, weights}, []*Tensor{combined}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

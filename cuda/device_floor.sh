@@ -16,7 +16,7 @@ SMALL=rms_norm,l2_norm,slice,gdn_gates,gated_rms_norm,rope,kv_append,embed,matve
 DENSE=matvec_fused_mma_q4,matvec_mma_q4,matvec_fused_staged_q4,matvec_staged_q4
 EXPERTS=expert_matvec_swiglu_shared_mma_q4,expert_matvec_swiglu_shared_staged_q4
 DOWN=expert_matvec_combine_shared_q4
-STATE=gated_delta,conv1d,attention_gqa,attention_merge
+STATE=gated_delta,conv1d,attention_gqa,attention_gqa_mma,attention_merge
 SKIP_SETS=${SKIP_SETS:-all=* small=$SMALL heavy=$DENSE,$EXPERTS,$DOWN dense=$DENSE experts=$EXPERTS down=$DOWN state=$STATE}
 run() {
 	name=$1 skip=$2

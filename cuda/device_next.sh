@@ -19,7 +19,13 @@
 #  pstalls: why prefill attention at depth is slow (issue 11: 4,096 tokens on top of 32,768
 #           at 1,394.7 tok/s, the ninth session): Nsight Compute's stall reasons for
 #           attention_prefill_mma in the last 1,024-token chunk of an 8,192-token prompt
-#           (cuda/device_stalls.sh; its launches 71-73 of 80), never profiled so far.
+#           (cuda/device_stalls.sh; its launches 71-73 of 80); run in the twelfth session
+#           (cuda/README.md, "Not done").
+# First, before these: branch prefill-attention-v2 (the twelfth session's rewrite of
+# attention_prefill_mma and dynamic group memory, cuda/emu only): check it out, build
+# (cuda/device_pack.sh), build main's pistil as the old binary, and run
+#   STEPS="tests regs check bench" VARIANTS="new old" OLD=.dev/old/pistil bash cuda/device_prefill_attention.sh
+# (the script is on that branch); merge only if every test and check passes.
 # STEPS picks them (default "check attn floor"). Logs go to $OUT; each step prints a summary.
 set -u
 OUT=${OUT:-/tmp/cuda-out}

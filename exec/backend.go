@@ -120,6 +120,9 @@ type BackendOptions struct {
 	PrefaultWeights bool
 	// NoDecodeRegions: the CPU backend's longer decode regions off (exec.Options).
 	NoDecodeRegions bool
+	// NoDecodeFourRows: the CPU backend's decode matrix-vector rows one per kernel call
+	// (exec.Options).
+	NoDecodeFourRows bool
 	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs)
 	// instead of launching its kernels one by one.
 	Graphs bool

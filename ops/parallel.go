@@ -116,8 +116,13 @@ func parallelItems(env *Env, n int, fn func(worker, item int)) {
 // (mulRowsOneRegion).
 var decodeRegions atomic.Bool
 
+// decodeFourRows has mulQuantRow take q4 weight rows four to a kernel call where the
+// kernel set has one (SetDecodeFourRows).
+var decodeFourRows atomic.Bool
+
 func init() {
 	decodeRegions.Store(true)
+	decodeFourRows.Store(true)
 	if v, err := time.ParseDuration(os.Getenv("PISTIL_POOL_SPIN")); err == nil {
 		poolSpin = v
 	}
@@ -132,6 +137,10 @@ func SetDecodeRegions(on bool) { decodeRegions.Store(on) }
 
 // DecodeRegions reports whether the decode step's longer parallel regions are on.
 func DecodeRegions() bool { return decodeRegions.Load() }
+
+// SetDecodeFourRows switches decode's four-row q4 kernel calls on or off, process-wide
+// ([cpu] decode_four_rows). Either way every row's dot is the same to the bit.
+func SetDecodeFourRows(on bool) { decodeFourRows.Store(on) }
 
 // poolSpin is how long an idle helper spins before it parks: longer than the gap between
 // two loops of a decode step, short enough that a helper does not hold a core another

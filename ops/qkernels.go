@@ -44,6 +44,10 @@ type quantKernels struct {
 	// q4Dot8, where a set has it, is dot4 for eight activation rows of a q4 weight (no
 	// group sums: only kernels that dequantize in registers have it).
 	q4Dot8 func(codes []byte, scales, biases []uint16, group int, x []float32, xStride int, out *[8]float32)
+	// q4Dot1x4, where a set has it, is dot1 for four consecutive rows of a q4 weight (their
+	// codes, scales and biases back to back, weightRows.locateRun), each row's dot the
+	// same bits as dot1's: decode's matrix-vector products take rows four at a time.
+	q4Dot1x4 func(codes []byte, scales, biases []uint16, group int, x []float32, out *[4]float32)
 }
 
 // bitsIndex maps a quantized dtype to the index of its kernels.
@@ -259,7 +263,23 @@ func mulQuantRow(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32)
 		return
 	}
 	dot1, group := a.k.dot1[a.bits], w.t.Group
-	for r := lo; r < hi; r++ {
+	r := lo
+	if four := a.k.q4Dot1x4; four != nil && a.bits == 0 && decodeFourRows.Load() {
+		var out [4]float32
+		for r+4 <= hi {
+			if !w.runInSlice(rowBase+r, 4) { // the four would cross into the next expert's slice
+				data, scales, biases := w.locate(rowBase + r)
+				dst[r-lo] = dot1(data, scales, biases, group, a.x, a.xsum)
+				r++
+				continue
+			}
+			data, scales, biases := w.locateRun(rowBase+r, 4)
+			four(data, scales, biases, group, a.x, &out)
+			copy(dst[r-lo:r-lo+4], out[:])
+			r += 4
+		}
+	}
+	for ; r < hi; r++ {
 		data, scales, biases := w.locate(rowBase + r)
 		dst[r-lo] = dot1(data, scales, biases, group, a.x, a.xsum)
 	}

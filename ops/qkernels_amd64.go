@@ -67,6 +67,9 @@ func q8Dot4AVX512(codes *byte, scales, biases *uint16, groups, units int, x *flo
 //go:noescape
 func q4Dot8AVX512(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, out *[8]float32)
 
+//go:noescape
+func q4Dot1x4AVX512(codes *byte, rowBytes int, scales, biases *uint16, groups, units int, x *float32, out *[4]float32)
+
 // avx512Kernels dequantize in registers (qkernels_avx512_amd64.s) 64 codes at a time.
 var avx512Kernels = &quantKernels{
 	name:         "avx512",
@@ -100,6 +103,15 @@ var avx512Kernels = &quantKernels{
 		G := len(scales)
 		checkRow(codes, biases, G, group, 64, 4, x[7*xStride:], nil, 0)
 		q4Dot8AVX512(&codes[0], &scales[0], &biases[0], G, group/64, &x[0], 4*xStride, out)
+	},
+	q4Dot1x4: func(codes []byte, scales, biases []uint16, group int, x []float32, out *[4]float32) {
+		G := len(scales) / 4
+		rowBytes := len(codes) / 4
+		if G == 0 || len(scales) != 4*G || len(codes) != 4*rowBytes || rowBytes != G*group/2 {
+			panic("ops: q4Dot1x4 called with a run that is not four rows")
+		}
+		checkRow(codes[3*rowBytes:], biases[3*G:], G, group, 64, 4, x, nil, 0)
+		q4Dot1x4AVX512(&codes[0], rowBytes, &scales[0], &biases[0], G, group/64, &x[0], out)
 	},
 }
 

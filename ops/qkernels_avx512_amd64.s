@@ -418,3 +418,121 @@ ilv:
 	JNZ        ilv
 	VZEROUPPER
 	RET
+
+// Q4TABLE sets tab to the group's 16 values s·q + b (q = 0..15, Z25 the iota) from the
+// bf16 scale at s and bias at b, as SCALEBIAS and q4Dot1AVX512 do (the same roundings).
+#define Q4TABLE(s, b, tab) \
+	MOVWLZX      s, AX; \
+	SHLL         $16, AX; \
+	VPBROADCASTD AX, Z30; \
+	MOVWLZX      b, AX; \
+	SHLL         $16, AX; \
+	VPBROADCASTD AX, tab; \
+	VFMADD231PS  Z25, Z30, tab
+
+// Q4ROWUNIT decodes one row's unit of 64 codes (bytes c0 and c1.. through the table tab)
+// and multiplies it with the unit's activations Z17..Z20 into the row's four
+// accumulators, in q4Dot1AVX512's order.
+#define Q4ROWUNIT(c0, c1, tab, a0, a1, a2, a3) \
+	VPMOVZXBD   c0, Z26; \
+	VPMOVZXBD   c1, Z28; \
+	VPSRLD      $4, Z26, Z27; \
+	VPSRLD      $4, Z28, Z29; \
+	VPERMPS     tab, Z26, Z26; \
+	VPERMPS     tab, Z27, Z27; \
+	VPERMPS     tab, Z28, Z28; \
+	VPERMPS     tab, Z29, Z29; \
+	VFMADD231PS Z17, Z26, a0; \
+	VFMADD231PS Z18, Z27, a1; \
+	VFMADD231PS Z19, Z28, a2; \
+	VFMADD231PS Z20, Z29, a3
+
+// Q4ROWSUM reduces a row's four accumulators to its dot in the low lane of X(a0), as
+// q4Dot1AVX512 ends (t, a register below 16, is clobbered), and stores it at out.
+#define Q4ROWSUM(za0, za1, za2, za3, ya0, xa0, yt, xt, out) \
+	VADDPS za1, za0, za0; \
+	VADDPS za3, za2, za2; \
+	VADDPS za2, za0, za0; \
+	HSUM16(za0, ya0, xa0, yt, xt); \
+	VMOVSS xa0, out
+
+// func q4Dot1x4AVX512(codes *byte, rowBytes int, scales, biases *uint16, groups, units int, x *float32, out *[4]float32)
+// Four consecutive q4 rows (codes rowBytes apart, scales and biases groups apart) against
+// one activation row: q4Dot1AVX512 four times over, each row's sum in the same order (so
+// the same bits), with each unit's activations loaded once for the four rows and one
+// call's overhead for four rows. Rows 0-3 accumulate in Z0-Z3, Z4-Z7, Z8-Z11 and
+// Z12-Z14 + Z16 (Z15 is left alone); their tables are Z21-Z24.
+TEXT ·q4Dot1x4AVX512(SB), NOSPLIT, $0-64
+	MOVQ    codes+0(FP), SI
+	MOVQ    rowBytes+8(FP), DX
+	MOVQ    scales+16(FP), R8
+	MOVQ    biases+24(FP), R9
+	MOVQ    groups+32(FP), CX
+	MOVQ    units+40(FP), R10
+	MOVQ    x+48(FP), DI
+	MOVQ    out+56(FP), R13
+	LEAQ    (CX)(CX*1), BX     // a row's scales, in bytes
+	LEAQ    (SI)(DX*2), R11
+	ADDQ    DX, R11            // row 3's codes
+	VMOVUPS iota16<>(SB), Z25
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+	VPXORD  Z2, Z2, Z2
+	VPXORD  Z3, Z3, Z3
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
+	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
+	VPXORD  Z12, Z12, Z12
+	VPXORD  Z13, Z13, Z13
+	VPXORD  Z14, Z14, Z14
+	VPXORD  Z16, Z16, Z16
+
+q4x4g:
+	PREFETCHT0 8192(SI) // the weights stream from memory: ask ahead, each row
+	PREFETCHT0 8192(SI)(DX*1)
+	PREFETCHT0 8192(SI)(DX*2)
+	PREFETCHT0 8192(R11)
+	Q4TABLE((R8), (R9), Z21)
+	Q4TABLE((R8)(BX*1), (R9)(BX*1), Z22)
+	Q4TABLE((R8)(BX*2), (R9)(BX*2), Z23)
+	LEAQ       (R8)(BX*2), R12
+	MOVWLZX    (R12)(BX*1), AX
+	SHLL       $16, AX
+	VPBROADCASTD AX, Z30
+	LEAQ       (R9)(BX*2), R12
+	MOVWLZX    (R12)(BX*1), AX
+	SHLL       $16, AX
+	VPBROADCASTD AX, Z24
+	VFMADD231PS Z25, Z30, Z24
+	MOVQ       R10, R12
+
+q4x4u:
+	VMOVUPS (DI), Z17
+	VMOVUPS 64(DI), Z18
+	VMOVUPS 128(DI), Z19
+	VMOVUPS 192(DI), Z20
+	Q4ROWUNIT((SI), 16(SI), Z21, Z0, Z1, Z2, Z3)
+	Q4ROWUNIT((SI)(DX*1), 16(SI)(DX*1), Z22, Z4, Z5, Z6, Z7)
+	Q4ROWUNIT((SI)(DX*2), 16(SI)(DX*2), Z23, Z8, Z9, Z10, Z11)
+	Q4ROWUNIT((R11), 16(R11), Z24, Z12, Z13, Z14, Z16)
+	ADDQ $32, SI
+	ADDQ $32, R11
+	ADDQ $256, DI
+	DECQ R12
+	JNZ  q4x4u
+	ADDQ $2, R8
+	ADDQ $2, R9
+	DECQ CX
+	JNZ  q4x4g
+
+	Q4ROWSUM(Z0, Z1, Z2, Z3, Y0, X0, Y1, X1, (R13))
+	Q4ROWSUM(Z4, Z5, Z6, Z7, Y4, X4, Y5, X5, 4(R13))
+	Q4ROWSUM(Z8, Z9, Z10, Z11, Y8, X8, Y9, X9, 8(R13))
+	Q4ROWSUM(Z12, Z13, Z14, Z16, Y12, X12, Y13, X13, 12(R13))
+	VZEROUPPER
+	RET

@@ -123,6 +123,18 @@ func BenchmarkQuantKernels(b *testing.B) {
 					}
 				}
 			})
+			if bits == 4 && ks.q4Dot1x4 != nil {
+				b.Run(fmt.Sprintf("%s/q4/dot1x4", ks.name), func(b *testing.B) {
+					b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+					var out [4]float32
+					for b.Loop() {
+						for r := 0; r < M; r += 4 {
+							data, scales, biases := w.locateRun(r, 4)
+							ks.q4Dot1x4(data, scales, biases, 64, one.x, &out)
+						}
+					}
+				})
+			}
 			b.Run(fmt.Sprintf("%s/q%d/dot4", ks.name, bits), func(b *testing.B) {
 				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
 				var out [4]float32

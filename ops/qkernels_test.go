@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"math"
 	"math/rand"
 	"testing"
 
@@ -190,5 +191,88 @@ func TestInterleaveFastMatchesLoop(t *testing.T) {
 	}
 	if interleaveFast(src, got, 16) {
 		t.Error("the vector interleave took runs of 16")
+	}
+}
+
+// q4Dot1x4 gives each of its four rows dot1's bits: rows of 1, 2 and 32 groups of 64 and
+// 128 (two units a group), runs at the start, inside and at the very end of a weight.
+func TestQ4Dot1x4MatchesDot1(t *testing.T) {
+	rng := rand.New(rand.NewSource(21))
+	sets := 0
+	for _, ks := range quantKernelSets {
+		if ks.q4Dot1x4 == nil {
+			continue
+		}
+		sets++
+		for _, shape := range []struct{ M, K, group int }{{8, 64, 64}, {9, 128, 64}, {12, 2048, 64}, {8, 256, 128}} {
+			w, err := newWeightRows(quantize(randTensor(rng, 0.05, shape.M, shape.K), 4, shape.group))
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved := fastKernels
+			fastKernels = ks
+			one := prepareActs(nil, w, randF32(rng, shape.K, 1), 1)
+			fastKernels = saved
+			for _, r0 := range []int{0, 3, shape.M - 4} {
+				data, scales, biases := w.locateRun(r0, 4)
+				var got [4]float32
+				ks.q4Dot1x4(data, scales, biases, shape.group, one.x, &got)
+				for i := range 4 {
+					d, s, b := w.locate(r0 + i)
+					want := ks.dot1[0](d, s, b, shape.group, one.x, one.xsum)
+					if math.Float32bits(got[i]) != math.Float32bits(want) {
+						t.Errorf("%s M%d K%d group %d rows %d..: row %d %v, dot1 %v", ks.name, shape.M, shape.K, shape.group, r0, r0+i, got[i], want)
+					}
+				}
+			}
+		}
+	}
+	if sets == 0 {
+		t.Skip("no kernel set of this machine has q4Dot1x4")
+	}
+}
+
+// Decode's matrix-vector rows four to a call (decode_four_rows) give the bits of one row
+// a call, over ranges that start and end between runs of four and over a strided stack
+// of experts whose slices of 11 rows cut runs of four (those rows go one at a time).
+func TestDecodeFourRowsSameBits(t *testing.T) {
+	rng := rand.New(rand.NewSource(22))
+	const E, I, K = 3, 11, 192
+	full := quantize(randTensor(rng, 0.1, E, 2*I, K), 4, 64)
+	rowBytes, rowGroups := K/2, K/64
+	half := &Tensor{DType: full.DType, Shape: []int{E, I, K}, Group: 64,
+		Stride0: 2 * I * rowBytes, Stride0Groups: 2 * I * rowGroups,
+		Data: full.Data[I*rowBytes:], Scales: full.Scales[I*rowGroups*2:], Biases: full.Biases[I*rowGroups*2:]}
+	dense := quantize(randTensor(rng, 0.1, 37, K), 4, 64)
+	defer SetDecodeFourRows(true)
+	for _, wt := range []*Tensor{half, dense} {
+		w, err := newWeightRows(wt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := wt.Shape[0]
+		if len(wt.Shape) == 3 {
+			rows *= wt.Shape[1]
+		}
+		x := randF32(rng, K, 1)
+		for _, ks := range quantKernelSets {
+			saved := fastKernels
+			fastKernels = ks
+			acts := prepareActs(nil, w, x, 1)
+			fastKernels = saved
+			for _, span := range [][2]int{{0, rows}, {1, rows - 2}, {5, 14}, {9, 12}} {
+				lo, hi := span[0], span[1]
+				got, want := make([]float32, hi-lo), make([]float32, hi-lo)
+				SetDecodeFourRows(true)
+				mulQuantRow(acts, w, 0, lo, hi, got)
+				SetDecodeFourRows(false)
+				mulQuantRow(acts, w, 0, lo, hi, want)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Errorf("%s %v rows %d..%d: row %d %v four to a call, %v one", ks.name, wt.Shape, lo, hi, lo+i, got[i], want[i])
+					}
+				}
+			}
+		}
 	}
 }

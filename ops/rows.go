@@ -98,6 +98,12 @@ func (w weightRows) locate(r int) (data []byte, scales, biases []uint16) {
 	return data, scales, biases
 }
 
+// runInSlice says whether the n consecutive rows from r lie in one slice of a strided
+// stack (always, for a weight that is not one), as locateRun needs.
+func (w weightRows) runInSlice(r, n int) bool {
+	return w.t.Stride0 == 0 || r/w.rowsPerSlice == (r+n-1)/w.rowsPerSlice
+}
+
 // locateRun is locate for the n consecutive rows from r, which must lie in one slice of a
 // strided stack: their bytes, scales and biases back to back.
 func (w weightRows) locateRun(r, n int) (data []byte, scales, biases []uint16) {

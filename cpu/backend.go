@@ -46,8 +46,8 @@ func init() {
 		// [cpu] decode_regions: a decode step's experts and fused projections in longer
 		// parallel regions.
 		ops.SetDecodeRegions(!o.NoDecodeRegions)
-		// [cpu] decode_four_rows: decode's q4 rows four to a kernel call.
-		ops.SetDecodeFourRows(!o.NoDecodeFourRows)
+		// [cpu] multi_row_kernels: the q4 kernels that take several weight rows a call.
+		ops.SetMultiRowKernels(!o.NoMultiRowKernels)
 		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations, PrefaultWeights: o.PrefaultWeights}, nil
 	})
 }

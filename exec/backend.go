@@ -120,9 +120,9 @@ type BackendOptions struct {
 	PrefaultWeights bool
 	// NoDecodeRegions: the CPU backend's longer decode regions off (exec.Options).
 	NoDecodeRegions bool
-	// NoDecodeFourRows: the CPU backend's decode matrix-vector rows one per kernel call
+	// NoMultiRowKernels: the CPU backend's float32 q4 kernels one weight row per call
 	// (exec.Options).
-	NoDecodeFourRows bool
+	NoMultiRowKernels bool
 	// Graphs asks a GPU backend to replay each plan as one recorded graph (CUDA graphs)
 	// instead of launching its kernels one by one.
 	Graphs bool

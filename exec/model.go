@@ -64,10 +64,10 @@ type Options struct {
 	// NoDecodeRegions switches the CPU backend's longer decode regions off
 	// (ops.SetDecodeRegions; pipeline.toml [cpu] decode_regions = false).
 	NoDecodeRegions bool
-	// NoDecodeFourRows has the CPU backend's decode matrix-vector products take one weight
-	// row per kernel call (ops.SetDecodeFourRows; pipeline.toml [cpu] decode_four_rows =
-	// false).
-	NoDecodeFourRows bool
+	// NoMultiRowKernels has the CPU backend's float32-activation q4 products take one
+	// weight row per kernel call (ops.SetMultiRowKernels; pipeline.toml [cpu]
+	// multi_row_kernels = false).
+	NoMultiRowKernels bool
 	// NoHugePageMaps maps the checkpoint's files wherever mmap puts them, in 4 KiB pages
 	// (pipeline.toml [cpu] map_huge_pages = false; safetensors.MapHugePages).
 	NoHugePageMaps bool

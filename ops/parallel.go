@@ -116,13 +116,14 @@ func parallelItems(env *Env, n int, fn func(worker, item int)) {
 // (mulRowsOneRegion).
 var decodeRegions atomic.Bool
 
-// decodeFourRows has mulQuantRow take q4 weight rows four to a kernel call where the
-// kernel set has one (SetDecodeFourRows).
-var decodeFourRows atomic.Bool
+// multiRowKernels has the float32-activation q4 products take several weight rows per
+// kernel call where the kernel set has such kernels (SetMultiRowKernels): decode's
+// mulQuantRow four rows, mulQuantBlock's eight activation rows two weight rows.
+var multiRowKernels atomic.Bool
 
 func init() {
 	decodeRegions.Store(true)
-	decodeFourRows.Store(true)
+	multiRowKernels.Store(true)
 	if v, err := time.ParseDuration(os.Getenv("PISTIL_POOL_SPIN")); err == nil {
 		poolSpin = v
 	}
@@ -138,9 +139,9 @@ func SetDecodeRegions(on bool) { decodeRegions.Store(on) }
 // DecodeRegions reports whether the decode step's longer parallel regions are on.
 func DecodeRegions() bool { return decodeRegions.Load() }
 
-// SetDecodeFourRows switches decode's four-row q4 kernel calls on or off, process-wide
-// ([cpu] decode_four_rows). Either way every row's dot is the same to the bit.
-func SetDecodeFourRows(on bool) { decodeFourRows.Store(on) }
+// SetMultiRowKernels switches the q4 kernels that take several weight rows per call on or
+// off, process-wide ([cpu] multi_row_kernels). Either way every dot is the same to the bit.
+func SetMultiRowKernels(on bool) { multiRowKernels.Store(on) }
 
 // poolSpin is how long an idle helper spins before it parks: longer than the gap between
 // two loops of a decode step, short enough that a helper does not hold a core another

@@ -48,6 +48,11 @@ type quantKernels struct {
 	// codes, scales and biases back to back, weightRows.locateRun), each row's dot the
 	// same bits as dot1's: decode's matrix-vector products take rows four at a time.
 	q4Dot1x4 func(codes []byte, scales, biases []uint16, group int, x []float32, out *[4]float32)
+	// q4Dot8x2, where a set has q4Dot8, is q4Dot8 for two weight rows at once: codes holds
+	// the first row's chunk and the second's, rowBytes apart (len(codes) = rowBytes + the
+	// chunk's bytes), scales and biases likewise sbStride groups apart; out[0:8] is the
+	// first row's, out[8:16] the second's, each the bits q4Dot8 gives it.
+	q4Dot8x2 func(codes []byte, rowBytes int, scales, biases []uint16, sbStride, group int, x []float32, xStride int, out *[16]float32)
 }
 
 // bitsIndex maps a quantized dtype to the index of its kernels.
@@ -234,6 +239,9 @@ func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) {
 	if w.t.DType != graph.Q4 {
 		blk.dot8 = nil
 	}
+	if blk.dot8 != nil && multiRowKernels.Load() {
+		blk.dot8x2 = a.k.q4Dot8x2
+	}
 	for r0 := lo; r0 < hi; r0 += tile {
 		r1 := min(r0+tile, hi)
 		for p0 := 0; p0 < a.P; {
@@ -264,7 +272,7 @@ func mulQuantRow(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32)
 	}
 	dot1, group := a.k.dot1[a.bits], w.t.Group
 	r := lo
-	if four := a.k.q4Dot1x4; four != nil && a.bits == 0 && decodeFourRows.Load() {
+	if four := a.k.q4Dot1x4; four != nil && a.bits == 0 && multiRowKernels.Load() {
 		var out [4]float32
 		for r+4 <= hi {
 			if !w.runInSlice(rowBase+r, 4) { // the four would cross into the next expert's slice
@@ -287,9 +295,10 @@ func mulQuantRow(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32)
 
 // blockKernels are the block kernels mulQuantBlock calls and its partial sums.
 type blockKernels struct {
-	dot4 func([]byte, []uint16, []uint16, int, []float32, int, []float32, *[4]float32)
-	dot8 func([]byte, []uint16, []uint16, int, []float32, int, *[8]float32)
-	acc  [][8]float32 // one per weight row of a tile
+	dot4   func([]byte, []uint16, []uint16, int, []float32, int, []float32, *[4]float32)
+	dot8   func([]byte, []uint16, []uint16, int, []float32, int, *[8]float32)
+	dot8x2 func([]byte, int, []uint16, []uint16, int, int, []float32, int, *[16]float32) // two weight rows of dot8, where the set has it and multiRowKernels
+	acc    [][8]float32                                                                  // one per weight row of a tile
 }
 
 // blockBytes is the activation bytes one block kernel call may read: the block of rows
@@ -308,12 +317,26 @@ func mulQuantBlock(a *quantActs, w weightRows, rowBase, r0, r1, p0, n int, blk *
 	clear(acc)
 	var out4 [4]float32
 	var out8 [8]float32
+	var out16 [16]float32
 	for k0 := 0; k0 < K; k0 += chunk {
 		k1 := min(k0+chunk, K)
 		g0, g1 := k0/group, k1/group
 		x := a.x[p0*K+k0 : (p0+n-1)*K+k1]
 		xsum := a.xsum[p0*G+4*g0 : p0*G+4*g1]
 		for r := r0; r < r1; r++ {
+			if n == 8 && blk.dot8x2 != nil && r+1 < r1 && w.runInSlice(rowBase+r, 2) {
+				data, scales, biases := w.locateRun(rowBase+r, 2)
+				rowBytes := len(data) / 2
+				blk.dot8x2(data[k0*bits/8:rowBytes+k1*bits/8], rowBytes, scales[g0:G+g1], biases[g0:G+g1], G, group, x, K, &out16)
+				for i, v := range out16[:8] {
+					acc[r-r0][i] += v
+				}
+				for i, v := range out16[8:] {
+					acc[r+1-r0][i] += v
+				}
+				r++
+				continue
+			}
 			data, scales, biases := w.locate(rowBase + r)
 			codes := data[k0*bits/8 : k1*bits/8]
 			sum := &acc[r-r0]

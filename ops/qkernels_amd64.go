@@ -70,6 +70,9 @@ func q4Dot8AVX512(codes *byte, scales, biases *uint16, groups, units int, x *flo
 //go:noescape
 func q4Dot1x4AVX512(codes *byte, rowBytes int, scales, biases *uint16, groups, units int, x *float32, out *[4]float32)
 
+//go:noescape
+func q4Dot8x2AVX512(codes *byte, rowBytes int, scales, biases *uint16, sbStride, groups, units int, x *float32, xStride int, out *[16]float32)
+
 // avx512Kernels dequantize in registers (qkernels_avx512_amd64.s) 64 codes at a time.
 var avx512Kernels = &quantKernels{
 	name:         "avx512",
@@ -103,6 +106,14 @@ var avx512Kernels = &quantKernels{
 		G := len(scales)
 		checkRow(codes, biases, G, group, 64, 4, x[7*xStride:], nil, 0)
 		q4Dot8AVX512(&codes[0], &scales[0], &biases[0], G, group/64, &x[0], 4*xStride, out)
+	},
+	q4Dot8x2: func(codes []byte, rowBytes int, scales, biases []uint16, sbStride, group int, x []float32, xStride int, out *[16]float32) {
+		G := len(scales) - sbStride
+		if G <= 0 || len(biases) != len(scales) || len(codes) != rowBytes+G*group/2 {
+			panic("ops: q4Dot8x2 called with runs that are not two rows")
+		}
+		checkRow(codes[rowBytes:], biases[sbStride:], G, group, 64, 4, x[7*xStride:], nil, 0)
+		q4Dot8x2AVX512(&codes[0], rowBytes, &scales[0], &biases[0], 2*sbStride, G, group/64, &x[0], 4*xStride, out)
 	},
 	q4Dot1x4: func(codes []byte, scales, biases []uint16, group int, x []float32, out *[4]float32) {
 		G := len(scales) / 4

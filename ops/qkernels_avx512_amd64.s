@@ -536,3 +536,154 @@ q4x4u:
 	Q4ROWSUM(Z12, Z13, Z14, Z16, Y12, X12, Y13, X13, 12(R13))
 	VZEROUPPER
 	RET
+
+// Q4X2DECODE decodes a unit of 64 codes at c0 and c1.. through the table tab into the four
+// runs r0..r3, in q4Dot8AVX512's order (low then high nibbles of bytes 0-15, then 16-31).
+#define Q4X2DECODE(c0, c1, tab, r0, r1, r2, r3) \
+	VPMOVZXBD c0, r0; \
+	VPMOVZXBD c1, r2; \
+	VPSRLD    $4, r0, r1; \
+	VPSRLD    $4, r2, r3; \
+	VPERMPS   tab, r0, r0; \
+	VPERMPS   tab, r1, r1; \
+	VPERMPS   tab, r2, r2; \
+	VPERMPS   tab, r3, r3
+
+// Q4X2ROW loads activation row p's unit (four runs at a0..a3) once and multiplies it with
+// both weight rows' decoded runs, into accA and accB in Q4DOT8ROW's order.
+#define Q4X2ROW(a0, a1, a2, a3, accA, accB) \
+	VMOVUPS     a0, Z25; \
+	VMOVUPS     a1, Z26; \
+	VMOVUPS     a2, Z27; \
+	VMOVUPS     a3, Z28; \
+	VFMADD231PS Z25, Z17, accA; \
+	VFMADD231PS Z26, Z18, accA; \
+	VFMADD231PS Z27, Z19, accA; \
+	VFMADD231PS Z28, Z20, accA; \
+	VFMADD231PS Z25, Z21, accB; \
+	VFMADD231PS Z26, Z22, accB; \
+	VFMADD231PS Z27, Z23, accB; \
+	VFMADD231PS Z28, Z24, accB
+
+// Q4DOT8REDUCE reduces the eight row accumulators Z0..Z7 to [r0 .. r7] at out, as
+// q4Dot8AVX512 ends (Y17 a temporary).
+#define Q4DOT8REDUCE(out) \
+	VEXTRACTF64X4 $1, Z0, Y17; \
+	VADDPS        Y17, Y0, Y0; \
+	VEXTRACTF64X4 $1, Z1, Y17; \
+	VADDPS        Y17, Y1, Y1; \
+	VEXTRACTF64X4 $1, Z2, Y17; \
+	VADDPS        Y17, Y2, Y2; \
+	VEXTRACTF64X4 $1, Z3, Y17; \
+	VADDPS        Y17, Y3, Y3; \
+	VEXTRACTF64X4 $1, Z4, Y17; \
+	VADDPS        Y17, Y4, Y4; \
+	VEXTRACTF64X4 $1, Z5, Y17; \
+	VADDPS        Y17, Y5, Y5; \
+	VEXTRACTF64X4 $1, Z6, Y17; \
+	VADDPS        Y17, Y6, Y6; \
+	VEXTRACTF64X4 $1, Z7, Y17; \
+	VADDPS        Y17, Y7, Y7; \
+	VHADDPS       Y1, Y0, Y0; \
+	VHADDPS       Y3, Y2, Y2; \
+	VHADDPS       Y5, Y4, Y4; \
+	VHADDPS       Y7, Y6, Y6; \
+	VHADDPS       Y2, Y0, Y0; \
+	VHADDPS       Y6, Y4, Y4; \
+	VPERM2F128    $0x20, Y4, Y0, Y1; \
+	VPERM2F128    $0x31, Y4, Y0, Y2; \
+	VADDPS        Y2, Y1, Y1; \
+	VMOVUPS       Y1, out
+
+// func q4Dot8x2AVX512(codes *byte, rowBytes int, scales, biases *uint16, sbStride, groups, units int, x *float32, xStride int, out *[16]float32)
+// Eight activation rows (xStride bytes apart) against two q4 weight rows (codes rowBytes
+// apart, scales and biases sbStride bytes apart): q4Dot8AVX512 for each weight row, each
+// sum in its order (so the same bits), but every activation vector loaded once for both
+// rows. out[0:8] is the first weight row's, out[8:16] the second's. Row A accumulates in
+// Z0-Z7, row B in Z8-Z14 and Z16 (Z15 is left alone); decoded runs Z17-Z20 and Z21-Z24,
+// activations Z25-Z28, tables Z29 and Z30, iota Z31.
+TEXT ·q4Dot8x2AVX512(SB), NOSPLIT, $0-80
+	MOVQ    codes+0(FP), SI
+	MOVQ    rowBytes+8(FP), DX
+	MOVQ    scales+16(FP), R8
+	MOVQ    biases+24(FP), R9
+	MOVQ    sbStride+32(FP), R10
+	MOVQ    groups+40(FP), CX
+	MOVQ    x+56(FP), DI
+	MOVQ    xStride+64(FP), BX
+	LEAQ    (DI)(BX*2), R11
+	ADDQ    BX, R11            // activation row 3
+	LEAQ    (R11)(BX*2), R13
+	ADDQ    BX, R13            // activation row 6
+	VMOVUPS iota16<>(SB), Z31
+	VPXORD  Z0, Z0, Z0
+	VPXORD  Z1, Z1, Z1
+	VPXORD  Z2, Z2, Z2
+	VPXORD  Z3, Z3, Z3
+	VPXORD  Z4, Z4, Z4
+	VPXORD  Z5, Z5, Z5
+	VPXORD  Z6, Z6, Z6
+	VPXORD  Z7, Z7, Z7
+	VPXORD  Z8, Z8, Z8
+	VPXORD  Z9, Z9, Z9
+	VPXORD  Z10, Z10, Z10
+	VPXORD  Z11, Z11, Z11
+	VPXORD  Z12, Z12, Z12
+	VPXORD  Z13, Z13, Z13
+	VPXORD  Z14, Z14, Z14
+	VPXORD  Z16, Z16, Z16
+
+q4x2g:
+	PREFETCHT0   4096(SI)
+	PREFETCHT0   4096(SI)(DX*1)
+	MOVWLZX      (R8), AX
+	SHLL         $16, AX
+	VPBROADCASTD AX, Z17
+	MOVWLZX      (R9), AX
+	SHLL         $16, AX
+	VPBROADCASTD AX, Z29
+	VFMADD231PS  Z31, Z17, Z29 // row A's table: s·q + b
+	MOVWLZX      (R8)(R10*1), AX
+	SHLL         $16, AX
+	VPBROADCASTD AX, Z17
+	MOVWLZX      (R9)(R10*1), AX
+	SHLL         $16, AX
+	VPBROADCASTD AX, Z30
+	VFMADD231PS  Z31, Z17, Z30 // row B's
+	MOVQ         units+48(FP), R12
+
+q4x2u:
+	Q4X2DECODE((SI), 16(SI), Z29, Z17, Z18, Z19, Z20)
+	Q4X2DECODE((SI)(DX*1), 16(SI)(DX*1), Z30, Z21, Z22, Z23, Z24)
+	Q4X2ROW((DI), 64(DI), 128(DI), 192(DI), Z0, Z8)
+	Q4X2ROW((DI)(BX*1), 64(DI)(BX*1), 128(DI)(BX*1), 192(DI)(BX*1), Z1, Z9)
+	Q4X2ROW((DI)(BX*2), 64(DI)(BX*2), 128(DI)(BX*2), 192(DI)(BX*2), Z2, Z10)
+	Q4X2ROW((R11), 64(R11), 128(R11), 192(R11), Z3, Z11)
+	Q4X2ROW((DI)(BX*4), 64(DI)(BX*4), 128(DI)(BX*4), 192(DI)(BX*4), Z4, Z12)
+	Q4X2ROW((R11)(BX*2), 64(R11)(BX*2), 128(R11)(BX*2), 192(R11)(BX*2), Z5, Z13)
+	Q4X2ROW((R13), 64(R13), 128(R13), 192(R13), Z6, Z14)
+	Q4X2ROW((R11)(BX*4), 64(R11)(BX*4), 128(R11)(BX*4), 192(R11)(BX*4), Z7, Z16)
+	ADDQ $32, SI
+	ADDQ $256, DI
+	ADDQ $256, R11
+	ADDQ $256, R13
+	DECQ R12
+	JNZ  q4x2u
+	ADDQ $2, R8
+	ADDQ $2, R9
+	DECQ CX
+	JNZ  q4x2g
+
+	MOVQ      out+72(FP), AX
+	Q4DOT8REDUCE((AX))
+	VMOVAPS   Z8, Z0
+	VMOVAPS   Z9, Z1
+	VMOVAPS   Z10, Z2
+	VMOVAPS   Z11, Z3
+	VMOVAPS   Z12, Z4
+	VMOVAPS   Z13, Z5
+	VMOVAPS   Z14, Z6
+	VMOVAPS   Z16, Z7
+	Q4DOT8REDUCE(32(AX))
+	VZEROUPPER
+	RET

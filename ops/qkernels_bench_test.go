@@ -123,6 +123,31 @@ func BenchmarkQuantKernels(b *testing.B) {
 					}
 				}
 			})
+			if bits == 4 && ks.q4Dot8 != nil {
+				eight := prepareActs(nil, w, randF32(rng, 8*K, 1), 8)
+				b.Run(fmt.Sprintf("%s/q4/dot8", ks.name), func(b *testing.B) {
+					b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+					var out [8]float32
+					for b.Loop() {
+						for r := 0; r < M; r++ {
+							data, scales, biases := w.locate(r)
+							ks.q4Dot8(data, scales, biases, 64, eight.x, K, &out)
+						}
+					}
+				})
+				if ks.q4Dot8x2 != nil {
+					b.Run(fmt.Sprintf("%s/q4/dot8x2", ks.name), func(b *testing.B) {
+						b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+						var out [16]float32
+						for b.Loop() {
+							for r := 0; r < M; r += 2 {
+								data, scales, biases := w.locateRun(r, 2)
+								ks.q4Dot8x2(data, K/2, scales, biases, K/64, 64, eight.x, K, &out)
+							}
+						}
+					})
+				}
+			}
 			if bits == 4 && ks.q4Dot1x4 != nil {
 				b.Run(fmt.Sprintf("%s/q4/dot1x4", ks.name), func(b *testing.B) {
 					b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))

@@ -232,10 +232,11 @@ func TestQ4Dot1x4MatchesDot1(t *testing.T) {
 	}
 }
 
-// Decode's matrix-vector rows four to a call (decode_four_rows) give the bits of one row
-// a call, over ranges that start and end between runs of four and over a strided stack
-// of experts whose slices of 11 rows cut runs of four (those rows go one at a time).
-func TestDecodeFourRowsSameBits(t *testing.T) {
+// The kernels that take several weight rows a call (multi_row_kernels) give the bits of
+// one row a call: decode's rows four at a time and prefill's blocks of eight activation
+// rows two weight rows at a time, over ranges that start and end between runs and over a
+// strided stack of experts whose slices of 11 rows cut runs (those rows go one at a time).
+func TestMultiRowKernelsSameBits(t *testing.T) {
 	rng := rand.New(rand.NewSource(22))
 	const E, I, K = 3, 11, 192
 	full := quantize(randTensor(rng, 0.1, E, 2*I, K), 4, 64)
@@ -244,7 +245,7 @@ func TestDecodeFourRowsSameBits(t *testing.T) {
 		Stride0: 2 * I * rowBytes, Stride0Groups: 2 * I * rowGroups,
 		Data: full.Data[I*rowBytes:], Scales: full.Scales[I*rowGroups*2:], Biases: full.Biases[I*rowGroups*2:]}
 	dense := quantize(randTensor(rng, 0.1, 37, K), 4, 64)
-	defer SetDecodeFourRows(true)
+	defer SetMultiRowKernels(true)
 	for _, wt := range []*Tensor{half, dense} {
 		w, err := newWeightRows(wt)
 		if err != nil {
@@ -254,25 +255,73 @@ func TestDecodeFourRowsSameBits(t *testing.T) {
 		if len(wt.Shape) == 3 {
 			rows *= wt.Shape[1]
 		}
-		x := randF32(rng, K, 1)
-		for _, ks := range quantKernelSets {
-			saved := fastKernels
-			fastKernels = ks
-			acts := prepareActs(nil, w, x, 1)
-			fastKernels = saved
-			for _, span := range [][2]int{{0, rows}, {1, rows - 2}, {5, 14}, {9, 12}} {
-				lo, hi := span[0], span[1]
-				got, want := make([]float32, hi-lo), make([]float32, hi-lo)
-				SetDecodeFourRows(true)
-				mulQuantRow(acts, w, 0, lo, hi, got)
-				SetDecodeFourRows(false)
-				mulQuantRow(acts, w, 0, lo, hi, want)
-				for i := range got {
-					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Errorf("%s %v rows %d..%d: row %d %v four to a call, %v one", ks.name, wt.Shape, lo, hi, lo+i, got[i], want[i])
+		for _, P := range []int{1, 9, 16} {
+			x := randF32(rng, P*K, 1)
+			for _, ks := range quantKernelSets {
+				saved := fastKernels
+				fastKernels = ks
+				acts := prepareActs(nil, w, x, P)
+				fastKernels = saved
+				for _, span := range [][2]int{{0, rows}, {1, rows - 2}, {5, 14}, {9, 12}} {
+					lo, hi := span[0], span[1]
+					got, want := make([]float32, P*rows), make([]float32, P*rows)
+					for i, on := range []bool{true, false} {
+						out := [][]float32{got, want}[i]
+						SetMultiRowKernels(on)
+						mulQuant(acts, w, 0, lo, hi, func(p int) []float32 { return out[p*rows : (p+1)*rows] })
+					}
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Errorf("%s %v P %d rows %d..%d: activation row %d weight row %d %v several rows a call, %v one",
+								ks.name, wt.Shape, P, lo, hi, i/rows, i%rows, got[i], want[i])
+						}
 					}
 				}
 			}
 		}
+	}
+}
+
+// q4Dot8x2 gives each of its two weight rows q4Dot8's bits: whole rows and chunks of rows
+// (as mulQuantBlock cuts long rows), groups of 64 and 128.
+func TestQ4Dot8x2MatchesDot8(t *testing.T) {
+	rng := rand.New(rand.NewSource(23))
+	sets := 0
+	for _, ks := range quantKernelSets {
+		if ks.q4Dot8x2 == nil {
+			continue
+		}
+		sets++
+		for _, shape := range []struct{ M, K, group, k0, k1 int }{{3, 64, 64, 0, 64}, {4, 2048, 64, 0, 2048}, {4, 2048, 64, 512, 1024}, {3, 512, 128, 128, 512}} {
+			w, err := newWeightRows(quantize(randTensor(rng, 0.05, shape.M, shape.K), 4, shape.group))
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved := fastKernels
+			fastKernels = ks
+			acts := prepareActs(nil, w, randF32(rng, 8*shape.K, 1), 8)
+			fastKernels = saved
+			K, G := shape.K, shape.K/shape.group
+			g0, g1 := shape.k0/shape.group, shape.k1/shape.group
+			x := acts.x[shape.k0 : 7*K+shape.k1]
+			for r := 0; r+2 <= shape.M; r++ {
+				data, scales, biases := w.locateRun(r, 2)
+				var got [16]float32
+				ks.q4Dot8x2(data[shape.k0/2:K/2+shape.k1/2], K/2, scales[g0:G+g1], biases[g0:G+g1], G, shape.group, x, K, &got)
+				for i := range 2 {
+					d, s, b := w.locate(r + i)
+					var want [8]float32
+					ks.q4Dot8(d[shape.k0/2:shape.k1/2], s[g0:g1], b[g0:g1], shape.group, x, K, &want)
+					for p := range 8 {
+						if math.Float32bits(got[8*i+p]) != math.Float32bits(want[p]) {
+							t.Errorf("%s M%d K%d group %d k %d..%d: weight row %d activation row %d %v, q4Dot8 %v", ks.name, shape.M, K, shape.group, shape.k0, shape.k1, r+i, p, got[8*i+p], want[p])
+						}
+					}
+				}
+			}
+		}
+	}
+	if sets == 0 {
+		t.Skip("no kernel set of this machine has q4Dot8x2")
 	}
 }

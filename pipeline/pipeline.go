@@ -78,10 +78,11 @@ type CPU struct {
 	// (ops.SetDecodeRegions), process-wide; false hands the experts' blocks out one at a
 	// time and runs each weight as its own region. The same sums either way.
 	DecodeRegions bool `toml:"decode_regions"`
-	// DecodeFourRows has decode's float32-activation q4 matrix-vector products take weight
-	// rows four at a time (ops.SetDecodeFourRows: one kernel call, each unit's activations
-	// loaded once for the four rows); false one row a call. The same bits either way.
-	DecodeFourRows bool `toml:"decode_four_rows"`
+	// MultiRowKernels has the float32-activation q4 products take several weight rows per
+	// kernel call, each activation vector loaded once for all of them
+	// (ops.SetMultiRowKernels): decode's matrix-vector products four rows, prefill's blocks
+	// of eight activation rows two; false one weight row a call. The same bits either way.
+	MultiRowKernels bool `toml:"multi_row_kernels"`
 	// MapHugePages maps the checkpoint's files at 2 MiB-aligned addresses with
 	// MADV_HUGEPAGE (Linux), so that the page cache's 2 MiB folios are mapped whole
 	// (safetensors.MapHugePages); false lets mmap place them, 4 KiB page-table entries.
@@ -165,7 +166,7 @@ func Default() *Pipeline {
 			"check": false,
 		},
 		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
-		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, DecodeFourRows: true, MapHugePages: true},
+		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, MultiRowKernels: true, MapHugePages: true},
 		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false, PrefillChunk: exec.DefaultCUDAChunk},
 		Metal:     Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
@@ -359,7 +360,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoDecodeFourRows: !p.CPU.DecodeFourRows, NoHugePageMaps: !p.CPU.MapHugePages, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoMultiRowKernels: !p.CPU.MultiRowKernels, NoHugePageMaps: !p.CPU.MapHugePages, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 

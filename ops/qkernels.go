@@ -235,7 +235,9 @@ func mulQuant(a *quantActs, w weightRows, rowBase, lo, hi int, dst outRows) {
 	data0, _, _ := w.locate(rowBase + lo)
 	tile := max(16, (256<<10)/(len(data0)+4*G))
 	padded := len(a.x) / K
-	blk := blockKernels{dot4: dot4, dot8: a.k.q4Dot8, acc: make([][8]float32, tile)}
+	sums := tileSums(tile)
+	defer tileSumsPool.Put(sums)
+	blk := blockKernels{dot4: dot4, dot8: a.k.q4Dot8, acc: *sums}
 	if w.t.DType != graph.Q4 {
 		blk.dot8 = nil
 	}
@@ -305,6 +307,22 @@ type blockKernels struct {
 // must stay in the L1 cache while the weight rows of a tile sweep it (the kernels load
 // eight times more activation bytes than weight bytes).
 const blockBytes = 32 << 10
+
+// tileSumsPool holds mulQuant's sums of a tile of weight rows (7-30 KB, cleared by every
+// block before use): a fresh slice per call, one per expert and work item, was 8% of a
+// float32 prefill of the full model in the allocator and its clearing.
+var tileSumsPool sync.Pool
+
+// tileSums returns sums for n weight rows from tileSumsPool (their contents arbitrary).
+func tileSums(n int) *[][8]float32 {
+	p, _ := tileSumsPool.Get().(*[][8]float32)
+	if p == nil || cap(*p) < n {
+		s := make([][8]float32, n)
+		p = &s
+	}
+	*p = (*p)[:n]
+	return p
+}
 
 // mulQuantBlock is mulQuant's block of n (4 or 8) activation rows from p0 against weight
 // rows [r0, r1). Long rows are cut into chunks whose n-row block fits in blockBytes, and

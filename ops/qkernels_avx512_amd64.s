@@ -419,16 +419,37 @@ ilv:
 	VZEROUPPER
 	RET
 
-// Q4TABLE sets tab to the group's 16 values s·q + b (q = 0..15, Z25 the iota) from the
-// bf16 scale at s and bias at b, as SCALEBIAS and q4Dot1AVX512 do (the same roundings).
-#define Q4TABLE(s, b, tab) \
+// ZERO16ACC clears the sixteen accumulators of the multi-row kernels below: Z0-Z14 and
+// Z16 (Z15 is left alone).
+#define ZERO16ACC \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+	VPXORD Z2, Z2, Z2; \
+	VPXORD Z3, Z3, Z3; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	VPXORD Z8, Z8, Z8; \
+	VPXORD Z9, Z9, Z9; \
+	VPXORD Z10, Z10, Z10; \
+	VPXORD Z11, Z11, Z11; \
+	VPXORD Z12, Z12, Z12; \
+	VPXORD Z13, Z13, Z13; \
+	VPXORD Z14, Z14, Z14; \
+	VPXORD Z16, Z16, Z16
+
+// Q4TABLE sets tab to the group's 16 values s·q + b (q = 0..15, iota their floats) from
+// the bf16 scale at s and bias at b, as SCALEBIAS and q4Dot1AVX512 do (the same
+// roundings); tmp and AX are clobbered.
+#define Q4TABLE(s, b, iota, tmp, tab) \
 	MOVWLZX      s, AX; \
 	SHLL         $16, AX; \
-	VPBROADCASTD AX, Z30; \
+	VPBROADCASTD AX, tmp; \
 	MOVWLZX      b, AX; \
 	SHLL         $16, AX; \
 	VPBROADCASTD AX, tab; \
-	VFMADD231PS  Z25, Z30, tab
+	VFMADD231PS  iota, tmp, tab
 
 // Q4ROWUNIT decodes one row's unit of 64 codes (bytes c0 and c1.. through the table tab)
 // and multiplies it with the unit's activations Z17..Z20 into the row's four
@@ -470,45 +491,23 @@ TEXT ·q4Dot1x4AVX512(SB), NOSPLIT, $0-64
 	MOVQ    groups+32(FP), CX
 	MOVQ    units+40(FP), R10
 	MOVQ    x+48(FP), DI
-	MOVQ    out+56(FP), R13
 	LEAQ    (CX)(CX*1), BX     // a row's scales, in bytes
 	LEAQ    (SI)(DX*2), R11
 	ADDQ    DX, R11            // row 3's codes
 	VMOVUPS iota16<>(SB), Z25
-	VPXORD  Z0, Z0, Z0
-	VPXORD  Z1, Z1, Z1
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	VPXORD  Z8, Z8, Z8
-	VPXORD  Z9, Z9, Z9
-	VPXORD  Z10, Z10, Z10
-	VPXORD  Z11, Z11, Z11
-	VPXORD  Z12, Z12, Z12
-	VPXORD  Z13, Z13, Z13
-	VPXORD  Z14, Z14, Z14
-	VPXORD  Z16, Z16, Z16
+	ZERO16ACC
 
 q4x4g:
 	PREFETCHT0 8192(SI) // the weights stream from memory: ask ahead, each row
 	PREFETCHT0 8192(SI)(DX*1)
 	PREFETCHT0 8192(SI)(DX*2)
 	PREFETCHT0 8192(R11)
-	Q4TABLE((R8), (R9), Z21)
-	Q4TABLE((R8)(BX*1), (R9)(BX*1), Z22)
-	Q4TABLE((R8)(BX*2), (R9)(BX*2), Z23)
+	Q4TABLE((R8), (R9), Z25, Z30, Z21)
+	Q4TABLE((R8)(BX*1), (R9)(BX*1), Z25, Z30, Z22)
+	Q4TABLE((R8)(BX*2), (R9)(BX*2), Z25, Z30, Z23)
 	LEAQ       (R8)(BX*2), R12
-	MOVWLZX    (R12)(BX*1), AX
-	SHLL       $16, AX
-	VPBROADCASTD AX, Z30
-	LEAQ       (R9)(BX*2), R12
-	MOVWLZX    (R12)(BX*1), AX
-	SHLL       $16, AX
-	VPBROADCASTD AX, Z24
-	VFMADD231PS Z25, Z30, Z24
+	LEAQ       (R9)(BX*2), R13
+	Q4TABLE((R12)(BX*1), (R13)(BX*1), Z25, Z30, Z24) // row 3's
 	MOVQ       R10, R12
 
 q4x4u:
@@ -530,6 +529,7 @@ q4x4u:
 	DECQ CX
 	JNZ  q4x4g
 
+	MOVQ out+56(FP), R13
 	Q4ROWSUM(Z0, Z1, Z2, Z3, Y0, X0, Y1, X1, (R13))
 	Q4ROWSUM(Z4, Z5, Z6, Z7, Y4, X4, Y5, X5, 4(R13))
 	Q4ROWSUM(Z8, Z9, Z10, Z11, Y8, X8, Y9, X9, 8(R13))
@@ -616,40 +616,13 @@ TEXT ·q4Dot8x2AVX512(SB), NOSPLIT, $0-80
 	LEAQ    (R11)(BX*2), R13
 	ADDQ    BX, R13            // activation row 6
 	VMOVUPS iota16<>(SB), Z31
-	VPXORD  Z0, Z0, Z0
-	VPXORD  Z1, Z1, Z1
-	VPXORD  Z2, Z2, Z2
-	VPXORD  Z3, Z3, Z3
-	VPXORD  Z4, Z4, Z4
-	VPXORD  Z5, Z5, Z5
-	VPXORD  Z6, Z6, Z6
-	VPXORD  Z7, Z7, Z7
-	VPXORD  Z8, Z8, Z8
-	VPXORD  Z9, Z9, Z9
-	VPXORD  Z10, Z10, Z10
-	VPXORD  Z11, Z11, Z11
-	VPXORD  Z12, Z12, Z12
-	VPXORD  Z13, Z13, Z13
-	VPXORD  Z14, Z14, Z14
-	VPXORD  Z16, Z16, Z16
+	ZERO16ACC
 
 q4x2g:
 	PREFETCHT0   4096(SI)
 	PREFETCHT0   4096(SI)(DX*1)
-	MOVWLZX      (R8), AX
-	SHLL         $16, AX
-	VPBROADCASTD AX, Z17
-	MOVWLZX      (R9), AX
-	SHLL         $16, AX
-	VPBROADCASTD AX, Z29
-	VFMADD231PS  Z31, Z17, Z29 // row A's table: s·q + b
-	MOVWLZX      (R8)(R10*1), AX
-	SHLL         $16, AX
-	VPBROADCASTD AX, Z17
-	MOVWLZX      (R9)(R10*1), AX
-	SHLL         $16, AX
-	VPBROADCASTD AX, Z30
-	VFMADD231PS  Z31, Z17, Z30 // row B's
+	Q4TABLE((R8), (R9), Z31, Z17, Z29)                 // row A's
+	Q4TABLE((R8)(R10*1), (R9)(R10*1), Z31, Z17, Z30)   // row B's
 	MOVQ         units+48(FP), R12
 
 q4x2u:

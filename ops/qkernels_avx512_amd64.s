@@ -284,6 +284,36 @@ q8d4u:
 	JNZ         q8d4g
 	DOT4STORE
 
+// Q4DOT8REDUCE reduces the eight row accumulators Z0..Z7 to [r0 .. r7] at out (Y17 a
+// temporary): q4Dot8AVX512's and q4Dot8x2AVX512's ending.
+#define Q4DOT8REDUCE(out) \
+	VEXTRACTF64X4 $1, Z0, Y17; \
+	VADDPS        Y17, Y0, Y0; \
+	VEXTRACTF64X4 $1, Z1, Y17; \
+	VADDPS        Y17, Y1, Y1; \
+	VEXTRACTF64X4 $1, Z2, Y17; \
+	VADDPS        Y17, Y2, Y2; \
+	VEXTRACTF64X4 $1, Z3, Y17; \
+	VADDPS        Y17, Y3, Y3; \
+	VEXTRACTF64X4 $1, Z4, Y17; \
+	VADDPS        Y17, Y4, Y4; \
+	VEXTRACTF64X4 $1, Z5, Y17; \
+	VADDPS        Y17, Y5, Y5; \
+	VEXTRACTF64X4 $1, Z6, Y17; \
+	VADDPS        Y17, Y6, Y6; \
+	VEXTRACTF64X4 $1, Z7, Y17; \
+	VADDPS        Y17, Y7, Y7; \
+	VHADDPS       Y1, Y0, Y0; \
+	VHADDPS       Y3, Y2, Y2; \
+	VHADDPS       Y5, Y4, Y4; \
+	VHADDPS       Y7, Y6, Y6; \
+	VHADDPS       Y2, Y0, Y0; \
+	VHADDPS       Y6, Y4, Y4; \
+	VPERM2F128    $0x20, Y4, Y0, Y1; \
+	VPERM2F128    $0x31, Y4, Y0, Y2; \
+	VADDPS        Y2, Y1, Y1; \
+	VMOVUPS       Y1, out
+
 // func q4Dot8AVX512(codes *byte, scales, biases *uint16, groups, units int, x *float32, xStride int, out *[8]float32)
 // Eight activation rows (xStride bytes apart) against one q4 row: each decoded code feeds
 // eight multiply-adds, twice as many as in q4Dot4AVX512.
@@ -344,33 +374,7 @@ q4d8u:
 	DECQ      CX
 	JNZ       q4d8g
 
-	// Eight rows of 16 lanes to [r0 .. r7].
-	VEXTRACTF64X4 $1, Z0, Y8
-	VADDPS        Y8, Y0, Y0
-	VEXTRACTF64X4 $1, Z1, Y8
-	VADDPS        Y8, Y1, Y1
-	VEXTRACTF64X4 $1, Z2, Y8
-	VADDPS        Y8, Y2, Y2
-	VEXTRACTF64X4 $1, Z3, Y8
-	VADDPS        Y8, Y3, Y3
-	VEXTRACTF64X4 $1, Z4, Y8
-	VADDPS        Y8, Y4, Y4
-	VEXTRACTF64X4 $1, Z5, Y8
-	VADDPS        Y8, Y5, Y5
-	VEXTRACTF64X4 $1, Z6, Y8
-	VADDPS        Y8, Y6, Y6
-	VEXTRACTF64X4 $1, Z7, Y8
-	VADDPS        Y8, Y7, Y7
-	VHADDPS       Y1, Y0, Y0
-	VHADDPS       Y3, Y2, Y2
-	VHADDPS       Y5, Y4, Y4
-	VHADDPS       Y7, Y6, Y6
-	VHADDPS       Y2, Y0, Y0     // rows 0-3: [lo lane | hi lane] halves
-	VHADDPS       Y6, Y4, Y4     // rows 4-7
-	VPERM2F128    $0x20, Y4, Y0, Y1
-	VPERM2F128    $0x31, Y4, Y0, Y2
-	VADDPS        Y2, Y1, Y1
-	VMOVUPS       Y1, (R11)
+	Q4DOT8REDUCE((R11))
 	VZEROUPPER
 	RET
 
@@ -565,35 +569,6 @@ q4x4u:
 	VFMADD231PS Z27, Z23, accB; \
 	VFMADD231PS Z28, Z24, accB
 
-// Q4DOT8REDUCE reduces the eight row accumulators Z0..Z7 to [r0 .. r7] at out, as
-// q4Dot8AVX512 ends (Y17 a temporary).
-#define Q4DOT8REDUCE(out) \
-	VEXTRACTF64X4 $1, Z0, Y17; \
-	VADDPS        Y17, Y0, Y0; \
-	VEXTRACTF64X4 $1, Z1, Y17; \
-	VADDPS        Y17, Y1, Y1; \
-	VEXTRACTF64X4 $1, Z2, Y17; \
-	VADDPS        Y17, Y2, Y2; \
-	VEXTRACTF64X4 $1, Z3, Y17; \
-	VADDPS        Y17, Y3, Y3; \
-	VEXTRACTF64X4 $1, Z4, Y17; \
-	VADDPS        Y17, Y4, Y4; \
-	VEXTRACTF64X4 $1, Z5, Y17; \
-	VADDPS        Y17, Y5, Y5; \
-	VEXTRACTF64X4 $1, Z6, Y17; \
-	VADDPS        Y17, Y6, Y6; \
-	VEXTRACTF64X4 $1, Z7, Y17; \
-	VADDPS        Y17, Y7, Y7; \
-	VHADDPS       Y1, Y0, Y0; \
-	VHADDPS       Y3, Y2, Y2; \
-	VHADDPS       Y5, Y4, Y4; \
-	VHADDPS       Y7, Y6, Y6; \
-	VHADDPS       Y2, Y0, Y0; \
-	VHADDPS       Y6, Y4, Y4; \
-	VPERM2F128    $0x20, Y4, Y0, Y1; \
-	VPERM2F128    $0x31, Y4, Y0, Y2; \
-	VADDPS        Y2, Y1, Y1; \
-	VMOVUPS       Y1, out
 
 // func q4Dot8x2AVX512(codes *byte, rowBytes int, scales, biases *uint16, sbStride, groups, units int, x *float32, xStride int, out *[16]float32)
 // Eight activation rows (xStride bytes apart) against two q4 weight rows (codes rowBytes

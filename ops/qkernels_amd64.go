@@ -140,6 +140,10 @@ func init() {
 		fastKernels = avx2Kernels
 		quantKernelSets = append(quantKernelSets, avx2Kernels)
 		if cpu.X86.HasAVX512F {
+			if !cpu.X86.HasAVX512BW {
+				// The multi-row kernels broadcast each bf16 scale and bias with VPBROADCASTW.
+				avx512Kernels.q4Dot1x4, avx512Kernels.q4Dot8x2 = nil, nil
+			}
 			fastKernels = avx512Kernels
 			quantKernelSets = append(quantKernelSets, avx512Kernels)
 		}

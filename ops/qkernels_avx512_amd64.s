@@ -444,15 +444,14 @@ ilv:
 	VPXORD Z16, Z16, Z16
 
 // Q4TABLE sets tab to the group's 16 values s·q + b (q = 0..15, iota their floats) from
-// the bf16 scale at s and bias at b, as SCALEBIAS and q4Dot1AVX512 do (the same
-// roundings); tmp and AX are clobbered.
+// the bf16 scale at s and bias at b, as SCALEBIAS and q4Dot1AVX512 do (the same values
+// and roundings): each bf16 broadcast from memory to every 16-bit lane (AVX512BW), then
+// shifted into the high half of its 32-bit lane; tmp is clobbered.
 #define Q4TABLE(s, b, iota, tmp, tab) \
-	MOVWLZX      s, AX; \
-	SHLL         $16, AX; \
-	VPBROADCASTD AX, tmp; \
-	MOVWLZX      b, AX; \
-	SHLL         $16, AX; \
-	VPBROADCASTD AX, tab; \
+	VPBROADCASTW s, tmp; \
+	VPSLLD       $16, tmp, tmp; \
+	VPBROADCASTW b, tab; \
+	VPSLLD       $16, tab, tab; \
 	VFMADD231PS  iota, tmp, tab
 
 // Q4ROWUNIT decodes one row's unit of 64 codes (bytes c0 and c1.. through the table tab)

@@ -21,11 +21,14 @@
 #           attention_prefill_mma in the last 1,024-token chunk of an 8,192-token prompt
 #           (cuda/device_stalls.sh; its launches 71-73 of 80); run in the twelfth session
 #           (cuda/README.md, "Not done").
-# First, before these: branch prefill-attention-v2 (the twelfth session's rewrite of
-# attention_prefill_mma and dynamic group memory, cuda/emu only): check it out, build
-# (cuda/device_pack.sh), build main's pistil as the old binary, and run
+# First, before these: branch prefill-attention-v2 (the twelfth session's work, cuda/emu
+# only: attention_prefill_mma rewritten, dynamic group memory, bf16 caches in prefill
+# attention, two-mma products over a bf16 cache in both attention kernels; its .ci/run
+# passes): check it out, build (cuda/device_pack.sh), build main's pistil as the old
+# binary, and run
 #   STEPS="tests regs check bench" VARIANTS="new old" OLD=.dev/old/pistil bash cuda/device_prefill_attention.sh
-# (the script is on that branch); merge only if every test and check passes.
+# (the script is on that branch; about 8 minutes); merge only if every test and check
+# passes, then run cuda/device_check.sh whole on the merged tree.
 # STEPS picks them (default "check attn floor"). Logs go to $OUT; each step prints a summary.
 set -u
 OUT=${OUT:-/tmp/cuda-out}

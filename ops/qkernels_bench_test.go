@@ -109,10 +109,7 @@ func BenchmarkQuantKernels(b *testing.B) {
 		}
 		x := randF32(rng, 4*K, 1)
 		for _, ks := range quantKernelSets {
-			saved := fastKernels
-			fastKernels = ks
-			one, four := prepareActs(nil, w, x, 1), prepareActs(nil, w, x, 4)
-			fastKernels = saved
+			one, four := actsWith(ks, w, x, 1), actsWith(ks, w, x, 4)
 			bi := bitsIndex(wt.DType)
 			b.Run(fmt.Sprintf("%s/q%d/dot1", ks.name, bits), func(b *testing.B) {
 				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))

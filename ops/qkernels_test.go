@@ -130,11 +130,8 @@ func TestQuantKernelsDirect(t *testing.T) {
 		}
 		x := randF32(rng, 4*K, 1)
 		for _, ks := range quantKernelSets {
-			saved := fastKernels
-			fastKernels = ks
-			acts := prepareActs(nil, w, x, 4)
-			one := prepareActs(nil, w, x, 1)
-			fastKernels = saved
+			acts := actsWith(ks, w, x, 4)
+			one := actsWith(ks, w, x, 1)
 			for r := 0; r < M; r++ {
 				data, scales, biases := w.locate(r)
 				var out [4]float32
@@ -151,6 +148,14 @@ func TestQuantKernelsDirect(t *testing.T) {
 			}
 		}
 	}
+}
+
+// actsWith prepares x's P activation rows for w as the kernel set ks takes them.
+func actsWith(ks *quantKernels, w weightRows, x []float32, P int) *quantActs {
+	saved := fastKernels
+	fastKernels = ks
+	defer func() { fastKernels = saved }()
+	return prepareActs(nil, w, x, P)
 }
 
 // forEachKernels runs check with the reference kernels and with every fast kernel set.
@@ -209,10 +214,7 @@ func TestQ4Dot1x4MatchesDot1(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			saved := fastKernels
-			fastKernels = ks
-			one := prepareActs(nil, w, randF32(rng, shape.K, 1), 1)
-			fastKernels = saved
+			one := actsWith(ks, w, randF32(rng, shape.K, 1), 1)
 			for _, r0 := range []int{0, 3, shape.M - 4} {
 				data, scales, biases := w.locateRun(r0, 4)
 				var got [4]float32
@@ -258,10 +260,7 @@ func TestMultiRowKernelsSameBits(t *testing.T) {
 		for _, P := range []int{1, 9, 16} {
 			x := randF32(rng, P*K, 1)
 			for _, ks := range quantKernelSets {
-				saved := fastKernels
-				fastKernels = ks
-				acts := prepareActs(nil, w, x, P)
-				fastKernels = saved
+				acts := actsWith(ks, w, x, P)
 				for _, span := range [][2]int{{0, rows}, {1, rows - 2}, {5, 14}, {9, 12}} {
 					lo, hi := span[0], span[1]
 					got, want := make([]float32, P*rows), make([]float32, P*rows)
@@ -297,10 +296,7 @@ func TestQ4Dot8x2MatchesDot8(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			saved := fastKernels
-			fastKernels = ks
-			acts := prepareActs(nil, w, randF32(rng, 8*shape.K, 1), 8)
-			fastKernels = saved
+			acts := actsWith(ks, w, randF32(rng, 8*shape.K, 1), 8)
 			K, G := shape.K, shape.K/shape.group
 			g0, g1 := shape.k0/shape.group, shape.k1/shape.group
 			x := acts.x[shape.k0 : 7*K+shape.k1]

@@ -210,10 +210,7 @@ func BenchmarkInt8RowKernel(b *testing.B) {
 			if ks == goQuantKernels {
 				continue
 			}
-			saved := fastKernels
-			fastKernels = ks
-			one := prepareActs(nil, w, x, 1)
-			fastKernels = saved
+			one := actsWith(ks, w, x, 1)
 			b.Run(size.name+"/f32-"+ks.name, func(b *testing.B) {
 				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
 				for b.Loop() {

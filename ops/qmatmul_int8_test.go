@@ -409,10 +409,7 @@ func BenchmarkInt8Kernel(b *testing.B) {
 	x := randF32(rng, 8*K, 1)
 	flops := float64(2 * M * 8 * K)
 	if f32 := avx512KernelsIfAny(); f32 != nil {
-		saved := fastKernels
-		fastKernels = f32
-		acts := prepareActs(nil, w, x, 8)
-		fastKernels = saved
+		acts := actsWith(f32, w, x, 8)
 		b.Run("f32/"+f32.name, func(b *testing.B) {
 			var out [8]float32
 			for b.Loop() {
@@ -430,10 +427,7 @@ func BenchmarkInt8Kernel(b *testing.B) {
 		if ks.q4Dot8 != nil || ks.unit == goQuantKernels.unit {
 			continue
 		}
-		saved := fastKernels
-		fastKernels = ks
-		acts := prepareActs(nil, w, x, 8)
-		fastKernels = saved
+		acts := actsWith(ks, w, x, 8)
 		b.Run("f32/"+ks.name, func(b *testing.B) {
 			var out [4]float32
 			for b.Loop() {

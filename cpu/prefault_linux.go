@@ -1,9 +1,6 @@
 package cpu
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 )
@@ -27,26 +24,4 @@ func prefault(b []byte) {
 	end := start + uintptr(len(b))
 	start &^= page - 1
 	syscall.Syscall(syscall.SYS_MADVISE, start, end-start, madvPopulateRead)
-}
-
-// memAvailable is /proc/meminfo's MemAvailable in bytes, or 0 when unknown.
-func memAvailable() int64 {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				return 0
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			if err != nil {
-				return 0
-			}
-			return kb * 1024
-		}
-	}
-	return 0
 }

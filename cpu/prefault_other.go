@@ -4,6 +4,3 @@ package cpu
 
 // prefault does nothing off Linux (no MADV_POPULATE_READ): pages fault in on first touch.
 func prefault(b []byte) {}
-
-// memAvailable is unknown off Linux.
-func memAvailable() int64 { return 0 }

@@ -2,9 +2,8 @@ package cpu
 
 import (
 	"errors"
-	"os"
-	"strconv"
-	"strings"
+
+	"pistil/internal/meminfo"
 )
 
 // Close implements exec.Backend: the CPU backend holds nothing beyond its programs and
@@ -23,23 +22,13 @@ var errProgramClosed = errors.New("cpu: the program is closed")
 
 // FreeMemory implements exec.MemoryReporter: MemAvailable of /proc/meminfo (Linux; an
 // error elsewhere).
-func (b *Backend) FreeMemory() (int64, error) {
-	data, err := os.ReadFile("/proc/meminfo")
+func (b *Backend) FreeMemory() (int64, error) { return meminfo.Available() }
+
+// memAvailable is FreeMemory, or 0 when unknown.
+func memAvailable() int64 {
+	n, err := meminfo.Available()
 	if err != nil {
-		return 0, err
+		return 0
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			if err != nil {
-				return 0, err
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, errors.New("/proc/meminfo has no MemAvailable")
+	return n
 }

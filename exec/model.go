@@ -10,6 +10,7 @@ import (
 
 	"pistil/graph"
 	"pistil/models/qwen35moe"
+	"pistil/models/safetensors"
 	"pistil/ops"
 	"pistil/passes"
 	"pistil/plan"
@@ -71,6 +72,10 @@ type Options struct {
 	// NoHugePageMaps maps the checkpoint's files wherever mmap puts them, in 4 KiB pages
 	// (pipeline.toml [cpu] map_huge_pages = false; safetensors.MapHugePages).
 	NoHugePageMaps bool
+	// NoHugePageCache leaves the page cache as the CPU backend finds it, instead of
+	// reading again the checkpoint files it holds in small folios (pipeline.toml [cpu]
+	// huge_page_cache = false; safetensors.Set.SettleHugePages).
+	NoHugePageCache bool
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.
 	Graphs bool
@@ -141,7 +146,17 @@ type Model struct {
 	// those plans have loaded so far, for Options.Progress.
 	weightBytes, weightsDone int64
 	weightsSeen              map[string]bool
+	// pageCache is what Open found of the checkpoint in the page cache and did about it
+	// (the CPU backend with huge_page_cache; nil otherwise), and the error that stopped it.
+	pageCache    []safetensors.PageCacheReport
+	pageCacheErr error
 }
+
+// PageCache is what Open found of the checkpoint's files in the page cache and did, file
+// by file (safetensors.Set.SettleHugePages; nil where it did not run: a GPU backend,
+// huge_page_cache or map_huge_pages off, not Linux), and the error that stopped it
+// part-way, if one did. The model runs either way; only its speed differs.
+func (m *Model) PageCache() ([]safetensors.PageCacheReport, error) { return m.pageCache, m.pageCacheErr }
 
 // Name is the model's name (its directory's base name).
 func (m *Model) Name() string { return m.name }

@@ -37,6 +37,10 @@ func Open(dir string, o Options) (*Model, error) {
 		chunk: pr.chunk, programs: map[int]Program{}, compile: pr.compile,
 		weightBytes: pr.weightBytes, weightsSeen: map[string]bool{},
 	}
+	// Before the plans load, so that their weights are mapped in settled pages.
+	if o.Backend == "cpu" && !o.NoHugePageCache && safetensors.MapHugePages {
+		m.pageCache, m.pageCacheErr = pr.ck.SettleHugePages()
+	}
 	for _, v := range pr.graph.Values {
 		if v.Op == "state" {
 			m.states = append(m.states, StateSpec{Name: v.Name, Type: v.Type})

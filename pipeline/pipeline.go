@@ -87,6 +87,11 @@ type CPU struct {
 	// MADV_HUGEPAGE (Linux), so that the page cache's 2 MiB folios are mapped whole
 	// (safetensors.MapHugePages); false lets mmap place them, 4 KiB page-table entries.
 	MapHugePages bool `toml:"map_huge_pages"`
+	// HugePageCache, with MapHugePages, maps every page of the checkpoint in when the CPU
+	// backend opens it (when it fits in the memory available) and reads again each file
+	// that the page cache holds mostly in small folios, so that its mapping can map 2 MiB
+	// pages (safetensors.Set.SettleHugePages); false leaves the page cache as it is.
+	HugePageCache bool `toml:"huge_page_cache"`
 }
 
 // CUDA is the [cuda] table.
@@ -166,7 +171,7 @@ func Default() *Pipeline {
 			"check": false,
 		},
 		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
-		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, MultiRowKernels: true, MapHugePages: true},
+		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, MultiRowKernels: true, MapHugePages: true, HugePageCache: true},
 		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false, PrefillChunk: exec.DefaultCUDAChunk},
 		Metal:     Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
@@ -360,7 +365,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoMultiRowKernels: !p.CPU.MultiRowKernels, NoHugePageMaps: !p.CPU.MapHugePages, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoMultiRowKernels: !p.CPU.MultiRowKernels, NoHugePageMaps: !p.CPU.MapHugePages, NoHugePageCache: !p.CPU.HugePageCache, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 

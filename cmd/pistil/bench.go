@@ -69,9 +69,21 @@ type benchReport struct {
 		Warmup       int      `json:"warmup"`
 		Seed         int      `json:"seed"`
 	} `json:"settings"`
-	Note    string    `json:"note"`
-	Started time.Time `json:"started"`
+	// PageCache is how much of the checkpoint the page cache held in 2 MiB pages once
+	// the model opened (the CPU backend on Linux; nil elsewhere): decode on the CPU reads
+	// weights far slower through 4 KiB pages (cpu/README.md, session 13).
+	PageCache *benchPageCache `json:"page_cache,omitempty"`
+	Note      string          `json:"note"`
+	Started   time.Time       `json:"started"`
 	*bench.Result
+}
+
+// benchPageCache is exec.Model.PageCache summed over the checkpoint's files.
+type benchPageCache struct {
+	HugeBytes   int64   `json:"huge_bytes"`
+	Bytes       int64   `json:"bytes"`
+	FilesReread int     `json:"files_reread"`
+	RereadSecs  float64 `json:"reread_secs"`
 }
 
 func runBench(args []string) error {
@@ -157,6 +169,17 @@ func runBench(args []string) error {
 		return err
 	}
 	defer m.Close()
+	if reports, _ := m.PageCache(); len(reports) > 0 {
+		pc := &benchPageCache{}
+		pc.HugeBytes, pc.Bytes = pageCacheTotals(reports)
+		for _, r := range reports {
+			if r.Reread {
+				pc.FilesReread++
+				pc.RereadSecs += r.Took.Seconds()
+			}
+		}
+		rep.PageCache = pc
+	}
 	if !*sweep {
 		if err := spec.Validate(m.Config().MaxPositionEmbeddings); err != nil {
 			return err
@@ -338,8 +361,18 @@ func printBenchHeader(w io.Writer, rep *benchReport) {
 
 func printBenchTable(w io.Writer, rep *benchReport) {
 	if bw := rep.Bandwidth; bw != nil {
-		fmt.Fprintf(w, "streaming read bandwidth %.1f GB/s with %d threads (%.1f with one; %s loads, %d MiB buffer, best of %d)\n\n",
+		fmt.Fprintf(w, "streaming read bandwidth %.1f GB/s with %d threads (%.1f with one; %s loads, %d MiB buffer, best of %d)\n",
 			bw.BytesPerSec/1e9, bw.Threads, bw.SingleThread/1e9, bw.Kernel, bw.BufferBytes>>20, bw.Passes)
+	}
+	if pc := rep.PageCache; pc != nil {
+		fmt.Fprintf(w, "checkpoint in 2 MiB pages: %.2f of %.2f GB", float64(pc.HugeBytes)/1e9, float64(pc.Bytes)/1e9)
+		if pc.FilesReread > 0 {
+			fmt.Fprintf(w, " (%d files read again at open, %.1f s)", pc.FilesReread, pc.RereadSecs)
+		}
+		fmt.Fprintln(w)
+	}
+	if rep.Bandwidth != nil || rep.PageCache != nil {
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "%-8s %-22s %12s %12s %12s  %s\n", "phase", "tokens", "median tok/s", "min", "max", "roofline (median)")
 	for _, m := range rep.Prefill {

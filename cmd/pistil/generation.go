@@ -9,11 +9,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"pistil/exec"
+	"pistil/internal/meminfo"
 	"pistil/models/tokenizer"
 )
 
@@ -125,19 +125,8 @@ func checkStateFits(m *exec.Model, capacity int) error {
 }
 
 func availableMemory() (int64, bool) {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			var kb int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
-				return kb * 1024, true
-			}
-		}
-	}
-	return 0, false
+	n, err := meminfo.Available()
+	return n, err == nil
 }
 
 // prefillStats is what a prefill did, complete or interrupted.

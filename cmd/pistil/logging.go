@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"pistil/exec"
+	"pistil/models/safetensors"
 )
 
 // logFlags choose how the CLI and the server log: through hclog, with named sub-loggers
@@ -75,8 +76,45 @@ func (m *modelFlags) openWith(log hclog.Logger, stderr io.Writer) (*exec.Model, 
 		log.Error("the model did not load", "dir", m.dir, "error", err)
 		return nil, err
 	}
+	logPageCache(log, model)
 	cfg := model.Config()
 	log.Info("model ready", "model", model.Name(), "layers", len(cfg.Layers), "max_context", cfg.MaxPositionEmbeddings,
 		"prefill_chunk", model.Chunk(), "plans", fmt.Sprint(model.LoadedPlans()), "weights_gb", fmt.Sprintf("%.3f", float64(weightBytes)/1e9), "elapsed", time.Since(start).Round(time.Millisecond).String())
 	return model, nil
+}
+
+// logPageCache logs what opening the model found of its checkpoint in the page cache and
+// did (exec.Model.PageCache): each file read again into 2 MiB pages at info, the rest at
+// debug, the total at info, and a failure as a warning (the model runs either way).
+func logPageCache(log hclog.Logger, model *exec.Model) {
+	reports, err := model.PageCache()
+	if err != nil {
+		log.Warn("could not settle the checkpoint in 2 MiB pages; it runs from the page cache as it is", "error", err)
+	}
+	if len(reports) == 0 {
+		return
+	}
+	gb := func(n int64) string { return fmt.Sprintf("%.2f", float64(n)/1e9) }
+	for _, r := range reports {
+		args := []any{"file", r.Path, "gb", gb(r.Bytes), "huge_before_gb", gb(r.Before), "huge_after_gb", gb(r.After), "elapsed", r.Took.Round(time.Millisecond).String()}
+		switch {
+		case r.Reread:
+			log.Info("read a checkpoint file again so the page cache holds it in 2 MiB pages", args...)
+		case r.Skipped != "":
+			log.Debug("left a checkpoint file's pages as they were", append(args, "why", r.Skipped)...)
+		default:
+			log.Debug("checkpoint file already in 2 MiB pages", args...)
+		}
+	}
+	huge, total := pageCacheTotals(reports)
+	log.Info("checkpoint in 2 MiB pages", "huge_gb", gb(huge), "of_gb", gb(total))
+}
+
+// pageCacheTotals is the checkpoint's bytes in 2 MiB pages after Open and its size.
+func pageCacheTotals(reports []safetensors.PageCacheReport) (huge, total int64) {
+	for _, r := range reports {
+		huge += r.After
+		total += r.Bytes
+	}
+	return huge, total
 }

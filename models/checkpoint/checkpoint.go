@@ -127,6 +127,12 @@ func (c *Checkpoint) Layout() Layout { return c.layout }
 // Dir is the folder the checkpoint was opened from.
 func (c *Checkpoint) Dir() string { return c.dir }
 
+// SettleHugePages maps the checkpoint's files in and has the page cache hold them in
+// 2 MiB pages where it can (safetensors.Set.SettleHugePages); tensors stay valid.
+func (c *Checkpoint) SettleHugePages() ([]safetensors.PageCacheReport, error) {
+	return c.set.SettleHugePages()
+}
+
 // Close unmaps the files; tensors returned earlier are invalid afterwards.
 func (c *Checkpoint) Close() error {
 	c.mu.Lock()

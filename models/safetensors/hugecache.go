@@ -1,0 +1,21 @@
+package safetensors
+
+import "time"
+
+// PageCacheReport is what SettleHugePages found of one file in the page cache, and did.
+type PageCacheReport struct {
+	Path string
+	// Bytes is the file's size; Hugeable its bytes in whole 2 MiB pages, which a 2 MiB
+	// mapping can map with 2 MiB entries (a last partial page never can).
+	Bytes, Hugeable int64
+	// Before and After are the file's bytes mapped with 2 MiB entries once every page is
+	// mapped in, before and after any reread.
+	Before, After int64
+	// Reread says the file's pages were dropped from the page cache and read again.
+	Reread bool
+	// Skipped says why the file was left as it was, when it was not settled ("" when it
+	// was, or needed nothing).
+	Skipped string
+	// Took is the time spent on the file.
+	Took time.Duration
+}

@@ -1,0 +1,187 @@
+package safetensors
+
+import (
+	"bytes"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestSmapsPmdMapped(t *testing.T) {
+	const smaps = `00400000-00600000 r-xp 00000000 fd:01 123 /usr/bin/pistil
+Size:               2048 kB
+FilePmdMapped:      2048 kB
+VmFlags: rd ex mr mw me
+7f0000000000-7f0000600000 r--s 00000000 fd:01 456 /m/model-00001-of-00002.safetensors
+Size:               6144 kB
+Rss:                6144 kB
+FilePmdMapped:      4096 kB
+VmFlags: rd mr me ms hg
+7f0000600000-7f0000800000 r--s 00600000 fd:01 456 /m/model-00001-of-00002.safetensors
+FilePmdMapped:      2048 kB
+7f0000800000-7f0000a00000 rw-p 00000000 00:00 0
+FilePmdMapped:         0 kB
+`
+	for _, c := range []struct {
+		lo, hi uint64
+		want   int64
+	}{
+		{0x7f0000000000, 0x7f0000600000, 4096 << 10},
+		{0x7f0000000000, 0x7f0000800000, 6144 << 10}, // a file mapping split in two
+		{0x7f0000700000, 0x7f0000900000, 2048 << 10},
+		{0x00400000, 0x00401000, 2048 << 10},
+	} {
+		got, err := smapsPmdMapped([]byte(smaps), c.lo, c.hi)
+		if err != nil || got != c.want {
+			t.Errorf("[%#x, %#x): %d, %v; want %d", c.lo, c.hi, got, err, c.want)
+		}
+	}
+	if _, err := smapsPmdMapped([]byte(smaps), 0x1000, 0x2000); err == nil || !strings.Contains(err.Error(), "no mapping") {
+		t.Errorf("an address nothing maps: %v, want an error naming it", err)
+	}
+	if _, err := smapsPmdMapped([]byte("7f0000000000-7f0000200000 r--s 0 fd:01 1 /f\nFilePmdMapped: many kB\n"), 0x7f0000000000, 0x7f0000000001); err == nil {
+		t.Error("a FilePmdMapped that is not a number parsed")
+	}
+}
+
+// A checkpoint file cached in 4 KiB folios, as a download leaves it, is read again into
+// 2 MiB pages with the same bytes at the same addresses; a second call finds nothing to do.
+func TestSettleHugePagesRereadsSmallFolios(t *testing.T) {
+	defer func(saved bool) { MapHugePages = saved }(MapHugePages)
+	MapHugePages = true
+	dir := t.TempDir()
+	if why := cachesHugePages(t, dir); why != "" {
+		t.Skipf("this machine cannot cache %s in 2 MiB pages: %s", dir, why)
+	}
+	const size = 6<<20 + 12345
+	data := make([]byte, size)
+	rand.New(rand.NewSource(7)).Read(data)
+	w, err := Create(filepath.Join(dir, SingleFile), []Spec{{Name: "w", DType: U8, Shape: []int{size}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write("w", data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cacheInSmallFolios(t, filepath.Join(dir, SingleFile))
+
+	s, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tensor, err := s.Data("w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports, err := s.SettleHugePages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 1 {
+		t.Fatalf("%d reports for one file", len(reports))
+	}
+	r := reports[0]
+	t.Logf("%+v", r)
+	if r.Skipped != "" {
+		t.Fatalf("skipped on a machine that caches files in 2 MiB pages: %s", r.Skipped)
+	}
+	if r.Hugeable != size&^(hugePage-1) || r.Bytes <= size {
+		t.Errorf("sizes %d, hugeable %d; want the file's %d+header and %d", r.Bytes, r.Hugeable, size, size&^(hugePage-1))
+	}
+	if float64(r.Before) >= HugeShareWanted*float64(r.Hugeable) {
+		t.Skipf("the page cache held the file in 2 MiB pages before the test could see it small (%d of %d bytes)", r.Before, r.Hugeable)
+	}
+	if !r.Reread || float64(r.After) < HugeShareWanted*float64(r.Hugeable) {
+		t.Errorf("reread %v; %d of %d bytes in 2 MiB pages after, want at least %.0f%%", r.Reread, r.After, r.Hugeable, 100*HugeShareWanted)
+	}
+	if !bytes.Equal(tensor, data) {
+		t.Error("the tensor's bytes changed")
+	}
+
+	again, err := s.SettleHugePages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again[0].Reread || again[0].Before != r.After {
+		t.Errorf("second call: %+v; want nothing reread, %d bytes in 2 MiB pages", again[0], r.After)
+	}
+}
+
+// cachesHugePages says why a file in dir, read afresh through a 2 MiB mapping, does not
+// come into the page cache as 2 MiB pages ("" when it does): the machine's side of what
+// SettleHugePages relies on, found without it.
+func cachesHugePages(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "probe")
+	if err := os.WriteFile(path, make([]byte, 2*hugePage), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(path)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	m, err := mapFile(f, 2*hugePage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmapFile(m)
+	if !hugeMapped(m) {
+		return "no 2 MiB-aligned mapping"
+	}
+	if err := unix.Madvise(m, unix.MADV_POPULATE_READ); err != nil {
+		return "MADV_POPULATE_READ: " + err.Error()
+	}
+	pmd, err := pmdMapped(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pmd == 0 {
+		return "a file read afresh came in as small pages (a filesystem without large folios, or transparent huge pages off)"
+	}
+	return ""
+}
+
+// cacheInSmallFolios leaves path in the page cache as 4 KiB writes leave it: dropped,
+// then written again a page at a time.
+func cacheInSmallFolios(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(data); off += 4096 {
+		if _, err := f.WriteAt(data[off:min(off+4096, len(data))], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package safetensors
+
+// SettleHugePages does nothing off Linux: no 2 MiB mappings of the page cache to settle.
+func (s *Set) SettleHugePages() ([]PageCacheReport, error) { return nil, nil }

@@ -156,7 +156,9 @@ type Model struct {
 // by file (safetensors.Set.SettleHugePages; nil where it did not run: a GPU backend,
 // huge_page_cache or map_huge_pages off, not Linux), and the error that stopped it
 // part-way, if one did. The model runs either way; only its speed differs.
-func (m *Model) PageCache() ([]safetensors.PageCacheReport, error) { return m.pageCache, m.pageCacheErr }
+func (m *Model) PageCache() ([]safetensors.PageCacheReport, error) {
+	return m.pageCache, m.pageCacheErr
+}
 
 // Name is the model's name (its directory's base name).
 func (m *Model) Name() string { return m.name }

@@ -30,10 +30,11 @@ func init() {
 }
 
 func refAddRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
-	w, err := floats(in[2])
+	w, release, err := floatsScratch(in[2])
 	if err != nil {
 		return fmt.Errorf("add_rms_norm weight: %w", err)
 	}
+	defer release()
 	eps := float32(v.Attrs.Float("eps"))
 	a, err := floats(in[0])
 	if err != nil {

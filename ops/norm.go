@@ -105,10 +105,11 @@ func invRMS(x []float32, eps float32) float32 {
 }
 
 func refRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
-	w, err := floats(in[1])
+	w, release, err := floatsScratch(in[1])
 	if err != nil {
 		return fmt.Errorf("rms_norm weight: %w", err)
 	}
+	defer release()
 	eps := float32(v.Attrs.Float("eps"))
 	rmsNormRows(env, in[0].F32(), out[0].F32(), w, eps)
 	return nil
@@ -159,10 +160,11 @@ func refL2Norm(env *Env, v *graph.Value, in, out []*Tensor) error {
 }
 
 func refGatedRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
-	w, err := floats(in[2])
+	w, release, err := floatsScratch(in[2])
 	if err != nil {
 		return fmt.Errorf("gated_rms_norm weight: %w", err)
 	}
+	defer release()
 	eps := float32(v.Attrs.Float("eps"))
 	x, z, y, D := in[0].F32(), in[1].F32(), out[0].F32(), len(w)
 	act := siluFor(env)

@@ -381,25 +381,59 @@ func u16(b []byte) []uint16 {
 // floats returns a dense float tensor's elements as float32: a view of an F32 tensor, a
 // decoded copy of a BF16 or F16 one (small vectors: norm weights, biases).
 func floats(t *Tensor) ([]float32, error) {
-	switch t.DType {
-	case graph.F32:
+	if t.DType == graph.F32 {
 		return t.F32(), nil
-	case graph.BF16, graph.F16:
-		n := t.Elements()
-		if len(t.Data) < 2*n {
-			return nil, fmt.Errorf("%s tensor %v holds %d bytes, needs %d", t.DType, t.Shape, len(t.Data), 2*n)
-		}
-		out := make([]float32, n)
-		if t.DType == graph.BF16 {
-			bf16ToF32Row(out, u16(t.Data)[:n])
-		} else {
-			for i, h := range u16(t.Data)[:n] {
-				out[i] = F16ToF32(h)
-			}
-		}
-		return out, nil
 	}
-	return nil, fmt.Errorf("%s tensor %v is not a dense float tensor", t.DType, t.Shape)
+	n, err := halfElements(t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, n)
+	decodeHalves(out, t)
+	return out, nil
+}
+
+// floatsScratch is floats with a bf16 or f16 tensor decoded into pooled scratch (valid
+// until release) instead of a new slice: a decode step's norms decode their 2,048-wide
+// bf16 weights some eighty times, and the fresh slices cost more than the norms (on the
+// full model 0.29 s of add_rms_norm's 0.33 s in a profile of 128 decode steps, the
+// decoding's stores meeting pages the collector had returned; cpu/README.md, session 13).
+func floatsScratch(t *Tensor) (f []float32, release func(), err error) {
+	if t.DType == graph.F32 {
+		return t.F32(), func() {}, nil
+	}
+	n, err := halfElements(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	buf, release := scratchF32(n)
+	decodeHalves(buf.F32(), t)
+	return buf.F32(), release, nil
+}
+
+// halfElements is the element count of a BF16 or F16 tensor, or an error for another
+// dtype or too few bytes.
+func halfElements(t *Tensor) (int, error) {
+	if t.DType != graph.BF16 && t.DType != graph.F16 {
+		return 0, fmt.Errorf("%s tensor %v is not a dense float tensor", t.DType, t.Shape)
+	}
+	n := t.Elements()
+	if len(t.Data) < 2*n {
+		return 0, fmt.Errorf("%s tensor %v holds %d bytes, needs %d", t.DType, t.Shape, len(t.Data), 2*n)
+	}
+	return n, nil
+}
+
+// decodeHalves widens the len(dst) BF16 or F16 elements of t into dst.
+func decodeHalves(dst []float32, t *Tensor) {
+	src := u16(t.Data)[:len(dst)]
+	if t.DType == graph.BF16 {
+		bf16ToF32Row(dst, src)
+		return
+	}
+	for i, h := range src {
+		dst[i] = F16ToF32(h)
+	}
 }
 
 // stateRows gives float32 access to the rows of a state tensor (KV cache, conv state)

@@ -73,7 +73,8 @@ type Options struct {
 	// (pipeline.toml [cpu] map_huge_pages = false; safetensors.MapHugePages).
 	NoHugePageMaps bool
 	// NoHugePageCache leaves the page cache as the CPU backend finds it, instead of
-	// reading again the checkpoint files it holds in small folios (pipeline.toml [cpu]
+	// mapping in the checkpoint files it holds and reading again those it holds in small
+	// folios (pipeline.toml [cpu]
 	// huge_page_cache = false; safetensors.Set.SettleHugePages).
 	NoHugePageCache bool
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of

@@ -87,10 +87,11 @@ type CPU struct {
 	// MADV_HUGEPAGE (Linux), so that the page cache's 2 MiB folios are mapped whole
 	// (safetensors.MapHugePages); false lets mmap place them, 4 KiB page-table entries.
 	MapHugePages bool `toml:"map_huge_pages"`
-	// HugePageCache, with MapHugePages, maps every page of the checkpoint in when the CPU
-	// backend opens it (when it fits in the memory available) and reads again each file
-	// that the page cache holds mostly in small folios, so that its mapping can map 2 MiB
-	// pages (safetensors.Set.SettleHugePages); false leaves the page cache as it is.
+	// HugePageCache, with MapHugePages, maps in the checkpoint files the page cache holds
+	// when the CPU backend opens them (when they fit in the memory available) and reads
+	// again each that the page cache holds mostly in small folios, so that its mapping can
+	// map 2 MiB pages (safetensors.Set.SettleHugePages); false leaves the page cache as it
+	// is.
 	HugePageCache bool `toml:"huge_page_cache"`
 }
 

@@ -106,15 +106,33 @@ func logPageCache(log hclog.Logger, model *exec.Model) {
 			log.Debug("checkpoint file already in 2 MiB pages", args...)
 		}
 	}
-	huge, total := pageCacheTotals(reports)
-	log.Info("checkpoint in 2 MiB pages", "huge_gb", gb(huge), "of_gb", gb(total))
+	t := pageCacheTotals(reports)
+	log.Info("checkpoint in 2 MiB pages", "huge_gb", gb(t.huge), "of_gb", gb(t.bytes), "left_to_read_gb", gb(t.uncached))
 }
 
-// pageCacheTotals is the checkpoint's bytes in 2 MiB pages after Open and its size.
-func pageCacheTotals(reports []safetensors.PageCacheReport) (huge, total int64) {
+// pageCacheTotal sums exec.Model.PageCache over the checkpoint's files.
+type pageCacheTotal struct {
+	// huge is the bytes mapped in 2 MiB pages after Open, bytes the checkpoint's size,
+	// uncached the size of the files left to come in as they are read (not in the page
+	// cache at Open, so neither mapped in nor counted in huge).
+	huge, bytes, uncached int64
+	// reread counts the files read again, rereadSecs the time spent on them.
+	reread     int
+	rereadSecs float64
+}
+
+func pageCacheTotals(reports []safetensors.PageCacheReport) pageCacheTotal {
+	var t pageCacheTotal
 	for _, r := range reports {
-		huge += r.After
-		total += r.Bytes
+		t.huge += r.After
+		t.bytes += r.Bytes
+		if r.Skipped != "" && float64(r.Cached) < safetensors.CachedShareWanted*float64(r.Bytes) {
+			t.uncached += r.Bytes
+		}
+		if r.Reread {
+			t.reread++
+			t.rereadSecs += r.Took.Seconds()
+		}
 	}
-	return huge, total
+	return t
 }

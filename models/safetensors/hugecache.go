@@ -8,6 +8,10 @@ type PageCacheReport struct {
 	// Bytes is the file's size; Hugeable its bytes in whole 2 MiB pages, which a 2 MiB
 	// mapping can map with 2 MiB entries (a last partial page never can).
 	Bytes, Hugeable int64
+	// Cached is the file's bytes the page cache held when it was looked at; a file mostly
+	// not cached is left to come in as it is read (Skipped says so), with Before and After
+	// zero.
+	Cached int64
 	// Before and After are the file's bytes mapped with 2 MiB entries once every page is
 	// mapped in, before and after any reread.
 	Before, After int64

@@ -18,9 +18,16 @@ import (
 // as mapped with 2 MiB entries; below it the file is read again.
 const HugeShareWanted = 0.95
 
-// SettleHugePages maps every page of every file in (MADV_POPULATE_READ, reading what the
-// page cache lacks), and reads again each file that the page cache holds mostly in small
-// folios, so that its 2 MiB-aligned mapping (MapHugePages) maps 2 MiB pages.
+// CachedShareWanted is the share of a file that must be in the page cache for
+// SettleHugePages to look at it: a file mostly on disk comes in through the 2 MiB mapping
+// as it is read, in 2 MiB folios, and mapping it all in at open would read it whole
+// before the first token instead of the parts the first tokens need.
+const CachedShareWanted = 0.9
+
+// SettleHugePages maps in every page of every file that the page cache holds (at least
+// CachedShareWanted of it; MADV_POPULATE_READ, reading the rest), and reads again each
+// such file that the page cache holds mostly in small folios, so that its 2 MiB-aligned
+// mapping (MapHugePages) maps 2 MiB pages.
 //
 // Why: the 2 MiB mapping only helps where the page cache holds the file in 2 MiB folios.
 // Pages read through the mapping come in as such; pages that were cached before keep the
@@ -73,11 +80,18 @@ func (f *File) settleHuge(r *PageCacheReport) error {
 	start := time.Now()
 	defer func() { r.Took = time.Since(start) }()
 	m := f.mapping
+	var err error
+	if r.Cached, err = cachedBytes(m); err != nil {
+		return err
+	}
+	if float64(r.Cached) < CachedShareWanted*float64(len(m)) {
+		r.Skipped = fmt.Sprintf("%.0f%% in the page cache: the rest comes in through the 2 MiB mapping as it is read", 100*float64(r.Cached)/float64(len(m)))
+		return nil
+	}
 	if err := unix.Madvise(m, unix.MADV_POPULATE_READ); err != nil {
 		r.Skipped = fmt.Sprintf("MADV_POPULATE_READ: %v (Linux 5.14 or later has it)", err)
 		return nil
 	}
-	var err error
 	if r.Before, err = pmdMapped(m); err != nil {
 		return err
 	}
@@ -123,6 +137,21 @@ func (f *File) settleHuge(r *PageCacheReport) error {
 	r.Reread = true
 	r.After, err = pmdMapped(m)
 	return err
+}
+
+// cachedBytes is how much of the file mapping m the page cache holds (mincore).
+func cachedBytes(m []byte) (int64, error) {
+	page := os.Getpagesize()
+	vec := make([]byte, (len(m)+page-1)/page)
+	_, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0])))
+	if e != 0 {
+		return 0, fmt.Errorf("mincore: %w", e)
+	}
+	var n int64
+	for _, v := range vec {
+		n += int64(v & 1)
+	}
+	return n * int64(page), nil
 }
 
 // dropPages unmaps [off, off+n) of the file's mapping m (the pages stay cached) and asks

@@ -115,6 +115,64 @@ func TestSettleHugePagesRereadsSmallFolios(t *testing.T) {
 	}
 }
 
+// A file the page cache does not hold is left to come in as it is read: not mapped in,
+// not read, not reread.
+func TestSettleHugePagesLeavesUncachedFiles(t *testing.T) {
+	defer func(saved bool) { MapHugePages = saved }(MapHugePages)
+	MapHugePages = true
+	dir := t.TempDir()
+	const size = 6 << 20
+	path := filepath.Join(dir, SingleFile)
+	w, err := Create(path, []Spec{{Name: "w", DType: U8, Shape: []int{size}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write("w", make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := s.Files[0].mapping
+	if !hugeMapped(m) {
+		t.Skip("no 2 MiB-aligned mapping on this machine")
+	}
+	before, err := cachedBytes(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if float64(before) >= CachedShareWanted*float64(len(m)) {
+		t.Skipf("the page cache kept %d of %d bytes after POSIX_FADV_DONTNEED", before, len(m))
+	}
+	reports, err := s.SettleHugePages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := reports[0]
+	if r.Reread || !strings.Contains(r.Skipped, "in the page cache") {
+		t.Errorf("%+v; want it skipped as not in the page cache", r)
+	}
+	if after, err := cachedBytes(m); err != nil || after > before {
+		t.Errorf("%d bytes cached after, %d before (%v): the file was read", after, before, err)
+	}
+}
+
 // cachesHugePages says why a file in dir, read afresh through a 2 MiB mapping, does not
 // come into the page cache as 2 MiB pages ("" when it does): the machine's side of what
 // SettleHugePages relies on, found without it.

@@ -60,16 +60,7 @@ func TestSettleHugePagesRereadsSmallFolios(t *testing.T) {
 	const size = 6<<20 + 12345
 	data := make([]byte, size)
 	rand.New(rand.NewSource(7)).Read(data)
-	w, err := Create(filepath.Join(dir, SingleFile), []Spec{{Name: "w", DType: U8, Shape: []int{size}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write("w", data); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeOneTensor(t, filepath.Join(dir, SingleFile), data)
 	cacheInSmallFolios(t, filepath.Join(dir, SingleFile))
 
 	s, err := OpenDir(dir)
@@ -123,26 +114,12 @@ func TestSettleHugePagesLeavesUncachedFiles(t *testing.T) {
 	dir := t.TempDir()
 	const size = 6 << 20
 	path := filepath.Join(dir, SingleFile)
-	w, err := Create(path, []Spec{{Name: "w", DType: U8, Shape: []int{size}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write("w", make([]byte, size)); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeOneTensor(t, path, make([]byte, size))
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-		t.Fatal(err)
-	}
+	dropFromPageCache(t, f)
 	f.Close()
 	s, err := OpenDir(dir)
 	if err != nil {
@@ -188,12 +165,7 @@ func cachesHugePages(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-		t.Fatal(err)
-	}
+	dropFromPageCache(t, f)
 	m, err := mapFile(f, 2*hugePage)
 	if err != nil {
 		t.Fatal(err)
@@ -215,6 +187,32 @@ func cachesHugePages(t *testing.T, dir string) string {
 	return ""
 }
 
+// writeOneTensor writes a checkpoint file of one u8 tensor "w" holding data.
+func writeOneTensor(t *testing.T, path string, data []byte) {
+	t.Helper()
+	w, err := Create(path, []Spec{{Name: "w", DType: U8, Shape: []int{len(data)}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write("w", data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dropFromPageCache writes f's dirty pages back and drops its pages from the page cache.
+func dropFromPageCache(t *testing.T, f *os.File) {
+	t.Helper()
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // cacheInSmallFolios leaves path in the page cache as 4 KiB writes leave it: dropped,
 // then written again a page at a time.
 func cacheInSmallFolios(t *testing.T, path string) {
@@ -228,12 +226,7 @@ func cacheInSmallFolios(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-		t.Fatal(err)
-	}
+	dropFromPageCache(t, f)
 	for off := 0; off < len(data); off += 4096 {
 		if _, err := f.WriteAt(data[off:min(off+4096, len(data))], int64(off)); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,16 @@ package safetensors
 
 import "time"
 
+// HugeShareWanted is the share of a file's whole 2 MiB pages that SettleHugePages accepts
+// as mapped with 2 MiB entries; below it the file is read again.
+const HugeShareWanted = 0.95
+
+// CachedShareWanted is the share of a file that must be in the page cache for
+// SettleHugePages to look at it: a file mostly on disk comes in through the 2 MiB mapping
+// as it is read, in 2 MiB folios, and mapping it all in at open would read it whole
+// before the first token instead of the parts the first tokens need.
+const CachedShareWanted = 0.9
+
 // PageCacheReport is what SettleHugePages found of one file in the page cache, and did.
 type PageCacheReport struct {
 	Path string

@@ -14,16 +14,6 @@ import (
 	"pistil/internal/meminfo"
 )
 
-// HugeShareWanted is the share of a file's whole 2 MiB pages that SettleHugePages accepts
-// as mapped with 2 MiB entries; below it the file is read again.
-const HugeShareWanted = 0.95
-
-// CachedShareWanted is the share of a file that must be in the page cache for
-// SettleHugePages to look at it: a file mostly on disk comes in through the 2 MiB mapping
-// as it is read, in 2 MiB folios, and mapping it all in at open would read it whole
-// before the first token instead of the parts the first tokens need.
-const CachedShareWanted = 0.9
-
 // SettleHugePages maps in every page of every file that the page cache holds (at least
 // CachedShareWanted of it; MADV_POPULATE_READ, reading the rest), and reads again each
 // such file that the page cache holds mostly in small folios, so that its 2 MiB-aligned

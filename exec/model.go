@@ -74,8 +74,7 @@ type Options struct {
 	NoHugePageMaps bool
 	// NoHugePageCache leaves the page cache as the CPU backend finds it, instead of
 	// mapping in the checkpoint files it holds and reading again those it holds in small
-	// folios (pipeline.toml [cpu]
-	// huge_page_cache = false; safetensors.Set.SettleHugePages).
+	// folios (pipeline.toml [cpu] huge_page_cache = false; safetensors.Set.SettleHugePages).
 	NoHugePageCache bool
 	// Graphs replays each plan as one recorded GPU graph (CUDA graphs) instead of
 	// launching its kernels one by one.

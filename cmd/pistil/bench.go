@@ -70,8 +70,8 @@ type benchReport struct {
 		Seed         int      `json:"seed"`
 	} `json:"settings"`
 	// PageCache is how much of the checkpoint the page cache held in 2 MiB pages once
-	// the model opened (the CPU backend on Linux; nil elsewhere): decode on the CPU reads
-	// weights far slower through 4 KiB pages (cpu/README.md, session 13).
+	// the model opened (the CPU backend on Linux; nil elsewhere): the CPU's int8-all
+	// decode ran 1.2x slower through 4 KiB pages (cpu/README.md, session 13).
 	PageCache *benchPageCache `json:"page_cache,omitempty"`
 	Note      string          `json:"note"`
 	Started   time.Time       `json:"started"`

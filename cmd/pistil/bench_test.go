@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -52,6 +53,17 @@ func TestBenchWritesEveryMeasurement(t *testing.T) {
 	if rep.Machine.Backend != "cpu" || rep.Machine.GOMAXPROCS <= 0 || rep.Model.Name != "mlx-q4" ||
 		rep.Pipeline.Chunk != 8 || !strings.Contains(rep.Pipeline.Passes, "fuse-dequant") || !strings.Contains(rep.Note, "near uniform") {
 		t.Errorf("setup fields: %+v %+v %+v note %q", rep.Machine, rep.Model, rep.Pipeline, rep.Note)
+	}
+	// On Linux the CPU backend looks at the checkpoint's page cache (huge_page_cache) and
+	// the report says what it found, for the whole file.
+	if runtime.GOOS == "linux" {
+		st, err := os.Stat(filepath.Join(goldenMLX, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pc := rep.PageCache; pc == nil || pc.Bytes != st.Size() || pc.HugeBytes > pc.Bytes || !strings.Contains(text, "checkpoint in 2 MiB pages") {
+			t.Errorf("page cache report %+v (the checkpoint is %d bytes)", pc, st.Size())
+		}
 	}
 	if rep.Result == nil || rep.Capacity != 16 { // max(16-token prompt, 8 context + 4 decode)
 		t.Fatalf("capacity: %s", data)

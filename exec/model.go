@@ -103,7 +103,8 @@ type Options struct {
 	// KVCache is the KV caches' element type (graph.F32 or graph.BF16; pipeline.toml
 	// [state] kv_cache); zero is the backend's compile target's (passes.Target.KVDType).
 	KVCache graph.DType
-	// Progress, when set, is told how loading goes: LoadWeights as plans bind the mapped
+	// Progress, when set, is told how loading goes: LoadPageCache as a checkpoint file is
+	// read again into 2 MiB pages, LoadWeights as plans bind the mapped
 	// checkpoint's weights (a GPU backend uploads them then), in bytes, and LoadPlans as
 	// Open compiles and loads the decode and prefill plans.
 	Progress func(stage LoadStage, done, total int64)
@@ -115,6 +116,9 @@ type LoadStage string
 const (
 	LoadWeights LoadStage = "weights"
 	LoadPlans   LoadStage = "plans"
+	// LoadPageCache is a checkpoint file read again into 2 MiB pages (the CPU backend's
+	// huge_page_cache), in bytes of that file; only files that need it report.
+	LoadPageCache LoadStage = "page-cache"
 )
 
 // Weights is what a model reads its weights through: a checkpoint.

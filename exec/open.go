@@ -39,7 +39,11 @@ func Open(dir string, o Options) (*Model, error) {
 	}
 	// Before the plans load, so that their weights are mapped in settled pages.
 	if o.Backend == "cpu" && !o.NoHugePageCache && safetensors.MapHugePages {
-		m.pageCache, m.pageCacheErr = pr.ck.SettleHugePages()
+		var rereading func(path string, done, total int64)
+		if o.Progress != nil {
+			rereading = func(_ string, done, total int64) { o.Progress(LoadPageCache, done, total) }
+		}
+		m.pageCache, m.pageCacheErr = pr.ck.SettleHugePages(rereading)
 	}
 	for _, v := range pr.graph.Values {
 		if v.Op == "state" {

@@ -54,6 +54,7 @@ func (m *modelFlags) openWith(log hclog.Logger, stderr io.Writer) (*exec.Model, 
 	log.Info("opening the model", "dir", m.dir, "backend", m.backend)
 	start := time.Now()
 	bar := newProgress(stderr, "loading weights", "bytes")
+	reread := newProgress(stderr, "reading into 2 MiB pages", "bytes")
 	var lastShown time.Time
 	var weightBytes int64
 	m.progress = func(stage exec.LoadStage, done, total int64) {
@@ -64,6 +65,17 @@ func (m *modelFlags) openWith(log hclog.Logger, stderr io.Writer) (*exec.Model, 
 			if bar.tty && time.Since(lastShown) >= 100*time.Millisecond || time.Since(lastShown) >= 3*time.Second || done == total {
 				lastShown = time.Now()
 				bar.update(done, total, "")
+			}
+		case exec.LoadPageCache:
+			if done == 0 {
+				log.Info("reading a checkpoint file again so the page cache holds it in 2 MiB pages (once)", "gb", fmt.Sprintf("%.2f", float64(total)/1e9))
+			}
+			if reread.tty && time.Since(lastShown) >= 100*time.Millisecond || time.Since(lastShown) >= 3*time.Second || done == total {
+				lastShown = time.Now()
+				reread.update(done, total, "")
+			}
+			if done == total {
+				reread.end()
 			}
 		case exec.LoadPlans:
 			bar.end()

@@ -128,9 +128,10 @@ func (c *Checkpoint) Layout() Layout { return c.layout }
 func (c *Checkpoint) Dir() string { return c.dir }
 
 // SettleHugePages maps the checkpoint's files in and has the page cache hold them in
-// 2 MiB pages where it can (safetensors.Set.SettleHugePages); tensors stay valid.
-func (c *Checkpoint) SettleHugePages() ([]safetensors.PageCacheReport, error) {
-	return c.set.SettleHugePages()
+// 2 MiB pages where it can (safetensors.Set.SettleHugePages, which tells rereading how a
+// file's reread goes); tensors stay valid.
+func (c *Checkpoint) SettleHugePages(rereading func(path string, done, total int64)) ([]safetensors.PageCacheReport, error) {
+	return c.set.SettleHugePages(rereading)
 }
 
 // Close unmaps the files; tensors returned earlier are invalid afterwards.

@@ -36,7 +36,10 @@ import (
 //
 // Nothing is done when the files do not all fit in the memory available (mapping them in
 // would only evict each other), or when a file was not mapped at a 2 MiB boundary.
-func (s *Set) SettleHugePages() ([]PageCacheReport, error) {
+//
+// rereading, when not nil, is told how a file's reread goes (its bytes read again so far
+// and its size; a slow disk takes minutes over a large checkpoint), from 0 to the end.
+func (s *Set) SettleHugePages(rereading func(path string, done, total int64)) ([]PageCacheReport, error) {
 	var total int64
 	for _, f := range s.Files {
 		total += int64(len(f.mapping))
@@ -56,7 +59,7 @@ func (s *Set) SettleHugePages() ([]PageCacheReport, error) {
 		case r.Hugeable == 0:
 			r.Skipped = "smaller than one 2 MiB page"
 		default:
-			if err := f.settleHuge(&r); err != nil {
+			if err := f.settleHuge(&r, rereading); err != nil {
 				return reports, fmt.Errorf("safetensors %s: %w", f.Path, err)
 			}
 		}
@@ -65,8 +68,12 @@ func (s *Set) SettleHugePages() ([]PageCacheReport, error) {
 	return reports, nil
 }
 
+// rereadChunk is how much of a file settleHuge reads again per MADV_POPULATE_READ, between
+// reports of its progress.
+const rereadChunk = 256 << 20
+
 // settleHuge is SettleHugePages for one 2 MiB-mapped file.
-func (f *File) settleHuge(r *PageCacheReport) error {
+func (f *File) settleHuge(r *PageCacheReport, rereading func(path string, done, total int64)) error {
 	start := time.Now()
 	defer func() { r.Took = time.Since(start) }()
 	m := f.mapping
@@ -121,8 +128,16 @@ func (f *File) settleHuge(r *PageCacheReport) error {
 	if err := dropPages(m, fd, 0, int64(len(m))); err != nil {
 		return err
 	}
-	if err := unix.Madvise(m, unix.MADV_POPULATE_READ); err != nil {
-		return fmt.Errorf("MADV_POPULATE_READ: %w", err)
+	for off := 0; off < len(m); off += rereadChunk {
+		if rereading != nil {
+			rereading(f.Path, int64(off), int64(len(m)))
+		}
+		if err := unix.Madvise(m[off:min(off+rereadChunk, len(m))], unix.MADV_POPULATE_READ); err != nil {
+			return fmt.Errorf("MADV_POPULATE_READ: %w", err)
+		}
+	}
+	if rereading != nil {
+		rereading(f.Path, int64(len(m)), int64(len(m)))
 	}
 	r.Reread = true
 	r.After, err = pmdMapped(m)

@@ -72,7 +72,13 @@ func TestSettleHugePagesRereadsSmallFolios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reports, err := s.SettleHugePages()
+	var told [][2]int64
+	reports, err := s.SettleHugePages(func(path string, done, total int64) {
+		if path != filepath.Join(dir, SingleFile) {
+			t.Errorf("rereading %s, want the checkpoint file", path)
+		}
+		told = append(told, [2]int64{done, total})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +102,11 @@ func TestSettleHugePagesRereadsSmallFolios(t *testing.T) {
 	if !bytes.Equal(tensor, data) {
 		t.Error("the tensor's bytes changed")
 	}
+	if len(told) < 2 || told[0][0] != 0 || told[len(told)-1][0] != r.Bytes || told[0][1] != r.Bytes {
+		t.Errorf("the reread's progress %v; want 0 first and %d last, of %d", told, r.Bytes, r.Bytes)
+	}
 
-	again, err := s.SettleHugePages()
+	again, err := s.SettleHugePages(func(string, int64, int64) { t.Error("a settled file read again") })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +146,7 @@ func TestSettleHugePagesLeavesUncachedFiles(t *testing.T) {
 	if float64(before) >= CachedShareWanted*float64(len(m)) {
 		t.Skipf("the page cache kept %d of %d bytes after POSIX_FADV_DONTNEED", before, len(m))
 	}
-	reports, err := s.SettleHugePages()
+	reports, err := s.SettleHugePages(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

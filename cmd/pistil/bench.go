@@ -72,20 +72,10 @@ type benchReport struct {
 	// PageCache is how much of the checkpoint the page cache held in 2 MiB pages once
 	// the model opened (the CPU backend on Linux; nil elsewhere): the CPU's int8-all
 	// decode ran 1.2x slower through 4 KiB pages (cpu/README.md, session 13).
-	PageCache *benchPageCache `json:"page_cache,omitempty"`
-	Note      string          `json:"note"`
-	Started   time.Time       `json:"started"`
+	PageCache *pageCacheSummary `json:"page_cache,omitempty"`
+	Note      string            `json:"note"`
+	Started   time.Time         `json:"started"`
 	*bench.Result
-}
-
-// benchPageCache is exec.Model.PageCache summed over the checkpoint's files.
-type benchPageCache struct {
-	HugeBytes int64 `json:"huge_bytes"`
-	Bytes     int64 `json:"bytes"`
-	// UncachedBytes is the files not in the page cache at open, left to come in as read.
-	UncachedBytes int64   `json:"uncached_bytes"`
-	FilesReread   int     `json:"files_reread"`
-	RereadSecs    float64 `json:"reread_secs"`
 }
 
 func runBench(args []string) error {
@@ -172,8 +162,8 @@ func runBench(args []string) error {
 	}
 	defer m.Close()
 	if reports, _ := m.PageCache(); len(reports) > 0 {
-		t := pageCacheTotals(reports)
-		rep.PageCache = &benchPageCache{HugeBytes: t.huge, Bytes: t.bytes, UncachedBytes: t.uncached, FilesReread: t.reread, RereadSecs: t.rereadSecs}
+		summary := summarizePageCache(reports)
+		rep.PageCache = &summary
 	}
 	if !*sweep {
 		if err := spec.Validate(m.Config().MaxPositionEmbeddings); err != nil {

@@ -118,32 +118,35 @@ func logPageCache(log hclog.Logger, model *exec.Model) {
 			log.Debug("checkpoint file already in 2 MiB pages", args...)
 		}
 	}
-	t := pageCacheTotals(reports)
-	log.Info("checkpoint in 2 MiB pages", "huge_gb", gb(t.huge), "of_gb", gb(t.bytes), "left_to_read_gb", gb(t.uncached))
+	t := summarizePageCache(reports)
+	log.Info("checkpoint in 2 MiB pages", "huge_gb", gb(t.HugeBytes), "of_gb", gb(t.Bytes), "left_to_read_gb", gb(t.UncachedBytes))
 }
 
-// pageCacheTotal sums exec.Model.PageCache over the checkpoint's files.
-type pageCacheTotal struct {
-	// huge is the bytes mapped in 2 MiB pages after Open, bytes the checkpoint's size,
-	// uncached the size of the files left to come in as they are read (not in the page
-	// cache at Open, so neither mapped in nor counted in huge).
-	huge, bytes, uncached int64
-	// reread counts the files read again, rereadSecs the time spent on them.
-	reread     int
-	rereadSecs float64
+// pageCacheSummary is exec.Model.PageCache summed over the checkpoint's files: what the
+// load log says and `pistil bench` reports (its JSON's page_cache).
+type pageCacheSummary struct {
+	// HugeBytes is the bytes mapped in 2 MiB pages after Open, Bytes the checkpoint's size.
+	HugeBytes int64 `json:"huge_bytes"`
+	Bytes     int64 `json:"bytes"`
+	// UncachedBytes is the size of the files not in the page cache at Open, left to come
+	// in as they are read (neither mapped in nor counted in HugeBytes).
+	UncachedBytes int64 `json:"uncached_bytes"`
+	// FilesReread counts the files read again, RereadSecs the time spent on them.
+	FilesReread int     `json:"files_reread"`
+	RereadSecs  float64 `json:"reread_secs"`
 }
 
-func pageCacheTotals(reports []safetensors.PageCacheReport) pageCacheTotal {
-	var t pageCacheTotal
+func summarizePageCache(reports []safetensors.PageCacheReport) pageCacheSummary {
+	var t pageCacheSummary
 	for _, r := range reports {
-		t.huge += r.After
-		t.bytes += r.Bytes
-		if r.Skipped != "" && float64(r.Cached) < safetensors.CachedShareWanted*float64(r.Bytes) {
-			t.uncached += r.Bytes
+		t.HugeBytes += r.After
+		t.Bytes += r.Bytes
+		if r.LeftToRead {
+			t.UncachedBytes += r.Bytes
 		}
 		if r.Reread {
-			t.reread++
-			t.rereadSecs += r.Took.Seconds()
+			t.FilesReread++
+			t.RereadSecs += r.Took.Seconds()
 		}
 	}
 	return t

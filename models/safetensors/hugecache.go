@@ -18,10 +18,11 @@ type PageCacheReport struct {
 	// Bytes is the file's size; Hugeable its bytes in whole 2 MiB pages, which a 2 MiB
 	// mapping can map with 2 MiB entries (a last partial page never can).
 	Bytes, Hugeable int64
-	// Cached is the file's bytes the page cache held when it was looked at; a file mostly
-	// not cached is left to come in as it is read (Skipped says so), with Before and After
-	// zero.
+	// Cached is the file's bytes the page cache held when it was looked at.
 	Cached int64
+	// LeftToRead says the file was mostly not cached (less than CachedShareWanted), so it
+	// was left to come in as it is read (Skipped says so), with Before and After zero.
+	LeftToRead bool
 	// Before and After are the file's bytes mapped with 2 MiB entries once every page is
 	// mapped in, before and after any reread.
 	Before, After int64

@@ -82,6 +82,7 @@ func (f *File) settleHuge(r *PageCacheReport, rereading func(path string, done, 
 		return err
 	}
 	if float64(r.Cached) < CachedShareWanted*float64(len(m)) {
+		r.LeftToRead = true
 		r.Skipped = fmt.Sprintf("%.0f%% in the page cache: the rest comes in through the 2 MiB mapping as it is read", 100*float64(r.Cached)/float64(len(m)))
 		return nil
 	}

@@ -108,64 +108,50 @@ func BenchmarkQuantKernels(b *testing.B) {
 			b.Fatal(err)
 		}
 		x := randF32(rng, 4*K, 1)
-		for _, ks := range quantKernelSets {
-			one, four := actsWith(ks, w, x, 1), actsWith(ks, w, x, 4)
-			bi := bitsIndex(wt.DType)
-			b.Run(fmt.Sprintf("%s/q%d/dot1", ks.name, bits), func(b *testing.B) {
+		// run times kernel over the weight's rows, step rows a call (its first row r).
+		run := func(name string, step int, kernel func(r int)) {
+			b.Run(name, func(b *testing.B) {
 				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
 				for b.Loop() {
-					for r := 0; r < M; r++ {
-						data, scales, biases := w.locate(r)
-						ks.dot1[bi](data, scales, biases, 64, one.x, one.xsum)
+					for r := 0; r < M; r += step {
+						kernel(r)
 					}
 				}
 			})
+		}
+		for _, ks := range quantKernelSets {
+			one, four := actsWith(ks, w, x, 1), actsWith(ks, w, x, 4)
+			bi := bitsIndex(wt.DType)
+			run(fmt.Sprintf("%s/q%d/dot1", ks.name, bits), 1, func(r int) {
+				data, scales, biases := w.locate(r)
+				ks.dot1[bi](data, scales, biases, 64, one.x, one.xsum)
+			})
 			if bits == 4 && ks.q4Dot8 != nil {
 				eight := prepareActs(nil, w, randF32(rng, 8*K, 1), 8)
-				b.Run(fmt.Sprintf("%s/q4/dot8", ks.name), func(b *testing.B) {
-					b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
-					var out [8]float32
-					for b.Loop() {
-						for r := 0; r < M; r++ {
-							data, scales, biases := w.locate(r)
-							ks.q4Dot8(data, scales, biases, 64, eight.x, K, &out)
-						}
-					}
+				var out [8]float32
+				run(fmt.Sprintf("%s/q4/dot8", ks.name), 1, func(r int) {
+					data, scales, biases := w.locate(r)
+					ks.q4Dot8(data, scales, biases, 64, eight.x, K, &out)
 				})
 				if ks.q4Dot8x2 != nil {
-					b.Run(fmt.Sprintf("%s/q4/dot8x2", ks.name), func(b *testing.B) {
-						b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
-						var out [16]float32
-						for b.Loop() {
-							for r := 0; r < M; r += 2 {
-								data, scales, biases := w.locateRun(r, 2)
-								ks.q4Dot8x2(data, K/2, scales, biases, K/64, 64, eight.x, K, &out)
-							}
-						}
+					var out [16]float32
+					run(fmt.Sprintf("%s/q4/dot8x2", ks.name), 2, func(r int) {
+						data, scales, biases := w.locateRun(r, 2)
+						ks.q4Dot8x2(data, K/2, scales, biases, K/64, 64, eight.x, K, &out)
 					})
 				}
 			}
 			if bits == 4 && ks.q4Dot1x4 != nil {
-				b.Run(fmt.Sprintf("%s/q4/dot1x4", ks.name), func(b *testing.B) {
-					b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
-					var out [4]float32
-					for b.Loop() {
-						for r := 0; r < M; r += 4 {
-							data, scales, biases := w.locateRun(r, 4)
-							ks.q4Dot1x4(data, scales, biases, 64, one.x, &out)
-						}
-					}
+				var out [4]float32
+				run(fmt.Sprintf("%s/q4/dot1x4", ks.name), 4, func(r int) {
+					data, scales, biases := w.locateRun(r, 4)
+					ks.q4Dot1x4(data, scales, biases, 64, one.x, &out)
 				})
 			}
-			b.Run(fmt.Sprintf("%s/q%d/dot4", ks.name, bits), func(b *testing.B) {
-				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
-				var out [4]float32
-				for b.Loop() {
-					for r := 0; r < M; r++ {
-						data, scales, biases := w.locate(r)
-						ks.dot4[bi](data, scales, biases, 64, four.x, K, four.xsum, &out)
-					}
-				}
+			var out [4]float32
+			run(fmt.Sprintf("%s/q%d/dot4", ks.name, bits), 1, func(r int) {
+				data, scales, biases := w.locate(r)
+				ks.dot4[bi](data, scales, biases, 64, four.x, K, four.xsum, &out)
 			})
 		}
 	}

@@ -116,7 +116,7 @@ func TestPrefillAttentionPartialStates(t *testing.T) {
 
 // attention_prefill_mma (the mma-attention pass's mark) against the reference over the
 // shapes of TestPrefillAttentionVariants with a float32 cache (the only one it takes):
-// head dims 64, 128 and 256, 1 to 8 query heads per kv head, one and two kv heads, steps
+// head dims 32, 64, 128 and 256 (one to eight warps a half, 8 to 1 keys an owner thread), 1 to 8 query heads per kv head, one and two kv heads, steps
 // that end inside a query tile and a warp's rows, contexts inside and past a key tile,
 // whole and split over key ranges; then the model's shape, and partial states range by
 // range with empty ranges.
@@ -130,7 +130,7 @@ func TestPrefillAttentionMMA(t *testing.T) {
 		return c
 	}
 	n := 0
-	for _, D := range []int{64, 128, 256} {
+	for _, D := range []int{32, 64, 128, 256} {
 		for _, G := range []int{1, 2, 4, 8} {
 			for ci, C := range []int{0, 13, 301} {
 				for ti, T := range []int{2, 5, 37, 70} {

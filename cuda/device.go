@@ -138,6 +138,11 @@ func (g *device) loadKernels() error {
 			return err
 		}
 		g.funcs[name] = f
+		if n := kernels.DynamicGroupMemory(name); n > 0 {
+			if err := g.d.check("cuFuncSetAttribute "+name, g.d.cuFuncSetAttribute(f, funcAttrMaxDynamicShared, int32(n))); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -221,6 +226,7 @@ type launch struct {
 	fn     uintptr
 	grid   [3]uint32
 	block  uint32
+	shared uint32         // dynamic group memory, bytes (kernels.DynamicGroupMemory)
 	args   any            // the args struct value's owner (a pointer)
 	params unsafe.Pointer // void** with one entry: the args struct's address
 }
@@ -242,12 +248,12 @@ func (g *device) newLaunch(name string, grid [3]int, block int, args any, argPtr
 	params := make([]unsafe.Pointer, 1)
 	params[0] = argPtr
 	return &launch{name: name, fn: fn, grid: [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])},
-		block: uint32(block), args: args, params: unsafe.Pointer(&params[0])}, nil
+		block: uint32(block), shared: uint32(kernels.DynamicGroupMemory(name)), args: args, params: unsafe.Pointer(&params[0])}, nil
 }
 
 // run launches l on the device's stream (the caller holds the device).
 func (g *device) run(l *launch) error {
-	r := g.d.cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, 0, g.stream, l.params, nil)
+	r := g.d.cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block, 1, 1, l.shared, g.stream, l.params, nil)
 	return g.d.check("cuLaunchKernel "+l.name, r)
 }
 

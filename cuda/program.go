@@ -285,7 +285,7 @@ func (p *program) buildGraph(launches []*launch) (graph, exec uintptr, err error
 			depPtr = unsafe.Pointer(&deps[0])
 		}
 		params := kernelNodeParams{fn: l.fn, gridX: l.grid[0], gridY: l.grid[1], gridZ: l.grid[2], blockX: l.block, blockY: 1, blockZ: 1,
-			kernelParams: l.params}
+			sharedMemBytes: l.shared, kernelParams: l.params}
 		if err := g.d.check("cuGraphAddKernelNode "+l.name, g.d.cuGraphAddKernelNode(&nodes[i], graph, depPtr, uintptr(len(deps)), &params)); err != nil {
 			return 0, 0, err
 		}

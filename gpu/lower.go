@@ -744,7 +744,8 @@ const AttrMMAAttention = "mma_attention"
 // MMAAttentionShape says whether attention_prefill_mma serves an attention or
 // attention_partial dispatch of these operands (q, k cache, v cache, ...) once it is
 // tiled (AttrPrefillTiled): a target with tensor cores, more than one token, a float32
-// cache (a bf16 one keeps attention_prefill) and head dims a multiple of 16.
+// cache (a bf16 one keeps attention_prefill) and head dims of 32, 64, 128 or 256 (a warp
+// per 32 dims, and a row's 16 keys shared evenly among D/16 owner threads).
 func (t *Target) MMAAttentionShape(op string, in []Operand) bool {
 	if !t.TensorCores || (op != "attention" && op != "attention_partial") || len(in) < 3 {
 		return false
@@ -757,22 +758,23 @@ func (t *Target) MMAAttentionShape(op string, in []Operand) bool {
 }
 
 func mmaAttentionShape(t *Target, T, NH, KVH, D int) bool {
-	return t.TensorCores && t.TiledPrefillAttention(T, NH, KVH, D) && D%16 == 0
+	return t.TensorCores && t.TiledPrefillAttention(T, NH, KVH, D) && D%32 == 0 && kernels.AttnMaxD%D == 0
 }
 
 // prefillAttentionLaunch is attention_prefill's launch (grid kv heads x query tiles x
 // key ranges), on the tensor cores when the dispatch is marked AttrMMAAttention
-// (attention_prefill_mma takes the same tile of queries, so the grid is the same).
+// (attention_prefill_mma takes the same tile of queries, so the grid is the same, in
+// groups of kernels.AttnMMAHalves·D threads: a warp per 32 head dims and half the rows).
 func prefillAttentionLaunch(c *ctx, d *plan.Dispatch, args kernels.AttentionArgs) (*Launch, error) {
 	grid := [3]int{int(args.KVH), ceilDiv(int(args.T), PrefillQueryTile(int(args.NH), int(args.KVH))), int(args.Splits)}
 	if !d.Attrs.Bool(AttrMMAAttention) {
 		return newKernel(kernels.KernelAttentionPrefill, grid, 256, args)
 	}
 	if args.CacheDType != kernels.DTF32 || !mmaAttentionShape(c.t, int(args.T), int(args.NH), int(args.KVH), int(args.D)) {
-		return nil, fmt.Errorf("%s: marked %s, which needs tensor cores, a float32 cache and head dims a multiple of 16 (target %s, cache dtype code %d, head dim %d)",
+		return nil, fmt.Errorf("%s: marked %s, which needs tensor cores, a float32 cache and head dims of 32, 64, 128 or 256 (target %s, cache dtype code %d, head dim %d)",
 			d.Op, AttrMMAAttention, c.t.Name, args.CacheDType, args.D)
 	}
-	return newKernel(kernels.KernelAttentionPrefillMMA, grid, kernels.AttnMMAThreads, args)
+	return newKernel(kernels.KernelAttentionPrefillMMA, grid, kernels.AttnMMAHalves*int(args.D), args)
 }
 
 // AttrPrefillTiled is the attention attr (an int, 1) with which the compiler's

@@ -205,6 +205,16 @@ var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA
 	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
 	KernelAttentionPrefillMMA, KernelAttentionGQAMMA}
 
+// DynamicGroupMemory is the group memory a CUDA-only kernel takes at launch instead of
+// declaring it (a static declaration holds at most 48 KB): the host raises each such
+// kernel's limit once and passes the bytes with every launch; 0 for the others.
+func DynamicGroupMemory(name string) int {
+	if name == KernelAttentionPrefillMMA {
+		return AttnMMAGroupMemory
+	}
+	return 0
+}
+
 // NamesFor lists every kernel a backend's source declares.
 func NamesFor(backend string) []string {
 	if backend == "cuda" {
@@ -221,7 +231,8 @@ const (
 	TileK               = 32  // TILE_K: matmul_tiled needs K % TileK == 0
 	ExpertTileM         = 128 // ETILE_M: expert_tiled's weight rows per group
 	MMAThreads          = 128 // MMA_THREADS: the mma kernels' group size
-	AttnMMAThreads      = 128 // AM_THREADS: attention_prefill_mma's group size
+	AttnMMAHalves       = 2     // AM_HALVES: attention_prefill_mma's group is AttnMMAHalves·D threads
+	AttnMMAGroupMemory  = 91904 // AM_SMEM_FLOATS·4: attention_prefill_mma's dynamic group memory
 	AttnGQAMMAHeads     = 8   // AD_HEADS: attention_gqa_mma serves up to this many query heads per kv head
 	MMATileM            = 64  // MMA_TM: matmul_mma's weight rows per group
 	MMATileN            = 64  // MMA_TN: matmul_mma's activation rows per group

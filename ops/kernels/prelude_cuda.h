@@ -77,6 +77,20 @@ DEVICE void pz_grid_wait() { PZ_KERNEL_ENTRY(); }
 #define CTX_ARG_
 #define GLOBAL
 #define TG_MEM __shared__
+// TG_MEM_DYNAMIC declares a kernel's dynamic group memory (CUDA-only kernels, past the
+// 48 KB a static declaration holds): `count` elements of T, the bytes the host passes at
+// launch (kernels.DynamicGroupMemory); pz_dynamic_group_bytes() is what the launch
+// passed. cuda/emu has no launch-sized memory, so there it is a static array of that size.
+#ifdef PISTIL_EMU
+#define TG_MEM_DYNAMIC(T, name, count) static __attribute__((aligned(16))) T name[count]
+#else
+#define TG_MEM_DYNAMIC(T, name, count) extern __shared__ __align__(16) T name[]
+DEVICE u32 pz_dynamic_group_bytes() {
+	u32 n;
+	asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+	return n;
+}
+#endif
 #define TG_PTR(T) T*
 #define PTR(T, addr) ((T*)(addr))
 #define BARRIER() __syncthreads()

@@ -115,7 +115,7 @@ func TestPrefillAttentionPartialStates(t *testing.T) {
 }
 
 // attention_prefill_mma (the mma-attention pass's mark) against the reference over the
-// shapes of TestPrefillAttentionVariants with a float32 cache (the only one it takes):
+// shapes of TestPrefillAttentionVariants, float32 and bf16 caches alternating:
 // head dims 32, 64, 128 and 256 (one to eight warps a half, 8 to 1 keys an owner thread), 1 to 8 query heads per kv head, one and two kv heads, steps
 // that end inside a query tile and a warp's rows, contexts inside and past a key tile,
 // whole and split over key ranges; then the model's shape, and partial states range by
@@ -138,8 +138,12 @@ func TestPrefillAttentionMMA(t *testing.T) {
 						continue
 					}
 					kvh := 1 + n%2
+					dt := graph.F32
+					if n/2%2 == 1 {
+						dt = graph.BF16
+					}
 					n++
-					c := mma(prefillCase(r, D, G, kvh, C, T, graph.F32, 0))
+					c := mma(prefillCase(r, D, G, kvh, C, T, dt, 0))
 					t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
 					c.splits = max(gpu.CUDA.PrefillAttentionSplits(T, G*kvh, kvh, D), 3)
 					c.name += fmt.Sprintf("/split%d", c.splits)
@@ -148,12 +152,18 @@ func TestPrefillAttentionMMA(t *testing.T) {
 			}
 		}
 	}
-	c := mma(prefillCase(r, 256, 8, 2, 75, 130, graph.F32, 0))
-	t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
-	for _, tc := range []struct{ D, G, kvh, C, T, splits int }{
+	for _, dt := range []graph.DType{graph.F32, graph.BF16} {
+		c := mma(prefillCase(r, 256, 8, 2, 75, 130, dt, 0))
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+	for i, tc := range []struct{ D, G, kvh, C, T, splits int }{
 		{64, 8, 1, 40, 9, 4}, {128, 2, 2, 301, 21, 7}, {64, 1, 1, 45, 40, 3}, {256, 8, 2, 45, 9, 3},
 	} {
-		c := mma(prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, graph.F32, 0))
+		dt := graph.F32
+		if i%2 == 1 {
+			dt = graph.BF16
+		}
+		c := mma(prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, dt, 0))
 		c.name = fmt.Sprintf("%s/partial%d", c.name, tc.splits)
 		c.op = "attention_partial"
 		c.attrs = graph.Attrs{"scale": c.attrs.Float("scale"), "splits": int64(tc.splits), "key_block": int64(kernels.AttnKeyBlock),

@@ -68,10 +68,10 @@ func TestPrefillAttentionSplits(t *testing.T) {
 }
 
 // Marked for the tensor cores (the mma-attention pass), a tiled prefill attention over a
-// float32 cache runs attention_prefill_mma on attention_prefill's grid in groups of
-// AttnMMAHalves·D threads, whole or split; the mark on a bf16 cache, on a target without
-// tensor cores, on a head dim that does not divide 256, or where no tiled kernel runs
-// (decode, unmarked for tiling) is an error that names it, not a silent fallback.
+// float32 or bf16 cache runs attention_prefill_mma on attention_prefill's grid in groups
+// of AttnMMAHalves·D threads, whole or split; the mark on a target without tensor cores,
+// on a head dim that does not divide 256, or where no tiled kernel runs (decode,
+// unmarked for tiling) is an error that names it, not a silent fallback.
 func TestPrefillAttentionMMALowering(t *testing.T) {
 	out := []Operand{{Addr: 4 << 40, DType: graph.F32}}
 	mma := graph.Attrs{"scale": 0.0625, AttrPrefillTiled: int64(1), AttrMMAAttention: true}
@@ -82,17 +82,19 @@ func TestPrefillAttentionMMALowering(t *testing.T) {
 		attrs      graph.Attrs
 		T, NH, KVH int
 		D          int
+		cache      graph.DType
 		grid       [3]int
 	}{
-		{"model chunk", "attention", mma, 1024, 16, 2, 256, [3]int{2, 256, 1}},
-		{"one head per kv head", "attention", mma, 70, 2, 2, 64, [3]int{2, 3, 1}},
-		{"split", "attention_partial", split, 128, 16, 2, 128, [3]int{2, 32, 5}},
+		{"model chunk", "attention", mma, 1024, 16, 2, 256, graph.F32, [3]int{2, 256, 1}},
+		{"model chunk, bf16 cache", "attention", mma, 1024, 16, 2, 256, graph.BF16, [3]int{2, 256, 1}},
+		{"one head per kv head", "attention", mma, 70, 2, 2, 64, graph.F32, [3]int{2, 3, 1}},
+		{"split", "attention_partial", split, 128, 16, 2, 128, graph.F32, [3]int{2, 32, 5}},
 	} {
 		// The kernel's group of rows is attention_prefill's tile of tokens.
 		if kernels.AttnMMAHalves*16 != kernels.AttnPrefillRows*kernels.AttnSIMDs {
 			t.Fatalf("attention_prefill_mma takes %d rows a group, attention_prefill's grid %d", kernels.AttnMMAHalves*16, kernels.AttnPrefillRows*kernels.AttnSIMDs)
 		}
-		in := attentionOperands(tc.T, tc.NH, tc.KVH, tc.D, graph.F32)
+		in := attentionOperands(tc.T, tc.NH, tc.KVH, tc.D, tc.cache)
 		if !CUDA.MMAAttentionShape(tc.op, in) {
 			t.Errorf("%s: MMAAttentionShape refuses it", tc.name)
 		}
@@ -112,7 +114,6 @@ func TestPrefillAttentionMMALowering(t *testing.T) {
 		cache  graph.DType
 		D      int
 	}{
-		{"bf16 cache", CUDA, mma, 512, graph.BF16, 256},
 		{"no tensor cores", Metal, mma, 512, graph.F32, 256},
 		{"decode", CUDA, mma, 1, graph.F32, 256},
 		{"not tiled", CUDA, graph.Attrs{"scale": 0.0625, AttrMMAAttention: true}, 512, graph.F32, 256},

@@ -743,15 +743,15 @@ const AttrMMAAttention = "mma_attention"
 
 // MMAAttentionShape says whether attention_prefill_mma serves an attention or
 // attention_partial dispatch of these operands (q, k cache, v cache, ...) once it is
-// tiled (AttrPrefillTiled): a target with tensor cores, more than one token, a float32
-// cache (a bf16 one keeps attention_prefill) and head dims of 32, 64, 128 or 256 (a warp
-// per 32 dims, and a row's 16 keys shared evenly among D/16 owner threads).
+// tiled (AttrPrefillTiled): a target with tensor cores, more than one token, a float32 or
+// bf16 cache and head dims of 32, 64, 128 or 256 (a warp per 32 dims, and a row's 16 keys
+// shared evenly among D/16 owner threads).
 func (t *Target) MMAAttentionShape(op string, in []Operand) bool {
 	if !t.TensorCores || (op != "attention" && op != "attention_partial") || len(in) < 3 {
 		return false
 	}
 	q, k, v := in[0], in[1], in[2]
-	if len(q.Shape) != 3 || len(k.Shape) != 3 || k.DType != graph.F32 || v.DType != graph.F32 {
+	if len(q.Shape) != 3 || len(k.Shape) != 3 || k.DType != v.DType || (k.DType != graph.F32 && k.DType != graph.BF16) {
 		return false
 	}
 	return mmaAttentionShape(t, q.Shape[0], q.Shape[1], k.Shape[1], q.Shape[2])
@@ -770,9 +770,9 @@ func prefillAttentionLaunch(c *ctx, d *plan.Dispatch, args kernels.AttentionArgs
 	if !d.Attrs.Bool(AttrMMAAttention) {
 		return newKernel(kernels.KernelAttentionPrefill, grid, 256, args)
 	}
-	if args.CacheDType != kernels.DTF32 || !mmaAttentionShape(c.t, int(args.T), int(args.NH), int(args.KVH), int(args.D)) {
-		return nil, fmt.Errorf("%s: marked %s, which needs tensor cores, a float32 cache and head dims of 32, 64, 128 or 256 (target %s, cache dtype code %d, head dim %d)",
-			d.Op, AttrMMAAttention, c.t.Name, args.CacheDType, args.D)
+	if !mmaAttentionShape(c.t, int(args.T), int(args.NH), int(args.KVH), int(args.D)) {
+		return nil, fmt.Errorf("%s: marked %s, which needs tensor cores and head dims of 32, 64, 128 or 256 (target %s, head dim %d)",
+			d.Op, AttrMMAAttention, c.t.Name, args.D)
 	}
 	return newKernel(kernels.KernelAttentionPrefillMMA, grid, kernels.AttnMMAHalves*int(args.D), args)
 }

@@ -11,11 +11,11 @@ import (
 	"pistil/passes"
 )
 
-// On the 35B-A3B's shapes with a float32 KV cache (the engine's default), mma-attention
-// puts every tiled prefill attention of the 10 attention layers on attention_prefill_mma
-// on the CUDA target, split or whole, and off gives back attention_prefill; Metal (no
-// tensor cores) and a bf16 cache keep attention_prefill with the pass on; decode is the
-// same plan either way (attention_gqa_mma: mma-decode-attention's).
+// On the 35B-A3B's shapes with a float32 KV cache (the engine's default) or a bf16 one,
+// mma-attention puts every tiled prefill attention of the 10 attention layers on
+// attention_prefill_mma on the CUDA target, split or whole, and off gives back
+// attention_prefill; Metal (no tensor cores) keeps attention_prefill with the pass on;
+// decode is the same plan either way (attention_gqa_mma: mma-decode-attention's).
 func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 	cfg := qwen35moe.Default()
 	build := func(kv graph.DType) *graph.Graph {
@@ -48,8 +48,8 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 			if got := compile(f32, "cuda", T, off); got[kernels.KernelAttentionPrefill] != 10 || len(got) != 1 {
 				t.Errorf("cuda, f32 cache, off: attention kernels %v, want attention_prefill in all 10 layers", got)
 			}
-			if got := compile(bf16, "cuda", T, on); got[kernels.KernelAttentionPrefill] != 10 || len(got) != 1 {
-				t.Errorf("cuda, bf16 cache, on: attention kernels %v, want attention_prefill in all 10 layers", got)
+			if got := compile(bf16, "cuda", T, on); got[kernels.KernelAttentionPrefillMMA] != 10 || len(got) != 1 {
+				t.Errorf("cuda, bf16 cache, on: attention kernels %v, want attention_prefill_mma in all 10 layers", got)
 			}
 			if got := compile(f32, "metal", T, on); got[kernels.KernelAttentionPrefill] != 10 || len(got) != 1 {
 				t.Errorf("metal, on: attention kernels %v, want attention_prefill in all 10 layers", got)

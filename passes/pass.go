@@ -154,7 +154,7 @@ var Passes = []Pass{
 	{Name: "staged-matvec", Fn: stagedMatvec,
 		Doc: "the tensor-core matrix-vector twins copy each group's weight tile into group memory with cp.async (no registers held, the whole tile in flight; issued before the programmatic-launch wait unless the router chooses the tile) instead of each warp loading its own"},
 	{Name: "mma-attention", Fn: mmaAttention,
-		Doc: "a GPU target with tensor cores: tiled prefill attention over a float32 cache runs both its products on the tensor cores (attention_prefill_mma, tf32 split in three)"},
+		Doc: "a GPU target with tensor cores: tiled prefill attention over a float32 or bf16 cache runs both its products on the tensor cores (attention_prefill_mma, tf32 split in three)"},
 	{Name: "mma-decode-attention", Fn: mmaDecodeAttention,
 		Doc: "a GPU target with tensor cores: attention that is not tiled for prefill (decode's, whole or split into key ranges) runs on attention_gqa_mma: the group's warps split the head dims, each loading its slice of every key tile straight from the cache into tf32 mma fragments split in three"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,

@@ -130,7 +130,7 @@ func stagedMatvec(u *Unit) error {
 
 // mmaAttention marks, for a GPU target with tensor cores, every tiled prefill attention
 // (tile-attention's gpu.AttrPrefillTiled, whole or split into key ranges) over a float32
-// cache with gpu.AttrMMAAttention, so select-kernels launches attention_prefill_mma
+// or bf16 cache with gpu.AttrMMAAttention, so select-kernels launches attention_prefill_mma
 // (ops/kernels/attention_mma.k: both products on the tensor cores, in tf32 split in
 // three so that it keeps float32's precision). Off, they run on the SIMT
 // attention_prefill.

@@ -37,8 +37,8 @@ func attentionKernels(t *testing.T, p *plan.Plan, NH, KVH int) map[string]int {
 
 // On the 35B-A3B's shapes (16 query heads over 2 kv heads, head dim 256): with
 // tile-attention every prefill attention of the 10 attention layers runs as
-// attention_prefill (split over key ranges for chunks of few query tiles), on both GPU
-// targets; -pass=tile-attention/off gives back one group per (kv head, token):
+// attention_prefill (split over key ranges for chunks of few query tiles) on Metal, and
+// as its tensor-core twin attention_prefill_mma (mma-attention) on CUDA; -pass=tile-attention/off gives back one group per (kv head, token):
 // attention_gqa, or on CUDA its tensor-core twin attention_gqa_mma (mma-decode-attention);
 // decode is the same plan either way; the CPU ignores the pass.
 func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
@@ -49,9 +49,9 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	}
 	off := passes.Config{Off: map[string]bool{"tile-attention": true}}
 	for _, target := range []string{"cuda", "metal"} {
-		untiled := kernels.KernelAttentionGQA
+		tiled, untiled := kernels.KernelAttentionPrefill, kernels.KernelAttentionGQA
 		if target == "cuda" {
-			untiled = kernels.KernelAttentionGQAMMA
+			tiled, untiled = kernels.KernelAttentionPrefillMMA, kernels.KernelAttentionGQAMMA
 		}
 		for _, T := range []int{2, 7, 64, 200, 512} {
 			t.Run(fmt.Sprintf("%s/T=%d", target, T), func(t *testing.T) {
@@ -60,8 +60,8 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := attentionKernels(t, on, 16, 2); got[kernels.KernelAttentionPrefill] != 10 || len(got) != 1 {
-					t.Errorf("tile-attention on: attention kernels %v, want attention_prefill in all 10 layers", got)
+				if got := attentionKernels(t, on, 16, 2); got[tiled] != 10 || len(got) != 1 {
+					t.Errorf("tile-attention on: attention kernels %v, want %s in all 10 layers", got, tiled)
 				}
 				p, err := passes.Compile(g, ops.Default, ph, off)
 				if err != nil {

@@ -7,7 +7,7 @@
 #           the kernels' references, the launch test);
 #  regs:    registers and spills of attention_prefill_mma (nvcc -Xptxas -v);
 #  check:   pistil check on both golden layouts, whole, --chunk 7 and 32, --decode-from 40,
-#           and whole with the pass off;
+#           whole with the pass off, and whole and --chunk 7 with a bf16 cache;
 #  bench:   prefill of PROMPTS (default 512,4096) at depth 0 and of 4,096 tokens on top of
 #           DEPTH (default 32768), 3 repeats, no decode: this tree with the pass on and
 #           off, and OLD when given (VARIANTS picks among "new off old"), ROUNDS rounds
@@ -40,7 +40,8 @@ fi
 if has check; then
 	for layout in mlx-q4 hf; do
 		M=testdata/golden/tiny-s1/$layout
-		for args in "" "--chunk 7" "--chunk 32" "--decode-from 40" "-pass=mma-attention/off"; do
+		for args in "" "--chunk 7" "--chunk 32" "--decode-from 40" "-pass=mma-attention/off" \
+			"--kv-cache bf16 --tolerance bf16-kv" "--chunk 7 --kv-cache bf16 --tolerance bf16-kv"; do
 			echo "== $layout $args" >> "$OUT/pa_check.txt"
 			timeout 120 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors $args >> "$OUT/pa_check.txt" 2>&1
 			echo "$layout $args: exit $? $(grep -E '^max abs error' "$OUT/pa_check.txt" | tail -1)"

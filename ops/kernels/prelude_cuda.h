@@ -84,7 +84,9 @@ DEVICE void pz_grid_wait() { PZ_KERNEL_ENTRY(); }
 #ifdef PISTIL_EMU
 #define TG_MEM_DYNAMIC(T, name, count) static __attribute__((aligned(16))) T name[count]
 #else
-#define TG_MEM_DYNAMIC(T, name, count) extern __shared__ __align__(16) T name[]
+// (The launch's dynamic memory starts aligned far past 16 bytes when, as here, the
+// kernel declares no static group memory beside it.)
+#define TG_MEM_DYNAMIC(T, name, count) extern __shared__ T name[]
 DEVICE u32 pz_dynamic_group_bytes() {
 	u32 n;
 	asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"pistil/exec"
+	"pistil/ops/kernels"
 	"pistil/plan"
 )
 
@@ -88,12 +89,24 @@ func TestProgramLaunchesExactlyThePlan(t *testing.T) {
 			if len(cp.launches) != len(p.Dispatches) {
 				t.Fatalf("%s T=%d: %d launches for %d dispatches", layout, tokens, len(cp.launches), len(p.Dispatches))
 			}
+			dynamic := 0
 			for i, l := range cp.launches {
 				d := p.Dispatches[i]
 				grid := [3]uint32{uint32(d.Grid[0]), uint32(d.Grid[1]), uint32(d.Grid[2])}
 				if l.name != d.Kernel || l.grid != grid || l.block != uint32(d.Block) {
 					t.Errorf("%s T=%d dispatch %d (%s): launches %s %v x%d, the plan says %s %v x%d", layout, tokens, i, d.Op, l.name, l.grid, l.block, d.Kernel, d.Grid, d.Block)
 				}
+				// A kernel with dynamic group memory gets its bytes with the launch (and
+				// the graph node), the others none.
+				if want := uint32(kernels.DynamicGroupMemory(l.name)); l.shared != want {
+					t.Errorf("%s T=%d dispatch %d (%s): %s launched with %d bytes of dynamic group memory, want %d", layout, tokens, i, d.Op, l.name, l.shared, want)
+				}
+				if l.shared > 0 {
+					dynamic++
+				}
+			}
+			if tokens > 1 && dynamic == 0 {
+				t.Errorf("%s T=%d: no launch with dynamic group memory (the prefill plan's attention_prefill_mma)", layout, tokens)
 			}
 			if cp.graph != 0 {
 				var n uintptr

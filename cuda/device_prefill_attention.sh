@@ -9,7 +9,8 @@
 #  check:   pistil check on both golden layouts, whole, --chunk 7 and 32, --decode-from 40,
 #           whole with the pass off, and whole and --chunk 7 with a bf16 cache;
 #  bench:   prefill of PROMPTS (default 512,4096) at depth 0 and of 4,096 tokens on top of
-#           DEPTH (default 32768), 3 repeats, no decode: this tree with the pass on and
+#           DEPTH (default 32768), float32 and bf16 caches, and decode at 32,768 with a bf16
+#           cache, 3 repeats: this tree with the pass on and
 #           off, and OLD when given (VARIANTS picks among "new off old"), ROUNDS rounds
 #           (default 1);
 #  profile: Nsight Compute on attention_prefill_mma in the last 1,024-token chunk of an
@@ -59,7 +60,10 @@ if has bench; then
 			echo "== round $round $v"
 			timeout 250 $bin $B --prompts "$PROMPTS" --depths 0 $sw > "$OUT/pa_bench_${round}_$v.txt" 2>&1
 			timeout 250 $bin $B --prompts 4096 --depths "$DEPTH" $sw >> "$OUT/pa_bench_${round}_$v.txt" 2>&1
-			grep -E "^prefill" "$OUT/pa_bench_${round}_$v.txt"
+			# A bf16 cache: prefill at depth, and decode at 32,768 (attention_gqa_mma's two-mma products).
+			timeout 250 $bin $B --prompts 4096 --depths "$DEPTH" --kv-cache bf16 $sw >> "$OUT/pa_bench_${round}_$v.txt" 2>&1
+			timeout 200 $bin $B --prompts= --contexts 32768 --decode-tokens 64 --kv-cache bf16 >> "$OUT/pa_bench_${round}_$v.txt" 2>&1
+			grep -E "^(prefill|decode)" "$OUT/pa_bench_${round}_$v.txt"
 		done
 	done
 fi

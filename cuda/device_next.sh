@@ -2,10 +2,8 @@
 # Device calls left for the next session, from the repository root with .dev/pistil and
 # .dev/cuda.test carried (cuda/device_pack.sh builds both, stripped, into .dev/bin.tar.xz,
 # which stays under the 64 MiB a call carries: `tar -C .dev -xJf .dev/bin.tar.xz` first):
-#  check:   cuda/device_check.sh on the tree (the eleventh session ran its decode attention
-#           kernel's per-op tests, 640 with the attention and launch tests beside them, and 12
-#           pistil check runs; the whole script last ran on the tenth session's final tree:
-#           731 tests and subtests, 77 of 77 checks);
+#  check:   cuda/device_check.sh on the tree (last run whole in the fourteenth session, on
+#           69c47ca: 1,221 tests and subtests, 82 of 82 checks);
 #  floor:   cuda/device_floor.sh (ROUNDS=1), where a decode step's time goes now (the tenth
 #           session's table: dense projections 1.01 ms, experts' gate/up 0.38, down 0.36
 #           with 8 combine rows, small kernels 0.49, stages 0.42 of 2.92 ms);
@@ -17,18 +15,12 @@
 #           (cuda/device_decode_attention.sh regs, cuda/device_attn_profile.sh);
 #  prefill: BenchmarkPrefill's variants (fused, unfused, SIMT tiles), never run on the H200;
 #  pstalls: why prefill attention at depth is slow (issue 11: 4,096 tokens on top of 32,768
-#           at 1,394.7 tok/s, the ninth session): Nsight Compute's stall reasons for
+#           at 2,301.8 tok/s, the fourteenth session): Nsight Compute's stall reasons for
 #           attention_prefill_mma in the last 1,024-token chunk of an 8,192-token prompt
-#           (cuda/device_stalls.sh; its launches 71-73 of 80); run in the twelfth session
-#           (cuda/README.md, "Not done").
-# First, before these: branch prefill-attention-v2 (the twelfth session's work, cuda/emu
-# only: attention_prefill_mma rewritten, dynamic group memory, bf16 caches in prefill
-# attention, two-mma products over a bf16 cache in both attention kernels; its .ci/run
-# passes): check it out, build (cuda/device_pack.sh), build main's pistil as the old
-# binary, and run
-#   STEPS="tests regs check bench" VARIANTS="new old" OLD=.dev/old/pistil bash cuda/device_prefill_attention.sh
-# (the script is on that branch; about 8 minutes); merge only if every test and check
-# passes, then run cuda/device_check.sh whole on the merged tree.
+#           (cuda/device_stalls.sh; its launches 71-73 of 80); run on the old kernel in the
+#           twelfth session, not yet on the rewritten one.
+# (Branch prefill-attention-v2 passed cuda/device_prefill_attention.sh and
+# cuda/device_check.sh on the H200 in the fourteenth session and is merged.)
 # STEPS picks them (default "check attn floor"). Logs go to $OUT; each step prints a summary.
 set -u
 OUT=${OUT:-/tmp/cuda-out}

@@ -55,6 +55,9 @@ for layout in mlx-q4 hf; do
 	# then one tile per slot on expert_matvec_q4.
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=batched-matvec/on -pass=expert-gather/on
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=expert-per-slot/on
+	# The split-k expert tiles (expert-split-k, off by default since the fourteenth
+	# session): with expert-per-slot off the fixture's chunks of 32 give them its experts.
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=expert-split-k/on -pass=expert-per-slot/off
 	# The decode matrix-vector products on the SIMT kernels instead of their tensor-core
 	# twins (mma-matvec, on by default).
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-matvec/off

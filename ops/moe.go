@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"pistil/graph"
 )
@@ -196,26 +197,27 @@ func costExpertMatmul(v *graph.Value, b graph.Bindings) Cost {
 	}
 }
 
-// parallelExpertRuns runs the work of a routed-expert matmul, expert used[i]'s blocks of
-// expertRowBlock weight rows [blkLo, blkHi), as fn(worker, i, blkLo, blkHi). When every used
-// expert has one routed row (a decode step) the blocks are of one size and each worker
-// takes one contiguous run of them (parallelChunks over all experts' blocks in order),
-// passed to fn an expert at a time: each worker streams whole stretches of the experts'
-// matrices from one end to the other, which the hardware and the row kernel's prefetches
-// follow. Otherwise (the experts' row counts differ) the blocks are handed out one at a time
-// (parallelItems). Either way every weight row meets the same activations in the same
-// kernel, so the sums are the same to the bit.
-func parallelExpertRuns(env *Env, rowsOf [][]int, used []int, blocks int, fn func(worker, i, blkLo, blkHi int)) {
+// parallelExpertRuns runs the work of a routed-expert matmul, the blocks of
+// expertRowBlock weight rows [blkLo, blkHi) of the i-th expert routedRows found (its rows
+// rowsOf[i]), as fn(worker, i, blkLo, blkHi). When every used expert has one routed row (a
+// decode step) the blocks are of one size and each worker takes one contiguous run of
+// them (parallelChunks over all experts' blocks in order), passed to fn an expert at a
+// time: each worker streams whole stretches of the experts' matrices from one end to the
+// other, which the hardware and the row kernel's prefetches follow. Otherwise (the
+// experts' row counts differ) the blocks are handed out one at a time (parallelItems).
+// Either way every weight row meets the same activations in the same kernel, so the sums
+// are the same to the bit.
+func parallelExpertRuns(env *Env, rowsOf [][]int, blocks int, fn func(worker, i, blkLo, blkHi int)) {
 	if decodeRegions.Load() {
 		one := true
-		for _, e := range used {
-			if len(rowsOf[e]) != 1 {
+		for _, rows := range rowsOf {
+			if len(rows) != 1 {
 				one = false
 				break
 			}
 		}
 		if one {
-			parallelChunks(env, len(used)*blocks, func(worker, lo, hi int) {
+			parallelChunks(env, len(rowsOf)*blocks, func(worker, lo, hi int) {
 				for it := lo; it < hi; {
 					i := it / blocks
 					end := min(hi, (i+1)*blocks)
@@ -226,7 +228,7 @@ func parallelExpertRuns(env *Env, rowsOf [][]int, used []int, blocks int, fn fun
 			return
 		}
 	}
-	parallelItems(env, len(used)*blocks, func(worker, item int) {
+	parallelItems(env, len(rowsOf)*blocks, func(worker, item int) {
 		fn(worker, item/blocks, item%blocks, item%blocks+1)
 	})
 }
@@ -235,21 +237,51 @@ func parallelExpertRuns(env *Env, rowsOf [][]int, used []int, blocks int, fn fun
 const expertRowBlock = 64
 
 // routedRows groups the routed rows (t·k + j for ids[t·k+j]) by expert, so that each
-// expert's weights are read once per call: rowsOf[e] and the experts used, in order of
-// first use. An id outside [0, E) is an error naming op.
+// expert's weights are read once per call: the experts used, in order of first use, and
+// rowsOf[i] the rows of expert used[i], in order. An id outside [0, E) is an error naming
+// op. Two passes over the ids and three allocations whatever E is: a decode step calls it
+// twice per layer with eight ids of 256 experts, where a table of every expert's rows
+// cost more than the grouping.
 func routedRows(op string, ids []int32, k, E int) (rowsOf [][]int, used []int, err error) {
-	rowsOf = make([][]int, E)
+	// slot[e] is 1 + e's index in used (0: not yet seen); counts is each used expert's rows.
+	slot := routedSlotsPool.Get().(*[]int32)
+	defer routedSlotsPool.Put(slot)
+	if cap(*slot) < E {
+		*slot = make([]int32, E)
+	}
+	slots := (*slot)[:E]
+	var counts []int
 	for r, id := range ids {
 		if id < 0 || int(id) >= E {
+			clear(slots)
 			return nil, nil, fmt.Errorf("%s: expert id %d at (%d, %d) is outside [0, %d)", op, id, r/k, r%k, E)
 		}
-		if rowsOf[id] == nil {
+		if slots[id] == 0 {
 			used = append(used, int(id))
+			counts = append(counts, 0)
+			slots[id] = int32(len(used))
 		}
-		rowsOf[id] = append(rowsOf[id], r)
+		counts[slots[id]-1]++
+	}
+	flat := make([]int, len(ids))
+	rowsOf = make([][]int, len(used))
+	at := 0
+	for i, c := range counts {
+		rowsOf[i] = flat[at : at : at+c]
+		at += c
+	}
+	for r, id := range ids {
+		i := slots[id] - 1
+		rowsOf[i] = append(rowsOf[i], r)
+	}
+	for _, e := range used {
+		slots[e] = 0 // the pooled table goes back all zero
 	}
 	return rowsOf, used, nil
 }
+
+// routedSlotsPool holds routedRows' expert-to-slot tables, all zero between calls.
+var routedSlotsPool = sync.Pool{New: func() any { return new([]int32) }}
 
 func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 	x, wt, idt := in[0], in[1], in[2]
@@ -285,7 +317,7 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		quantized = newInt8Source(env, w, sources, func(s int) []float32 { return xs[s*K : (s+1)*K] })
 	}
 	parallelItems(env, len(used), func(_, i int) {
-		rows := rowsOf[used[i]]
+		rows := rowsOf[i]
 		if quantized != nil && (len(rows) > 1 || int8Fits(env, w, 1)) {
 			work[i] = expertWork{acts: quantized.gather(w, len(rows), func(p int) int {
 				if perToken {
@@ -318,9 +350,8 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 	rowBlock := expertItemRows(T, quantized != nil)
 	blocks := (M + rowBlock - 1) / rowBlock
 	scratch := make([][]float32, env.workers())
-	parallelExpertRuns(env, rowsOf, used, blocks, func(worker, i, blkLo, blkHi int) {
-		e, wk := used[i], work[i]
-		rows := rowsOf[e]
+	parallelExpertRuns(env, rowsOf, blocks, func(worker, i, blkLo, blkHi int) {
+		e, wk, rows := used[i], work[i], rowsOf[i]
 		lo, hi := blkLo*rowBlock, min(blkHi*rowBlock, M)
 		dst := func(p int) []float32 { return y[rows[p]*M : (rows[p]+1)*M] }
 		if fast && len(rows) == 1 {

@@ -52,7 +52,7 @@ func expertSwiGLUInt8(env *Env, v *graph.Value, x, wgt, wut, idt, out *Tensor) (
 	// kernels otherwise, as refExpertMatmul does.
 	acts := make([]*quantActs, len(used))
 	parallelItems(env, len(used), func(_, i int) {
-		rows := rowsOf[used[i]]
+		rows := rowsOf[i]
 		if len(rows) > 1 || int8Fits(env, wg, 1) {
 			acts[i] = quantized.gather(wg, len(rows), func(p int) int { return rows[p] / k })
 			return
@@ -65,7 +65,7 @@ func expertSwiGLUInt8(env *Env, v *graph.Value, x, wgt, wut, idt, out *Tensor) (
 	// A run of work items (from parallelExpertItems) of one expert: gate's rows over the
 	// run in one stream, then up's, then the SiLU block by block, as each item alone would.
 	run := func(worker, i, blkLo, blkHi int) {
-		e, rows := used[i], rowsOf[used[i]]
+		e, rows := used[i], rowsOf[i]
 		lo, hi := blkLo*rowBlock, min(blkHi*rowBlock, M)
 		if scratch[worker] == nil {
 			scratch[worker] = swigluScratchPool.Get().(*swigluScratch)
@@ -80,7 +80,7 @@ func expertSwiGLUInt8(env *Env, v *graph.Value, x, wgt, wut, idt, out *Tensor) (
 			}
 		}
 	}
-	parallelExpertRuns(env, rowsOf, used, blocks, run)
+	parallelExpertRuns(env, rowsOf, blocks, run)
 	for _, s := range scratch {
 		if s != nil {
 			swigluScratchPool.Put(s)

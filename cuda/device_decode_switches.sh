@@ -1,0 +1,22 @@
+#!/bin/bash
+# The decode passes that are off by default, timed again against the defaults on a GPU
+# machine (they were measured slower before later kernels changed what they fuse around),
+# from the repository root with .dev/pistil carried (cuda/device_pack.sh): `pistil bench
+# --backend cuda` on the full synthetic model, decode of 64 tokens at CONTEXTS (default
+# 0,4096), medians of 3, ROUNDS rounds (default 2) alternating. Logs in $OUT.
+set -u
+OUT=${OUT:-/tmp/cuda-out}
+CONTEXTS=${CONTEXTS:-0,4096}
+ROUNDS=${ROUNDS:-2}
+SWITCHES=${SWITCHES:-fuse-expert-routing/on gated-norm-matvec/on fuse-gdn-prologue/on}
+mkdir -p "$OUT"
+[ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
+for round in $(seq "$ROUNDS"); do
+	for sw in default $SWITCHES; do
+		flag=""
+		[ "$sw" = default ] || flag="-pass=$sw"
+		timeout 120 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts= --contexts "$CONTEXTS" \
+			--decode-tokens 64 --repeats 3 --bandwidth-mib 0 $flag > "$OUT/switch_${round}_${sw%%/*}.txt" 2>&1
+		echo "round $round $sw: $(grep -E '^decode' "$OUT/switch_${round}_${sw%%/*}.txt" | awk '{printf "ctx %s %s  ", $5, $6}')$(grep -E 'rror' "$OUT/switch_${round}_${sw%%/*}.txt" | tail -1)"
+	done
+done

@@ -239,11 +239,11 @@ const expertRowBlock = 64
 // routedRows groups the routed rows (t·k + j for ids[t·k+j]) by expert, so that each
 // expert's weights are read once per call: the experts used, in order of first use, and
 // rowsOf[i] the rows of expert used[i], in order. An id outside [0, E) is an error naming
-// op. Two passes over the ids and three allocations whatever E is: a decode step calls it
-// twice per layer with eight ids of 256 experts, where a table of every expert's rows
-// cost more than the grouping.
+// op. Two passes over the ids and no allocation that grows with E (the expert-to-slot
+// table is pooled): a decode step calls it twice per layer with eight ids of 256 experts,
+// where a fresh table of every expert's rows cost more than the grouping.
 func routedRows(op string, ids []int32, k, E int) (rowsOf [][]int, used []int, err error) {
-	// slot[e] is 1 + e's index in used (0: not yet seen); counts is each used expert's rows.
+	// slots[e] is 1 + e's index in used (0: not yet seen); counts is each used expert's rows.
 	slot := routedSlotsPool.Get().(*[]int32)
 	defer routedSlotsPool.Put(slot)
 	if cap(*slot) < E {

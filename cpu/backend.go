@@ -25,15 +25,7 @@ func init() {
 		// measuring a slower machine's int8 path on this one: the AVX2 kernel on an AVX-512
 		// VNNI machine, or a kernel's off switch such as avx512vnni-rowcalls); neither
 		// set, the fastest kernel runs.
-		if err := chooseKernel("cpu.int8_kernel", o.Int8Kernel, Int8KernelEnv, func(name string) error {
-			if name == "" {
-				name = ops.FastestInt8Kernel()
-			}
-			if name == "" {
-				return nil // no int8 kernel on this machine
-			}
-			return ops.SetInt8Kernel(name)
-		}); err != nil {
+		if err := chooseKernel("cpu.int8_kernel", o.Int8Kernel, Int8KernelEnv, ops.SetInt8Kernel); err != nil {
 			return nil, err
 		}
 		// The tiled attention's kernel set likewise: [cpu] attention_kernel, or the

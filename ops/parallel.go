@@ -125,10 +125,10 @@ func init() {
 	decodeRegions.Store(true)
 	multiRowKernels.Store(true)
 	if v, err := time.ParseDuration(os.Getenv("PISTIL_POOL_SPIN")); err == nil {
-		poolSpin = v
+		poolSpin.Store(int64(v))
 	}
 	if v, err := time.ParseDuration(os.Getenv("PISTIL_POOL_RUN_SPIN")); err == nil {
-		poolRunSpin = v
+		poolRunSpin.Store(int64(v))
 	}
 }
 
@@ -154,19 +154,22 @@ func SetMultiRowKernels(on bool) { multiRowKernels.Store(on) }
 // Measured on the full model (cpu/README.md, session 10): spins of 20-50 us were slower
 // than no pool, 1 ms collapsed under another process's load.
 var (
-	poolSpin    = 200 * time.Microsecond
-	poolRunSpin = 200 * time.Microsecond
+	poolSpin    = durationOf(200 * time.Microsecond) // (atomic: a test shortens them while helpers run)
+	poolRunSpin = durationOf(200 * time.Microsecond)
 	poolYield   = os.Getenv("PISTIL_POOL_YIELD") != "0"
 )
 
-var workerPool = struct {
+// workerPoolState is the pool's shared state (one, workerPool).
+type workerPoolState struct {
 	enabled atomic.Bool
 	mu      sync.Mutex // held by the caller whose loop the helpers run
 	seq     atomic.Uint64
 	job     atomic.Pointer[poolJob]
 	helpers []*poolHelper // guarded by mu
 	finish  chan struct{} // the last helper's word to a caller that blocked
-}{finish: make(chan struct{}, 1)}
+}
+
+var workerPool = workerPoolState{finish: make(chan struct{}, 1)}
 
 // SetWorkerPool switches the worker pool on or off, process-wide ([cpu] worker_pool; off
 // unless set).
@@ -246,16 +249,50 @@ func runPooled(env *Env, w int, fn func(chunk int)) bool {
 		if poolYield {
 			osYield()
 		}
-		if time.Since(start) > poolRunSpin {
+		if time.Since(start) > time.Duration(poolRunSpin.Load()) {
 			job.callerAsleep.Store(true)
 			if job.done.Load() == int32(w-1) && job.callerAsleep.CompareAndSwap(true, false) {
 				break
 			}
-			<-p.finish
+			p.sleepUntilFinished(job, w)
 			break
 		}
 	}
 	return true
+}
+
+// durationOf is an atomic duration holding d.
+func durationOf(d time.Duration) *atomic.Int64 {
+	var a atomic.Int64
+	a.Store(int64(d))
+	return &a
+}
+
+// poolRecheck is how often a sleeping caller looks at its job's count again.
+const poolRecheck = time.Millisecond
+
+// sleepUntilFinished waits for the last helper's word on finish, looking at the job's
+// count again every poolRecheck. The flag and the count make a store-then-load handshake
+// on each side (callerAsleep then done here, done then callerAsleep in finished), which
+// needs the two to be ordered; linux/arm64 under qemu-user (CI) does not keep a
+// store-release before a later load-acquire, and callers slept forever there
+// (TestWorkerPoolWakesItsCaller). With the recheck a lost word costs a millisecond. The
+// count at its end with our flag still set means no word will come (the helper saw us
+// awake); the flag already cleared means the helper took it and its word is on the way.
+func (p *workerPoolState) sleepUntilFinished(job *poolJob, w int) {
+	recheck := time.NewTimer(poolRecheck)
+	defer recheck.Stop()
+	for {
+		select {
+		case <-p.finish:
+			return
+		case <-recheck.C:
+		}
+		if job.done.Load() == int32(w-1) && job.callerAsleep.CompareAndSwap(true, false) {
+			return
+		}
+		recheck.Reset(poolRecheck)
+	}
 }
 
 // labels is the pprof labels the helpers run a loop of env's caller under.
@@ -282,7 +319,7 @@ func (h *poolHelper) run(seen uint64) {
 				if poolYield {
 					osYield()
 				}
-				if time.Since(start) > poolSpin {
+				if time.Since(start) > time.Duration(poolSpin.Load()) {
 					h.asleep.Store(true)
 					if p.seq.Load() != seen && h.asleep.CompareAndSwap(true, false) {
 						break // a job came before anyone saw us asleep

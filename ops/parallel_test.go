@@ -3,11 +3,14 @@ package ops
 import (
 	"fmt"
 	"math/rand"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"pistil/graph"
 )
@@ -105,6 +108,44 @@ func TestWorkerPoolCallerTakesUnstartedChunks(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A caller that sleeps waiting for its helper is always woken: thousands of two-chunk loops
+// with spins of a microsecond, so that callers and helpers go to sleep and wake each other
+// in every order. Linux/arm64 under qemu-user (CI) does not keep the handshake's stores
+// ordered before its loads, and there callers slept forever within some tens of thousands of loops before
+// sleepUntilFinished looked at the count again; natively it passes either way.
+func TestWorkerPoolWakesItsCaller(t *testing.T) {
+	defer SetWorkerPool(WorkerPool())
+	SetWorkerPool(true)
+	spin, runSpin := poolSpin.Load(), poolRunSpin.Load()
+	defer func() { poolSpin.Store(spin); poolRunSpin.Store(runSpin) }()
+	poolSpin.Store(int64(time.Microsecond))
+	poolRunSpin.Store(int64(time.Microsecond))
+	const loops = 100000
+	env := &Env{Workers: 2}
+	var ran atomic.Int64
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for i := range loops {
+			parallelChunks(env, 2, func(chunk, lo, hi int) {
+				if chunk == 1 && i%5 == 0 {
+					time.Sleep(time.Duration(i%3) * time.Microsecond) // the helper finishes last
+				}
+				ran.Add(int64(hi - lo))
+			})
+		}
+	}()
+	select {
+	case <-finished:
+	case <-time.After(90 * time.Second):
+		pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+		t.Fatalf("a caller slept forever: %d of %d chunks ran", ran.Load(), 2*loops)
+	}
+	if ran.Load() != 2*loops {
+		t.Fatalf("%d of %d chunks ran", ran.Load(), 2*loops)
 	}
 }
 

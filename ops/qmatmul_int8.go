@@ -209,8 +209,19 @@ func Int8KernelName() string { return int8KernelName }
 
 // SetInt8Kernel makes the int8 activations run the named kernel ("go", "avx2",
 // "avx512vnni": those this machine has), process-wide: how the tests and benchmarks of a
-// machine reach the kernels of machines with fewer features.
+// machine reach the kernels of machines with fewer features. "" is the machine's own
+// choice, FastestInt8Kernel: on a machine with no int8 kernel of its own (arm64), none,
+// so the float32 kernels run again after an earlier model chose "go".
 func SetInt8Kernel(name string) error {
+	if name == "" {
+		name = int8FastestName
+	}
+	if name == "" {
+		int8Kernel, int8KernelName, int8TileKernel, int8TileWarmKernel = nil, "", nil, nil
+		int8StagedStores, int8ExpertRows, int8RowKernel, int8RowTails = false, 0, nil, false
+		quantizeGroupFast = nil
+		return nil
+	}
 	k, ok := int8KernelSets[name]
 	if !ok {
 		var names []string

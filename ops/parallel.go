@@ -274,11 +274,12 @@ const poolRecheck = time.Millisecond
 // sleepUntilFinished waits for the last helper's word on finish, looking at the job's
 // count again every poolRecheck. The flag and the count make a store-then-load handshake
 // on each side (callerAsleep then done here, done then callerAsleep in finished), which
-// needs the two to be ordered; linux/arm64 under qemu-user (CI) does not keep a
-// store-release before a later load-acquire, and callers slept forever there
-// (TestWorkerPoolWakesItsCaller). With the recheck a lost word costs a millisecond. The
-// count at its end with our flag still set means no word will come (the helper saw us
-// awake); the flag already cleared means the helper took it and its word is on the way.
+// holds only if each side's store is seen before its load. Run as linux/arm64 under
+// qemu-user (CI) callers slept forever (TestWorkerPoolWakesItsCaller; not natively, not
+// under qemu-x86_64: apparently the emulator does not keep arm64's store-release before
+// a later load-acquire). With the recheck a lost word costs a millisecond. The count at
+// its end with our flag still set means no word will come (the helper saw us awake); the
+// flag already cleared means the helper took it and its word is on the way.
 func (p *workerPoolState) sleepUntilFinished(job *poolJob, w int) {
 	recheck := time.NewTimer(poolRecheck)
 	defer recheck.Stop()

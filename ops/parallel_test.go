@@ -111,11 +111,11 @@ func TestWorkerPoolCallerTakesUnstartedChunks(t *testing.T) {
 	}
 }
 
-// A caller that sleeps waiting for its helper is always woken: thousands of two-chunk loops
-// with spins of a microsecond, so that callers and helpers go to sleep and wake each other
-// in every order. Linux/arm64 under qemu-user (CI) does not keep the handshake's stores
-// ordered before its loads, and there callers slept forever within some tens of thousands of loops before
-// sleepUntilFinished looked at the count again; natively it passes either way.
+// A caller that sleeps waiting for its helper is always woken: a hundred thousand
+// two-chunk loops with spins of a microsecond, so that callers and helpers go to sleep and
+// wake each other in every order. Run as linux/arm64 under qemu-user (CI), callers slept
+// forever within some tens of thousands of loops before sleepUntilFinished looked at the
+// count again; natively and under qemu-x86_64 it passed either way.
 func TestWorkerPoolWakesItsCaller(t *testing.T) {
 	defer SetWorkerPool(WorkerPool())
 	SetWorkerPool(true)

@@ -19,9 +19,15 @@
 #           attention_prefill_mma in the last 1,024-token chunk of an 8,192-token prompt
 #           (cuda/device_stalls.sh; its launches 71-73 of 80); run on the old kernel in the
 #           twelfth session, not yet on the rewritten one.
+#  switches: cuda/device_decode_switches.sh, the decode passes that are off by default
+#           (fuse-expert-routing, gated-norm-matvec, fuse-gdn-prologue) timed again against
+#           the defaults, two rounds (written in the fourteenth session, not yet run: they
+#           were measured slower before the staged twins and the mma decode attention).
 # (Branch prefill-attention-v2 passed cuda/device_prefill_attention.sh and
-# cuda/device_check.sh on the H200 in the fourteenth session and is merged.)
-# STEPS picks them (default "check attn floor"). Logs go to $OUT; each step prints a summary.
+# cuda/device_check.sh on the H200 in the fourteenth session and is merged. The line of
+# cuda/device_check.sh that checks the split-k expert tiles switched on, added after that
+# run when expert-split-k went off by default, has not run on an H200 yet: "check" runs it.)
+# STEPS picks them (default "check attn floor"; "check switches" first next time). Logs go to $OUT; each step prints a summary.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
@@ -34,4 +40,5 @@ has floor && { ROUNDS=1 timeout 300 bash cuda/device_floor.sh > "$OUT/next_floor
 has longctx && { ROUNDS=1 timeout 400 bash cuda/device_longctx.sh > "$OUT/next_longctx.txt" 2>&1; echo "longctx exit $?"; grep -E "^==|^decode" "$OUT/next_longctx.txt"; }
 has attn && { STEPS=regs bash cuda/device_decode_attention.sh 2>&1 | grep -E "entry|regist|spill"; bash cuda/device_attn_profile.sh 2>&1 | grep -E "==|attention"; }
 has pstalls && { KERNELS='regex:^attention_prefill_mma$' PROMPT=8192 SKIP=70 COUNT=3 timeout 500 bash cuda/device_stalls.sh > "$OUT/next_pstalls.txt" 2>&1; echo "pstalls exit $?"; tail -40 "$OUT/next_pstalls.txt"; }
+has switches && { timeout 400 bash cuda/device_decode_switches.sh 2>&1 | tee "$OUT/next_switches.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

@@ -24,7 +24,8 @@ func init() {
 		// pipeline.toml's [cpu] int8_kernel, or the environment's (for testing and
 		// measuring a slower machine's int8 path on this one: the AVX2 kernel on an AVX-512
 		// VNNI machine, or a kernel's off switch such as avx512vnni-rowcalls); neither
-		// set, the fastest kernel runs.
+		// set, the fastest kernel runs (none, and the float32 kernels, where the machine has
+		// no int8 kernel of its own).
 		if err := chooseKernel("cpu.int8_kernel", o.Int8Kernel, Int8KernelEnv, ops.SetInt8Kernel); err != nil {
 			return nil, err
 		}

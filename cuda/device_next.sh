@@ -23,11 +23,17 @@
 #           (fuse-expert-routing, gated-norm-matvec, fuse-gdn-prologue) timed again against
 #           the defaults, two rounds (written in the fourteenth session, not yet run: they
 #           were measured slower before the staged twins and the mma decode attention).
+#  sass:    cuda/device_sass.sh, the staged twins' SASS with opcode counts and Nsight
+#           Compute's instruction statistics (written in the fifteenth session, not yet
+#           run): what each k-step's instructions are, before the next matrix-vector design
+#           (cuda/README.md, fifteenth session: the twins are latency-bound on
+#           fixed-latency and group-memory dependencies, not on copies).
 # (Branch prefill-attention-v2 passed cuda/device_prefill_attention.sh and
 # cuda/device_check.sh on the H200 in the fourteenth session and is merged. The line of
 # cuda/device_check.sh that checks the split-k expert tiles switched on, added after that
 # run when expert-split-k went off by default, has not run on an H200 yet: "check" runs it.)
-# STEPS picks them (default "check attn floor"; "check switches" first next time). Logs go to $OUT; each step prints a summary.
+# STEPS picks them (default "check attn floor"; "check switches sass" first next time:
+# the fifteenth session got no machine for them). Logs go to $OUT; each step prints a summary.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
@@ -41,4 +47,5 @@ has longctx && { ROUNDS=1 timeout 400 bash cuda/device_longctx.sh > "$OUT/next_l
 has attn && { STEPS=regs bash cuda/device_decode_attention.sh 2>&1 | grep -E "entry|regist|spill"; bash cuda/device_attn_profile.sh 2>&1 | grep -E "==|attention"; }
 has pstalls && { KERNELS='regex:^attention_prefill_mma$' PROMPT=8192 SKIP=70 COUNT=3 timeout 500 bash cuda/device_stalls.sh > "$OUT/next_pstalls.txt" 2>&1; echo "pstalls exit $?"; tail -40 "$OUT/next_pstalls.txt"; }
 has switches && { timeout 400 bash cuda/device_decode_switches.sh 2>&1 | tee "$OUT/next_switches.txt"; }
+has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

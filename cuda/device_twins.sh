@@ -10,7 +10,10 @@
 # VARIANTS is a space-separated list of NAME=ENV entries, ENV environment assignments
 # joined by commas (w8=PISTIL_MVM_WARPS=8; a tuning macro: NAME=PISTIL_CUDA_DEFINES=M=V).
 # PASS is the form's pass (default staged-matvec; imma-matvec for the integer twins).
-# STEPS picks (default "tests check regs micro bench"). Logs in $OUT; a summary last.
+# VMICRO_KERNELS are the kernels the variants' microbenchmarks time (default
+# matvec_staged_q4). BENCH_ARGS adds flags to every bench (the variants' pass switches), CONTEXTS sets its
+# contexts (default 0,4096). STEPS picks (default "tests check regs micro bench"). Logs
+# in $OUT; a summary last.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
@@ -49,7 +52,7 @@ if has vtests; then
 fi
 has micro && (cd cuda && timeout 180 ../.dev/cuda.test -test.run '^$' -test.bench MatvecBandwidth -test.benchtime 200x > "$OUT/twins_micro.txt" 2>&1; echo "micro exit $?"; grep -E "copy|Benchmark" "$OUT/twins_micro.txt")
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
-B="bench --backend cuda --model /tmp/full --prompts 16 --contexts 0,4096 --decode-tokens 64 --repeats 3"
+B="bench --backend cuda --model /tmp/full --prompts 16 --contexts ${CONTEXTS:-0,4096} --decode-tokens 64 --repeats 3 ${BENCH_ARGS:-}"
 run() {
 	name=$1; shift
 	timeout 150 "$@" > "$OUT/twins_$name.txt" 2>&1
@@ -72,6 +75,6 @@ if has variants; then
 fi
 if has vmicro; then
 	for v in ${VARIANTS:-}; do
-		(cd cuda && env $(echo "${v#*=}" | tr "," " ") PISTIL_MATVEC_KERNELS=matvec_mma_q4,matvec_twins_q4 timeout 120 ../.dev/cuda.test -test.run '^$' -test.bench MatvecBandwidth -test.benchtime 200x > "$OUT/twins_vmicro_${v%%=*}.txt" 2>&1; echo "variant ${v%%=*} micro exit $?"; grep -E "Benchmark" "$OUT/twins_vmicro_${v%%=*}.txt")
+		(cd cuda && env $(echo "${v#*=}" | tr "," " ") PISTIL_MATVEC_KERNELS=${VMICRO_KERNELS:-matvec_staged_q4} timeout 120 ../.dev/cuda.test -test.run '^$' -test.bench MatvecBandwidth -test.benchtime 200x > "$OUT/twins_vmicro_${v%%=*}.txt" 2>&1; echo "variant ${v%%=*} micro exit $?"; grep -E "Benchmark" "$OUT/twins_vmicro_${v%%=*}.txt")
 	done
 fi

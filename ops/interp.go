@@ -131,6 +131,16 @@ func (r *interp) view(v *graph.Value, in []*Tensor) error {
 		}
 		r.vals[v.ID] = []*Tensor{&view}
 		return nil
+	case "slice_view":
+		x := in[0]
+		off := SliceViewOffset(v.Args[0].Type, int(v.Attrs.Int("axis")), int(v.Attrs.Int("start")), r.env.Bind)
+		t := v.Type
+		n := t.Bytes(r.env.Bind)
+		if off+n > int64(len(x.Data)) {
+			return fmt.Errorf("slice_view of %v: bytes [%d, %d) outside its %d", x.Shape, off, off+n, len(x.Data))
+		}
+		r.vals[v.ID] = []*Tensor{{DType: x.DType, Shape: t.Shape.Eval(r.env.Bind), Data: x.Data[off : off+n]}}
+		return nil
 	case "last_row":
 		x := in[0]
 		T, D := x.Shape[0], x.Shape[1]

@@ -36,6 +36,48 @@ func init() {
 			Flags: graph.View, Infer: inferLastRow},
 		Cost: func(v *graph.Value, b graph.Bindings) Cost { return Cost{} },
 	})
+	Default.Register(&Info{
+		OpDef: graph.OpDef{Name: "slice_view", Doc: "slice's [start, end) along axis where every dimension before axis is 1, so the range is one contiguous run of its argument (a view)",
+			Args: 1, Flags: graph.View, Attrs: []string{"axis", "start", "end"}, Infer: inferSliceView},
+		Cost: func(v *graph.Value, b graph.Bindings) Cost { return Cost{} },
+	})
+}
+
+// inferSliceView is slice's type, for arguments whose dimensions before the axis are all
+// the constant 1 (SliceIsContiguous).
+func inferSliceView(v *graph.Value) (graph.Type, error) {
+	t, err := inferSlice(v)
+	if err != nil {
+		return graph.Type{}, err
+	}
+	if !SliceIsContiguous(v.Args[0].Type, int(v.Attrs.Int("axis"))) {
+		return graph.Type{}, fmt.Errorf("slice_view along axis %d of %s: the dimensions before it are not all 1, so the range is not contiguous", v.Attrs.Int("axis"), v.Args[0].Type.Shape)
+	}
+	return t, nil
+}
+
+// SliceIsContiguous reports whether a slice of t along axis is one contiguous run of t's
+// elements: every dimension before axis is the constant 1.
+func SliceIsContiguous(t graph.Type, axis int) bool {
+	if axis < 0 || axis >= len(t.Shape) {
+		return false
+	}
+	for _, d := range t.Shape[:axis] {
+		if !d.IsConst() || d.Const != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// SliceViewOffset is the byte offset of a slice_view's first element in its argument of
+// type t: start times the bytes of one index along axis.
+func SliceViewOffset(t graph.Type, axis, start int, bind graph.Bindings) int64 {
+	inner := int64(t.DType.Bits() / 8)
+	for _, d := range t.Shape[axis+1:] {
+		inner *= int64(d.Eval(bind))
+	}
+	return int64(start) * inner
 }
 
 // inferSource accepts the type the builder gave: a source's type cannot be derived.

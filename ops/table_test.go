@@ -23,6 +23,8 @@ var contractOps = []string{
 	"attention_partial", "attention_merge",
 	// the fused GDN decode step and the conv state update it leaves (fuse-gdn-prologue)
 	"gated_delta_step", "conv_state_shift",
+	// a contiguous slice read in place (slice-views)
+	"slice_view",
 }
 
 func TestTableCoversContract(t *testing.T) {

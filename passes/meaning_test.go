@@ -175,6 +175,41 @@ func TestReorderKeepsTheAnswer(t *testing.T) {
 	compareOutputs(t, "reorder", interpret(t, after.Graph, ck, tokens, states, bind), interpret(t, before.Graph, ck, tokens, states, bind), 0)
 }
 
+// TestSliceViewsKeepTheAnswer: the decode graph with its contiguous slices as views (the
+// GDN value heads, one per linear-attention layer) computes exactly what it computes with
+// copies; a prefill step's slices (several rows, not contiguous) stay copies. The plans'
+// placement of the views is TestPlansComputeTheGraph's (the default passes).
+func TestSliceViewsKeepTheAnswer(t *testing.T) {
+	ck := openTiny(t, "mlx-q4")
+	g := buildTiny(t, ck, true)
+	gdn := 0
+	for _, kind := range ck.Config().Layers {
+		if kind == qwen35moe.LinearAttention {
+			gdn++
+		}
+	}
+	decode := passes.Phase{Name: "decode", Tokens: 1}
+	views := runUntil(t, g, decode, passes.Config{}, "slice-views")
+	copies := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"slice-views": true}}, "slice-views")
+	if gdn == 0 || countOps(views.Graph, "slice_view") != gdn || countOps(copies.Graph, "slice_view") != 0 {
+		t.Fatalf("decode: %d slice_views with the pass, %d without; want one per linear-attention layer (%d), then none",
+			countOps(views.Graph, "slice_view"), countOps(copies.Graph, "slice_view"), gdn)
+	}
+	if n, m := countOps(views.Graph, "slice"), countOps(copies.Graph, "slice"); m-n != gdn {
+		t.Errorf("decode: %d slices left of %d, want %d fewer", n, m, gdn)
+	}
+	rng := rand.New(rand.NewSource(9))
+	bind := graph.Bindings{T: 1, C: 3, N: 8}
+	tokens := randomTokens(rng, 1, ck.Config().VocabSize)
+	states := zeroStates(g, bind)
+	compareOutputs(t, "slice-views", interpret(t, views.Graph, ck, tokens, states, bind), interpret(t, copies.Graph, ck, tokens, states, bind), 0)
+
+	prefill := runUntil(t, g, passes.Phase{Name: "prefill", Tokens: 5}, passes.Config{}, "slice-views")
+	if n := countOps(prefill.Graph, "slice_view"); n != 0 {
+		t.Errorf("prefill of 5 tokens: %d slice_views, want none (its slices span 5 rows)", n)
+	}
+}
+
 // TestSpecialiseLastRowKeepsTheAnswer: dropping all but the last row of logits in prefill
 // keeps that row and every state.
 func TestSpecialiseLastRowKeepsTheAnswer(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"pistil/graph"
+	"pistil/ops"
 	"pistil/plan"
 )
 
@@ -47,7 +48,7 @@ type elemRef struct {
 //     updates (graph.Check guarantees every other read of the old version comes first);
 //   - a graph output that is not state gets its own output buffer, which the value that
 //     computes it writes directly;
-//   - views (reshape, select, last_row) alias their argument at an offset;
+//   - views (reshape, select, last_row, slice_view) alias their argument at an offset;
 //   - everything else goes into one scratch arena, packed by liveness with first fit.
 //
 // Reusing a freed block makes the new writer wait for every dispatch that touched the
@@ -241,6 +242,8 @@ func storageRoot(u *Unit, v *graph.Value, bind graph.Bindings) (elemRef, int64, 
 		case "reshape":
 		case "last_row":
 			off += lastRowOffset(a.Type, bind)
+		case "slice_view":
+			off += ops.SliceViewOffset(a.Type, int(v.Attrs.Int("axis")), int(v.Attrs.Int("start")), bind)
 		case graph.OpSelect:
 			i := v.Attrs.Int("index")
 			if def, _ := u.Ops.Lookup(a.Op); def != nil && def.Has(graph.View) {
@@ -271,6 +274,9 @@ func viewPlace(u *Unit, v *graph.Value, m *Memory, bind graph.Bindings) (plan.Op
 		return plan.Operand{Buffer: base[0].Buffer, Offset: base[0].Offset, Type: v.Type}, nil
 	case "last_row":
 		return plan.Operand{Buffer: base[0].Buffer, Offset: base[0].Offset + lastRowOffset(a.Type, bind), Type: v.Type}, nil
+	case "slice_view":
+		off := ops.SliceViewOffset(a.Type, int(v.Attrs.Int("axis")), int(v.Attrs.Int("start")), bind)
+		return plan.Operand{Buffer: base[0].Buffer, Offset: base[0].Offset + off, Type: v.Type}, nil
 	case graph.OpSelect:
 		i := v.Attrs.Int("index")
 		if i < 0 || i >= len(base) {

@@ -150,12 +150,13 @@ var lowerings = map[string]lowering{
 
 // noKernel names the ops of ops.Default that never become a launch, and why.
 var noKernel = map[string]string{
-	"input":    "a source: bound to the step buffer",
-	"weight":   "a source: bound to the uploaded weight",
-	"state":    "a source: bound to the session's state buffer",
-	"reshape":  "a view: aliases its argument, no dispatch",
-	"select":   "a view: aliases a tuple element, no dispatch",
-	"last_row": "a view: aliases the last row, no dispatch",
+	"input":      "a source: bound to the step buffer",
+	"weight":     "a source: bound to the uploaded weight",
+	"state":      "a source: bound to the session's state buffer",
+	"reshape":    "a view: aliases its argument, no dispatch",
+	"select":     "a view: aliases a tuple element, no dispatch",
+	"last_row":   "a view: aliases the last row, no dispatch",
+	"slice_view": "a view: aliases a contiguous range of its argument, no dispatch",
 }
 
 // newKernel records a launch of kernel name with args (copied; the launch owns it).

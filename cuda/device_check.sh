@@ -99,6 +99,10 @@ for layout in mlx-q4 hf; do
 	# The router's softmax/top-k inside the routed experts' kernel (off by default: slower
 	# on the H200) instead of its own dispatch after its projection.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-expert-routing/on
+	# The GDN value heads copied out of the convolution's output instead of read in place
+	# (slice-views, on by default since the fifteenth session), in decode and chunks of 1.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=slice-views/off
+	check --model "$dir" --reference "$ref" --chunk 1 -pass=slice-views/off
 	# The primitive ops only.
 	check --model "$dir" --reference "$ref" --chunk 7 $NOFUSE
 	check --model "$dir" --reference "$ref" --decode-from 40 $NOFUSE

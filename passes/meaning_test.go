@@ -182,12 +182,7 @@ func TestReorderKeepsTheAnswer(t *testing.T) {
 func TestSliceViewsKeepTheAnswer(t *testing.T) {
 	ck := openTiny(t, "mlx-q4")
 	g := buildTiny(t, ck, true)
-	gdn := 0
-	for _, kind := range ck.Config().Layers {
-		if kind == qwen35moe.LinearAttention {
-			gdn++
-		}
-	}
+	gdn := linearAttentionLayers(ck)
 	decode := passes.Phase{Name: "decode", Tokens: 1}
 	views := runUntil(t, g, decode, passes.Config{}, "slice-views")
 	copies := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"slice-views": true}}, "slice-views")
@@ -208,6 +203,17 @@ func TestSliceViewsKeepTheAnswer(t *testing.T) {
 	if n := countOps(prefill.Graph, "slice_view"); n != 0 {
 		t.Errorf("prefill of 5 tokens: %d slice_views, want none (its slices span 5 rows)", n)
 	}
+}
+
+// linearAttentionLayers counts the checkpoint's Gated DeltaNet layers.
+func linearAttentionLayers(ck *checkpoint.Checkpoint) int {
+	n := 0
+	for _, kind := range ck.Config().Layers {
+		if kind == qwen35moe.LinearAttention {
+			n++
+		}
+	}
+	return n
 }
 
 // TestSpecialiseLastRowKeepsTheAnswer: dropping all but the last row of logits in prefill

@@ -32,6 +32,10 @@
 # cuda/device_check.sh on the H200 in the fourteenth session and is merged. The line of
 # cuda/device_check.sh that checks the split-k expert tiles switched on, added after that
 # run when expert-split-k went off by default, has not run on an H200 yet: "check" runs it.)
+# Branch gdn-conv-l2 (fifteenth session; checked only under cuda/emu and the emulated
+# Metal): the GDN convolution's q and k norms in the conv kernel (fuse-conv-l2, off). From
+# that branch's tree, STEPS="check switches": its device_check.sh checks the pass on, its
+# switches step times it; merge it if both pass and it is faster.
 # STEPS picks them (default "check attn floor"; "check switches sass" first next time:
 # the fifteenth session got no machine for them). Logs go to $OUT; each step prints a summary.
 set -u

@@ -9,8 +9,9 @@ import (
 // (every dimension before its axis is 1: a decode step's slices of one token's row, such
 // as the Gated DeltaNet's value heads out of the short convolution's output) with a
 // slice_view, which plan-memory places on the argument's bytes at the range's offset:
-// the copy's dispatch (on a GPU a launch and a dependent stage, 30 a decode step of the
-// 35B-A3B) disappears and its readers read the argument in place. Left as copies: slices
+// the copy's dispatch (on a GPU a launch; 30 a decode step of the 35B-A3B, each beside
+// the q and k norms, so no stage goes) disappears and its readers read the argument in
+// place. Left as copies: slices
 // of several rows (prefill), of a source (a weight or state, whose bytes a later in-place
 // update may change), that are graph outputs (an output owns its storage), and those
 // whose offset would break the Align every placement keeps.

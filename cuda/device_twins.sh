@@ -11,9 +11,9 @@
 # joined by commas (w8=PISTIL_MVM_WARPS=8; a tuning macro: NAME=PISTIL_CUDA_DEFINES=M=V).
 # PASS is the form's pass (default staged-matvec; imma-matvec for the integer twins).
 # VMICRO_KERNELS are the kernels the variants' microbenchmarks time (default
-# matvec_staged_q4). BENCH_ARGS adds flags to every bench (the variants' pass switches), CONTEXTS sets its
-# contexts (default 0,4096). STEPS picks (default "tests check regs micro bench"). Logs
-# in $OUT; a summary last.
+# matvec_staged_q4). BENCH_ARGS adds flags to every bench (the variants' pass switches),
+# CONTEXTS sets its contexts (default 0,4096). STEPS picks (default "tests check regs
+# micro bench"). Logs in $OUT; a summary last.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"

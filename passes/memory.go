@@ -238,28 +238,36 @@ func storageRoot(u *Unit, v *graph.Value, bind graph.Bindings) (elemRef, int64, 
 			return elemRef{v, 0}, off, nil
 		}
 		a := v.Args[0]
-		switch v.Op {
-		case "reshape":
-		case "last_row":
-			off += lastRowOffset(a.Type, bind)
-		case "slice_view":
-			off += ops.SliceViewOffset(a.Type, int(v.Attrs.Int("axis")), int(v.Attrs.Int("start")), bind)
-		case graph.OpSelect:
-			i := v.Attrs.Int("index")
+		if v.Op == graph.OpSelect {
 			if def, _ := u.Ops.Lookup(a.Op); def != nil && def.Has(graph.View) {
 				return elemRef{}, 0, fmt.Errorf("%s selects from view %s", v.Ref(), a.Ref())
 			}
-			return elemRef{a, i}, off, nil
-		default:
+			return elemRef{a, v.Attrs.Int("index")}, off, nil
+		}
+		o, ok := viewOffset(v, bind)
+		if !ok {
 			return elemRef{}, 0, fmt.Errorf("%s: the memory planner does not know view op %s", v.Ref(), v.Op)
 		}
+		off += o
 		v = a
 	}
 }
 
-func lastRowOffset(t graph.Type, bind graph.Bindings) int64 {
-	rows := int64(t.Shape[0].Eval(bind))
-	return (rows - 1) * (t.Bytes(bind) / max(rows, 1))
+// viewOffset is the byte offset of a view of one tensor (reshape, last_row, slice_view)
+// inside its argument; false for any other op (select, which picks a tuple element, is
+// placed by element instead).
+func viewOffset(v *graph.Value, bind graph.Bindings) (int64, bool) {
+	a := v.Args[0]
+	switch v.Op {
+	case "reshape":
+		return 0, true
+	case "last_row":
+		rows := int64(a.Type.Shape[0].Eval(bind))
+		return (rows - 1) * (a.Type.Bytes(bind) / max(rows, 1)), true
+	case "slice_view":
+		return ops.SliceViewOffset(a.Type, int(v.Attrs.Int("axis")), int(v.Attrs.Int("start")), bind), true
+	}
+	return 0, false
 }
 
 // viewPlace places a view on its argument's bytes.
@@ -269,22 +277,18 @@ func viewPlace(u *Unit, v *graph.Value, m *Memory, bind graph.Bindings) (plan.Op
 	if base == nil {
 		return plan.Operand{}, fmt.Errorf("%s (%s): argument %s has no placement", v.Ref(), v.Op, a.Ref())
 	}
-	switch v.Op {
-	case "reshape":
-		return plan.Operand{Buffer: base[0].Buffer, Offset: base[0].Offset, Type: v.Type}, nil
-	case "last_row":
-		return plan.Operand{Buffer: base[0].Buffer, Offset: base[0].Offset + lastRowOffset(a.Type, bind), Type: v.Type}, nil
-	case "slice_view":
-		off := ops.SliceViewOffset(a.Type, int(v.Attrs.Int("axis")), int(v.Attrs.Int("start")), bind)
-		return plan.Operand{Buffer: base[0].Buffer, Offset: base[0].Offset + off, Type: v.Type}, nil
-	case graph.OpSelect:
+	if v.Op == graph.OpSelect {
 		i := v.Attrs.Int("index")
 		if i < 0 || i >= len(base) {
 			return plan.Operand{}, fmt.Errorf("%s selects element %d of %s, which has %d", v.Ref(), i, a.Ref(), len(base))
 		}
 		return plan.Operand{Buffer: base[i].Buffer, Offset: base[i].Offset, Type: v.Type}, nil
 	}
-	return plan.Operand{}, fmt.Errorf("%s: the memory planner does not know view op %s", v.Ref(), v.Op)
+	off, ok := viewOffset(v, bind)
+	if !ok {
+		return plan.Operand{}, fmt.Errorf("%s: the memory planner does not know view op %s", v.Ref(), v.Op)
+	}
+	return plan.Operand{Buffer: base[0].Buffer, Offset: base[0].Offset + off, Type: v.Type}, nil
 }
 
 // bytesPerN splits a size that may grow with the context capacity N into its fixed part

@@ -179,6 +179,7 @@ func phaseList(pl *pipeline.Pipeline, backend, which string, chunk, context int)
 		if err != nil {
 			return nil, fmt.Errorf("--phase: %w", err)
 		}
+		ph.Backend = backend
 		out = append(out, ph)
 	}
 	return out, nil
@@ -215,9 +216,6 @@ func runCompile(args []string) error {
 	phases, err := phaseList(pl, cf.backend, *phase, cf.chunk, cf.context)
 	if err != nil {
 		return err
-	}
-	for i := range phases {
-		phases[i].Backend = cf.backend
 	}
 	fmt.Fprintf(reportOut, "pistil compile: %s\n", desc)
 	var plans []*plan.Plan

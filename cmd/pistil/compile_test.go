@@ -78,6 +78,21 @@ func TestCompileAndDumpTinyConfigs(t *testing.T) {
 	if err := runDump([]string{"--after", "fuse-dequant", "-O0"}); err == nil || !strings.Contains(err.Error(), "switched off") {
 		t.Errorf("dump after a disabled pass: %v", err)
 	}
+	// A dump is of the backend's compilation: a GPU has no kernel for matmul_router, so
+	// its graph after expand-for-backend has the projection and the router apart, where
+	// the CPU's keeps the fused op.
+	for backend, want := range map[string]bool{"cpu": true, "cuda": false, "metal": false} {
+		if err := runDump([]string{"--backend", backend, "--after", "expand-for-backend", "-o", out}); err != nil {
+			t.Fatalf("dump --backend %s: %v", backend, err)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(data), "= matmul_router "); got != want {
+			t.Errorf("dump --backend %s after expand-for-backend: matmul_router present %v, want %v", backend, got, want)
+		}
+	}
 }
 
 // `pistil compile --backend B -o` writes, byte for byte, the plan exec.Open loads for

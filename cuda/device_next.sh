@@ -36,6 +36,12 @@
 # Metal): the GDN convolution's q and k norms in the conv kernel (fuse-conv-l2, off). From
 # that branch's tree, STEPS="check switches": its device_check.sh checks the pass on, its
 # switches step times it; merge it if both pass and it is faster.
+# Branch norm-matvec (sixteenth session, on top of gdn-conv-l2, which it includes; checked
+# only under cuda/emu and the emulated Metal): every residual add_rms_norm of a decode
+# step in the kernel of the projections that read it (fuse-norm-matvec, off; CUDA decode
+# plan 603 -> 483 dispatches, 473 -> 393 stages; 383 / 323 with fuse-conv-l2 and
+# fuse-expert-routing). From that branch's tree: STEPS=check in one call, STEPS=switches
+# in the next (its device_next.sh says more); merge what passes and is faster.
 # STEPS picks them (default "check attn floor"; "check switches sass" first next time:
 # the fifteenth session got no machine for them). Logs go to $OUT; each step prints a summary.
 set -u

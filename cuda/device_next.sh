@@ -39,9 +39,11 @@
 # Branch norm-matvec (sixteenth session, on top of gdn-conv-l2, which it includes; checked
 # only under cuda/emu and the emulated Metal): every residual add_rms_norm of a decode
 # step in the kernel of the projections that read it (fuse-norm-matvec, off; CUDA decode
-# plan 603 -> 483 dispatches, 473 -> 393 stages; 383 / 323 with fuse-conv-l2 and
-# fuse-expert-routing). From that branch's tree: STEPS=check in one call, STEPS=switches
-# in the next (its device_next.sh says more); merge what passes and is faster.
+# plan 603 -> 483 dispatches, 473 -> 393 stages), and the GDN's gated norm in the staged
+# out_proj (gated-norm-matvec; with fuse-conv-l2 and fuse-expert-routing too 353 / 293).
+# From that branch's tree: BASE=main bash cuda/device_pack.sh (main's binary timed
+# beside it), STEPS=check in one call, STEPS=switches in the next (its device_next.sh
+# says more); merge what passes and is faster.
 # STEPS picks them (default "check attn floor"; "check switches sass" first next time:
 # the fifteenth session got no machine for them). Logs go to $OUT; each step prints a summary.
 set -u

@@ -43,7 +43,8 @@
 # out_proj (gated-norm-matvec; with fuse-conv-l2 and fuse-expert-routing too 353 / 293).
 # From that branch's tree: BASE=main bash cuda/device_pack.sh (main's binary timed
 # beside it), STEPS=check in one call, STEPS=switches in the next (its device_next.sh
-# says more); merge what passes and is faster.
+# says more); merge what passes and is faster. Where a fold is slower,
+# PASSES="-pass=NAME/on ..." bash cuda/device_profile.sh gives its kernels' times.
 # STEPS picks them (default "check attn floor"; "check switches sass" first next time:
 # the fifteenth session got no machine for them). Logs go to $OUT; each step prints a summary.
 set -u

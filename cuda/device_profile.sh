@@ -4,21 +4,23 @@
 # step's kernels under Nsight Compute (graphs off, so each dispatch is its own launch),
 # reading only the duration and the DRAM bytes of each kernel, and prints the sum per
 # kernel name: time in kernels, GB/s, and, beside it, the graph-mode step time from
-# `pistil bench`. The gap between the two is launch and dependency latency.
+# `pistil bench`. The gap between the two is launch and dependency latency. PASSES (e.g.
+# "-pass=fuse-norm-matvec/on -pass=fuse-conv-l2/on") profiles the plan with those switches.
 set -u
+PASSES=${PASSES:-}
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 if [ ! -f /tmp/full/config.json ]; then
 	./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
 fi
-STEP=$(./.dev/pistil compile --model /tmp/full --backend cuda --phase decode 2>/dev/null | awk '/dispatches/ {print $2; exit}')
+STEP=$(./.dev/pistil compile --model /tmp/full --backend cuda --phase decode $PASSES 2>/dev/null | awk '/dispatches/ {print $2; exit}')
 echo "decode dispatches per step: $STEP"
 printf '[cuda]\ngraphs = false\n' > /tmp/nographs.toml
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 # A one-token prompt then decode: skip the first steps (load, prompt, warm-up), profile one step.
 timeout 400 "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
 	--launch-skip $((STEP * 6)) --launch-count "$STEP" --csv --page raw --log-file "$OUT/ncu_decode.csv" \
-	./.dev/pistil generate --model /tmp/full --backend cuda --pipeline /tmp/nographs.toml --prompt-ids 1 --max-tokens 12 > "$OUT/ncu_run.log" 2>&1
+	./.dev/pistil generate --model /tmp/full --backend cuda --pipeline /tmp/nographs.toml $PASSES --prompt-ids 1 --max-tokens 12 > "$OUT/ncu_run.log" 2>&1
 echo "ncu exit $?"
 python3 - "$OUT/ncu_decode.csv" <<'PY' | tee "$OUT/profile_decode.txt"
 import csv, sys, collections
@@ -36,4 +38,4 @@ print(f"{len(data)} kernels, {total/1e3:.1f} us in kernels (ns units assumed)")
 for k, (n, t, b) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print(f"{k:32s} {n:4d} launches {t/1e3:9.1f} us {t/n/1e3:7.2f} us/launch {b/t if t else 0:8.1f} GB/s {100*t/total:5.1f}%")
 PY
-timeout 400 ./.dev/pistil bench --model /tmp/full --backend cuda ${BENCH_ARGS:---prompts 512 --contexts 0,4096 --decode-tokens 64 --repeats 3} 2>&1 | tail -12 | tee "$OUT/bench.txt"
+timeout 400 ./.dev/pistil bench --model /tmp/full --backend cuda ${BENCH_ARGS:---prompts 512 --contexts 0,4096 --decode-tokens 64 --repeats 3} $PASSES 2>&1 | tail -12 | tee "$OUT/bench.txt"

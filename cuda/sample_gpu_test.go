@@ -110,6 +110,9 @@ func TestSampleKernelMatchesHostSampler(t *testing.T) {
 		trials int
 	}{
 		{"greedy ties", exec.SamplingParams{}, 5000, true, 3, 4},
+		{"greedy ties, odd vocabulary", exec.SamplingParams{}, 4999, true, 3, 4},
+		{"greedy ties, vocabulary 248320", exec.SamplingParams{}, 248320, true, 3, 3},
+		{"greedy, equal logits, vocabulary 248320", exec.SamplingParams{}, 248320, true, 0, 2},
 		{"greedy penalties", exec.SamplingParams{PresencePenalty: 0.5, FrequencyPenalty: 2}, 5000, true, 3, 6},
 		{"temperature", exec.SamplingParams{Temperature: 0.8}, 5000, false, 3, 8},
 		{"top-k ties", exec.SamplingParams{Temperature: 1, TopK: 40}, 5000, true, 3, 8},

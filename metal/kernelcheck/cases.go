@@ -388,6 +388,8 @@ func Cases() []Case {
 		}},
 		{name: "argmax ties", op: "argmax", in: []*ops.Tensor{argTies}, launch: argmax},
 		{name: "sample greedy", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{})},
+		{name: "sample greedy, odd vocabulary", op: "argmax", in: []*ops.Tensor{tied(r, 1, 2999)}, launch: sample(kernels.SampleArgs{})},
+		{name: "sample greedy, equal logits", op: "argmax", in: []*ops.Tensor{ops.NewTensor(graph.F32, 1, 8192)}, launch: sample(kernels.SampleArgs{})},
 		{name: "sample top-k 1", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{Temperature: 1, TopK: 1, SeedLo: 5})},
 		{name: "sample top-p nucleus of one", op: "argmax", in: []*ops.Tensor{tied(r, 1, 3000)}, launch: sample(kernels.SampleArgs{Temperature: 0.5, TopP: 1e-6, SeedLo: 9})},
 		// gated_rms_norm_matvec_q4 (gpu.Metal): heads of 2 chunks in row groups of 8 lanes;

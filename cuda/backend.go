@@ -29,14 +29,21 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return &Backend{dev: g, graphs: o.Graphs, programmatic: o.ProgrammaticLaunch, weights: map[string]*deviceWeight{}}, nil
+		var funcs map[string]uintptr
+		if err := g.do(func() (err error) { funcs, err = g.kernelsFor(o.LateLoads); return err }); err != nil {
+			return nil, err
+		}
+		return &Backend{dev: g, funcs: funcs, graphs: o.Graphs, programmatic: o.ProgrammaticLaunch, weights: map[string]*deviceWeight{}}, nil
 	})
 }
 
 // Backend runs plans on GPU 0. One instance serves one model: its weights are uploaded
 // once and shared by every plan (decode, prefill chunk, remainder pieces).
 type Backend struct {
-	dev    *device
+	dev *device
+	// funcs are the kernels this backend launches: the device's default module, or its
+	// module without early loads (exec.BackendOptions.LateLoads).
+	funcs  map[string]uintptr
 	graphs bool
 	// programmatic: graph edges as programmatic dependencies, where the device and
 	// driver have them (device.programmatic).

@@ -129,13 +129,16 @@ func TestProgramLaunchesExactlyThePlan(t *testing.T) {
 // programmatic edges). The kernels are the same,
 // so any difference is a read that ran before its write. Under cuda/emu (which reports
 // compute capability 9.0 and has edge data) it checks the edges the backend builds; on
-// a Hopper GPU, that the hardware's early launch keeps every read after its write.
+// a Hopper GPU, that the hardware's early launch keeps every read after its write. The
+// kernels' early loads ([cuda] early_loads, on by default) read only what nothing before
+// them in the step writes; with them off (every kernel waiting at entry) the logits are
+// the same bits.
 func TestProgrammaticEdgesKeepTheAnswer(t *testing.T) {
 	if _, err := loadDriver(); err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
-	run := func(programmatic bool) [][]float32 {
-		m, err := exec.Open(fixtures.Golden("mlx-q4"), exec.Options{Backend: "cuda", Chunk: 16, Graphs: true, ProgrammaticLaunch: programmatic})
+	run := func(programmatic, lateLoads bool) [][]float32 {
+		m, err := exec.Open(fixtures.Golden("mlx-q4"), exec.Options{Backend: "cuda", Chunk: 16, Graphs: true, ProgrammaticLaunch: programmatic, LateLoads: lateLoads})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,11 +168,17 @@ func TestProgrammaticEdgesKeepTheAnswer(t *testing.T) {
 		}
 		return out
 	}
-	full, programmatic := run(false), run(true)
-	for step := range full {
-		for i := range full[step] {
-			if full[step][i] != programmatic[step][i] {
-				t.Fatalf("step %d logit %d: %v with programmatic edges, %v with full ones", step, i, programmatic[step][i], full[step][i])
+	full := run(false, false)
+	for _, v := range []struct {
+		name      string
+		lateLoads bool
+	}{{"programmatic edges", false}, {"programmatic edges, early loads off", true}} {
+		got := run(true, v.lateLoads)
+		for step := range full {
+			for i := range full[step] {
+				if full[step][i] != got[step][i] {
+					t.Fatalf("step %d logit %d: %v with %s, %v with full edges", step, i, got[step][i], v.name, full[step][i])
+				}
 			}
 		}
 	}

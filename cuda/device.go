@@ -25,7 +25,10 @@ type device struct {
 	sms     int
 	stream  uintptr
 	module  uintptr
-	funcs   map[string]uintptr
+	funcs   map[string]uintptr // the default module's: early loads on
+	// lateFuncs is the module compiled with PZ_LATE_LOADS (every kernel waits for the
+	// kernels before it at entry), built on first use: pipeline.toml [cuda] early_loads = false.
+	lateFuncs map[string]uintptr
 
 	// mu serialises CUDA work: a context is current per OS thread and stream capture is
 	// thread-local, so every call runs on a locked OS thread under mu.
@@ -73,7 +76,7 @@ func newDevice() (*device, error) {
 	if count == 0 {
 		return nil, fmt.Errorf("CUDA not available: the driver reports no GPU")
 	}
-	g := &device{d: d, funcs: map[string]uintptr{}}
+	g := &device{d: d}
 	if err := d.check("cuDeviceGet", d.cuDeviceGet(&g.ordinal, 0)); err != nil {
 		return nil, err
 	}
@@ -117,34 +120,64 @@ func tuningDefines() []string {
 
 // loadKernels compiles the dialect kernels for the device and resolves every function.
 func (g *device) loadKernels() error {
+	module, funcs, err := g.compileModule(nil)
+	if err != nil {
+		return err
+	}
+	g.module, g.funcs = module, funcs
+	return nil
+}
+
+// kernelsFor returns the functions of the module a backend launches: the default one,
+// or with lateLoads the one compiled with PZ_LATE_LOADS (compiled here the first time it
+// is asked for; the caller holds the device).
+func (g *device) kernelsFor(lateLoads bool) (map[string]uintptr, error) {
+	if !lateLoads {
+		return g.funcs, nil
+	}
+	if g.lateFuncs == nil {
+		_, funcs, err := g.compileModule([]string{"-DPZ_LATE_LOADS"})
+		if err != nil {
+			return nil, fmt.Errorf("the kernels without early loads (PZ_LATE_LOADS): %w", err)
+		}
+		g.lateFuncs = funcs
+	}
+	return g.lateFuncs, nil
+}
+
+// compileModule compiles the dialect kernels with extra -D options (and
+// PISTIL_CUDA_DEFINES), loads the module and resolves every function.
+func (g *device) compileModule(extra []string) (uintptr, map[string]uintptr, error) {
 	n, err := loadNVRTC()
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
-	defines := tuningDefines()
+	defines := append(tuningDefines(), extra...)
 	cubin, _, err := n.compile(kernels.CUDASource(), "pistil_kernels.cu", g.arch, defines)
 	if err != nil {
-		if len(defines) > 0 {
-			return fmt.Errorf("%w (the kernels were compiled with PISTIL_CUDA_DEFINES=%q)", err, os.Getenv("PISTIL_CUDA_DEFINES"))
+		if os.Getenv("PISTIL_CUDA_DEFINES") != "" {
+			return 0, nil, fmt.Errorf("%w (the kernels were compiled with PISTIL_CUDA_DEFINES=%q)", err, os.Getenv("PISTIL_CUDA_DEFINES"))
 		}
-		return err
+		return 0, nil, err
 	}
-	if err := g.d.check("cuModuleLoadData", g.d.cuModuleLoadData(&g.module, unsafe.Pointer(&cubin[0]))); err != nil {
-		return err
+	var module uintptr
+	if err := g.d.check("cuModuleLoadData", g.d.cuModuleLoadData(&module, unsafe.Pointer(&cubin[0]))); err != nil {
+		return 0, nil, err
 	}
+	funcs := map[string]uintptr{}
 	for _, name := range append(kernels.NamesFor("cuda"), kernels.KernelProbeLayout) {
 		var f uintptr
-		if err := g.d.check("cuModuleGetFunction "+name, g.d.cuModuleGetFunction(&f, g.module, name)); err != nil {
-			return err
+		if err := g.d.check("cuModuleGetFunction "+name, g.d.cuModuleGetFunction(&f, module, name)); err != nil {
+			return 0, nil, err
 		}
-		g.funcs[name] = f
+		funcs[name] = f
 		if n := kernels.DynamicGroupMemory(name); n > 0 {
 			if err := g.d.check("cuFuncSetAttribute "+name, g.d.cuFuncSetAttribute(f, funcAttrMaxDynamicShared, int32(n))); err != nil {
-				return err
+				return 0, nil, err
 			}
 		}
 	}
-	return nil
+	return module, funcs, nil
 }
 
 // do runs f with the context current on a locked OS thread, one caller at a time.
@@ -233,7 +266,12 @@ type launch struct {
 
 // newLaunch records a kernel launch with its args (a pointer to an args struct).
 func (g *device) newLaunch(name string, grid [3]int, block int, args any, argPtr unsafe.Pointer) (*launch, error) {
-	fn, ok := g.funcs[name]
+	return g.newLaunchFrom(g.funcs, name, grid, block, args, argPtr)
+}
+
+// newLaunchFrom is newLaunch of a function of funcs (a module kernelsFor returned).
+func (g *device) newLaunchFrom(funcs map[string]uintptr, name string, grid [3]int, block int, args any, argPtr unsafe.Pointer) (*launch, error) {
+	fn, ok := funcs[name]
 	if !ok {
 		return nil, fmt.Errorf("kernel %s is not in the compiled module", name)
 	}

@@ -16,6 +16,7 @@ echo "$(grep -c -- '--- PASS' "$OUT/cuda_test.log") tests and subtests passed, $
 NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-gdn-prologue/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-slice-rope/off -pass=fuse-rope-append/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-shared-expert/off -pass=fuse-expert-routing/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
 sed 's/^graphs = true/graphs = false/' pipeline.toml > /tmp/nographs.toml
 sed 's/^programmatic_launch = true/programmatic_launch = false/' pipeline.toml > /tmp/fulledges.toml
+sed 's/^early_loads = true/early_loads = false/' pipeline.toml > /tmp/lateloads.toml
 # Decode's fixed-block key split switched on inside the fixtures' context (from 48 keys,
 # blocks of 16: up to 8 blocks by the last token), and never (the equal split only).
 sed -e 's/^key_block_split_from = .*/key_block_split_from = 48/' -e 's/^key_block_keys = .*/key_block_keys = 16/' pipeline.toml > /tmp/blocks48.toml
@@ -33,6 +34,8 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --decode-from 40
 	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/nographs.toml
 	check --model "$dir" --reference "$ref" --chunk 7 --pipeline /tmp/fulledges.toml
+	# Every kernel waiting at entry ([cuda] early_loads off).
+	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/lateloads.toml
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=split-attention/off
 	# A bf16 KV cache, held to its own bound (verify's bf16-kv: the CPU measured max abs
 	# 0.036-0.0372, top-1 100%), whole, in chunks of 7 and decoding from 40.

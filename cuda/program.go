@@ -125,7 +125,7 @@ func (p *program) lower(st *state, steps uint64) (*lowered, error) {
 					p.p.Phase, d.Index, d.Label, l.Kernel, p.b.dev.arch/10, p.b.dev.arch%10, tc.pass, tc.pass)
 			}
 		}
-		ln, err := p.b.dev.newLaunch(l.Kernel, l.Grid, l.Block, l.Args, l.ArgsPointer())
+		ln, err := p.b.dev.newLaunchFrom(p.b.funcs, l.Kernel, l.Grid, l.Block, l.Args, l.ArgsPointer())
 		if err != nil {
 			return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
 		}

@@ -128,6 +128,9 @@ type BackendOptions struct {
 	Graphs bool
 	// ProgrammaticLaunch: graph edges as programmatic dependencies (exec.Options).
 	ProgrammaticLaunch bool
+	// LateLoads: CUDA kernels wait for the kernels before them at entry, none reading
+	// its weights or state early (exec.Options).
+	LateLoads bool
 	// Metal is the Metal encoder's ablation switches (pipeline.toml [metal]); the zero
 	// value means the backend's fast defaults.
 	Metal MetalOptions

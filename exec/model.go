@@ -82,6 +82,10 @@ type Options struct {
 	// ProgrammaticLaunch lets each CUDA graph node launch while the nodes it depends on
 	// finish (Hopper's programmatic dependent launch); its kernels wait for their inputs.
 	ProgrammaticLaunch bool
+	// LateLoads turns off CUDA's early loads: the kernels that read their weights (and
+	// state nothing in the step writes before them) before waiting for the kernels they
+	// depend on wait at entry instead (pipeline.toml [cuda] early_loads = false).
+	LateLoads bool
 	// Metal is the Metal encoder's switches (zero: its defaults).
 	Metal MetalOptions
 	// TokenHandoff lets Generate sample on the device where the backend's decode program

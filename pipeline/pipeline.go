@@ -104,6 +104,10 @@ type CUDA struct {
 	// kernel is launched while the kernels it waits for finish, and waits for their
 	// results on the device, which hides the launch gap of each dependent stage.
 	ProgrammaticLaunch bool `toml:"programmatic_launch"`
+	// EarlyLoads lets the kernels written for it (KERNEL_EARLY in ops/kernels) read what
+	// no kernel before them in the step writes (weights, their own state) before waiting
+	// for those kernels; false compiles them to wait at entry (exec.Options.LateLoads).
+	EarlyLoads bool `toml:"early_loads"`
 	// TokenHandoff samples decode steps on the GPU, each writing the next step's input
 	// token there, one step running ahead of the host (exec.Options.TokenHandoff); false
 	// copies every step's logits to the host and samples there.
@@ -173,7 +177,7 @@ func Default() *Pipeline {
 		},
 		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
 		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, MultiRowKernels: true, MapHugePages: true, HugePageCache: true},
-		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, TokenHandoff: true, RunAhead: false, PrefillChunk: exec.DefaultCUDAChunk},
+		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, EarlyLoads: true, TokenHandoff: true, RunAhead: false, PrefillChunk: exec.DefaultCUDAChunk},
 		Metal:     Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
 }
@@ -366,7 +370,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoMultiRowKernels: !p.CPU.MultiRowKernels, NoHugePageMaps: !p.CPU.MapHugePages, NoHugePageCache: !p.CPU.HugePageCache, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoMultiRowKernels: !p.CPU.MultiRowKernels, NoHugePageMaps: !p.CPU.MapHugePages, NoHugePageCache: !p.CPU.HugePageCache, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, LateLoads: !p.CUDA.EarlyLoads, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 

@@ -67,10 +67,17 @@ static __device__ constexpr bool pz_listed(const char* list, const char* name) {
 // may first read what no kernel writes (the weights: a decode matrix-vector kernel issues
 // its tile's copies while the kernels before it finish) and must call pz_grid_wait(),
 // every thread, before it reads anything an earlier kernel wrote or writes anything.
+// PZ_LATE_LOADS (pipeline.toml [cuda] early_loads = false) compiles every KERNEL_EARLY
+// kernel to wait at entry like the others, its early reads then after the wait: the off
+// switch of early loads (pz_grid_wait's second wait returns at once).
+#ifdef PZ_LATE_LOADS
+#define KERNEL_EARLY(name, Args, threads) KERNEL_BOUNDED(name, Args, threads)
+#else
 #define KERNEL_EARLY(name, Args, threads) \
 	static __device__ __forceinline__ void name##_body(const struct Args a); \
 	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_SKIP_BODY(name) name##_body(a); } \
 	static __device__ __forceinline__ void name##_body(const struct Args a)
+#endif
 DEVICE void pz_grid_wait() { PZ_KERNEL_ENTRY(); }
 // CUDA's thread position is global (threadIdx), so helpers need no thread context.
 #define CTX_

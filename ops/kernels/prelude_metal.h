@@ -44,6 +44,10 @@ typedef float4 vec4f;
 #define KERNEL(name, Args) kernel void name(PZ_KERNEL_PARAMS(Args))
 #define KERNEL_BOUNDED(name, Args, threads) [[max_total_threads_per_threadgroup(threads)]] kernel void name(PZ_KERNEL_PARAMS(Args))
 #define DEVICE static inline
+// Metal has no programmatic launch: a kernel starts after the ones it depends on, so
+// KERNEL_EARLY's reads are early only on CUDA and pz_grid_wait() has nothing to wait for.
+#define KERNEL_EARLY(name, Args, threads) KERNEL_BOUNDED(name, Args, threads)
+DEVICE void pz_grid_wait() {}
 #define CTX_ uint pz_tid, uint pz_tgsize, uint pz_lane, uint pz_simd, uint pz_nsimd,
 #define CTX_ARG_ pz_tid, pz_tgsize, pz_lane, pz_simd, pz_nsimd,
 #define GLOBAL device

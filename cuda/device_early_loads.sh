@@ -1,0 +1,33 @@
+#!/bin/bash
+# Decode speed of early loads on a GPU machine, from the repository root with .dev/pistil
+# carried and, optionally, .dev/pistil-base (another commit's binary, timed beside it;
+# cuda/device_pack.sh with BASE=REV packs both): `pistil bench --backend cuda` on the full
+# synthetic model, decode of 64 tokens at CONTEXTS (default 0,4096), medians of 3, ROUNDS
+# rounds (default 2), alternating base, early loads on (the default) and off, then each
+# of SWITCHES (space-separated; a comma joins several pass switches into one variant).
+set -u
+OUT=${OUT:-/tmp/cuda-out}
+CONTEXTS=${CONTEXTS:-0,4096}
+ROUNDS=${ROUNDS:-2}
+SWITCHES=${SWITCHES:-}
+mkdir -p "$OUT"
+[ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
+sed 's/^early_loads = true/early_loads = false/' pipeline.toml > /tmp/lateloads.toml
+bench() { # name binary args...
+	local name=$1 bin=$2
+	shift 2
+	timeout 150 "$bin" bench --backend cuda --model /tmp/full --prompts= --contexts "$CONTEXTS" \
+		--decode-tokens 64 --repeats 3 --bandwidth-mib 0 "$@" > "$OUT/early_${round}_${name}.txt" 2>&1
+	echo "round $round $name: $(grep -E '^decode' "$OUT/early_${round}_${name}.txt" | awk '{printf "ctx %s %s  ", $5, $6}')$(grep -E 'rror' "$OUT/early_${round}_${name}.txt" | tail -1)"
+}
+for round in $(seq "$ROUNDS"); do
+	[ -x .dev/pistil-base ] && bench base .dev/pistil-base --pipeline .dev/pipeline-base.toml
+	bench early .dev/pistil
+	bench late .dev/pistil --pipeline /tmp/lateloads.toml
+	for sw in $SWITCHES; do
+		flags=()
+		IFS=, read -ra parts <<< "$sw"
+		for p in "${parts[@]}"; do flags+=("-pass=$p"); done
+		bench "${sw//[\/,]/_}" .dev/pistil "${flags[@]}"
+	done
+done

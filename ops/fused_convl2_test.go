@@ -64,7 +64,7 @@ func TestConvSiLUL2MatchesTheUnfusedOps(t *testing.T) {
 		{T: 1, Ch: 8192, K: 4, H: 16, D: 128, qStart: 0, kStart: 2048, state: graph.F32}, // the model's decode step
 		{T: 1, Ch: 8192, K: 4, H: 16, D: 128, qStart: 0, kStart: 2048, state: graph.BF16},
 		{T: 3, Ch: 200, K: 4, H: 3, D: 32, qStart: 0, kStart: 96, state: graph.BF16},
-		{T: 1, Ch: 77, K: 2, H: 2, D: 7, qStart: 5, kStart: 40, state: graph.F32}, // heads unaligned to anything
+		{T: 1, Ch: 77, K: 2, H: 2, D: 7, qStart: 5, kStart: 40, state: graph.F32},  // heads unaligned to anything
 		{T: 2, Ch: 64, K: 3, H: 2, D: 16, qStart: 32, kStart: 0, state: graph.F32}, // k before q
 	} {
 		t.Run(fmt.Sprintf("T%d_Ch%d_K%d_H%dx%d_%s", c.T, c.Ch, c.K, c.H, c.D, c.state), func(t *testing.T) {

@@ -78,6 +78,9 @@ for layout in mlx-q4 hf; do
 	# The GDN decode prologue inside the step (gated_delta_step + conv_state_shift; off by
 	# default: slower on the H200) instead of staged.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/on
+	# The q/k L2 norms in the decode conv kernel's epilogue (conv1d_silu_l2; off by default:
+	# not yet timed on a GPU) instead of two slice_l2_norms a stage after the conv.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-conv-l2/on
 	# Prefill attention one group per (kv head, token): attention_gqa_mma (attention_gqa
 	# with mma-decode-attention off, above) instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off

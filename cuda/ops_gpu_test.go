@@ -105,6 +105,19 @@ func gdnStep(name string, r *rand.Rand, Hk, Hv, Dk, Dv int, state graph.DType) o
 		alias: map[int]int{1: 7}}
 }
 
+// convL2 is a conv1d_silu_l2 case: T tokens of Ch channels, a conv of K taps, and H
+// heads of D for q at qs and for k at ks, each with its own eps and scale.
+func convL2(name string, r *rand.Rand, T, Ch, K, H, D, qs, ks int, state graph.DType) opCase {
+	st := randtensor.F32(r, K-1, Ch)
+	if state == graph.BF16 {
+		st = randtensor.BF16(r, K-1, Ch)
+	}
+	return opCase{name: name, op: "conv1d_silu_l2",
+		attrs: graph.Attrs{"q_start": int64(qs), "q_end": int64(qs + H*D), "k_start": int64(ks), "k_end": int64(ks + H*D),
+			"shape": fmt.Sprintf("[%d,%d,%d]", T, H, D), "q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(D)), "k_eps": 1e-5, "k_scale": 1.0},
+		in: []*ops.Tensor{randtensor.F32(r, T, Ch), st, randtensor.BF16(r, Ch, K)}, alias: map[int]int{3: 1}}
+}
+
 func typeOf(t *ops.Tensor) graph.Type {
 	return graph.Type{DType: t.DType, Shape: graph.S(t.Shape...), Group: t.Group}
 }
@@ -298,6 +311,15 @@ func opCases() []opCase {
 		gdnStep("gated_delta_step Hk 2 Hv 4 Dk 32 Dv 24 bf16 conv state", r, 2, 4, 32, 24, graph.BF16),
 		gdnStep("gated_delta_step head dims 128 (the model's), 2 value heads per key head", r, 2, 4, 128, 128, graph.F32),
 		gdnStep("gated_delta_step Hk = Hv 3, Dv 7", r, 3, 3, 64, 7, graph.F32),
+		// The conv with the q/k heads' L2 norms in its epilogue (fuse-conv-l2), one kernel
+		// for a decode step (gpu/fused_convl2_test.go checks these shapes take it): the
+		// model's shape; heads of 64 that start mid-group, k before q, channels ending
+		// inside the last group, a bf16 state; heads of 32 (a SIMD group each), 3 taps.
+		// Prefill expands into conv1d_silu and the two slice_l2_norms (checked in plans by
+		// pistil check with the pass on, --chunk 7).
+		convL2("conv1d_silu_l2 decode, the model's shape (Ch 8192, K 4, q/k 16 x 128, f32 state)", r, 1, 8192, 4, 16, 128, 0, 2048, graph.F32),
+		convL2("conv1d_silu_l2 decode Ch 333, heads of 64 from mid-group, k before q, bf16 state", r, 1, 333, 4, 2, 64, 192, 64, graph.BF16),
+		convL2("conv1d_silu_l2 decode Ch 200, heads of 32, 3 taps", r, 1, 200, 3, 3, 32, 0, 96, graph.F32),
 		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.BF16(r, 3, 96)}, alias: map[int]int{0: 1}},
 		{name: "conv_state_shift 2 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 2, 200), randtensor.F32(r, 3, 200)}, alias: map[int]int{0: 1}},
 		{name: "conv_state_shift 5 tokens past the state", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 5, 40), randtensor.F32(r, 3, 40)}, alias: map[int]int{0: 1}},

@@ -26,6 +26,7 @@ var fusedKernels = map[string]fusedKernel{
 	"add_rms_norm":          {supportsAddRMSNorm, lowerAddRMSNorm},
 	"gdn_gates":             {always, lowerGDNGates},
 	"conv1d_silu":           {always, lowerConv1DSiLU},
+	"conv1d_silu_l2":        {supportsConvSiLUL2, lowerConvSiLUL2},
 	"rms_norm_rope":         {always, lowerRMSNormRoPE},
 	"slice_l2_norm":         {supportsSliceL2Norm, lowerSliceL2Norm},
 	"matmuls":               {supportsMatmuls, lowerMatmuls},

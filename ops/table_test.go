@@ -23,6 +23,8 @@ var contractOps = []string{
 	"attention_partial", "attention_merge",
 	// the fused GDN decode step and the conv state update it leaves (fuse-gdn-prologue)
 	"gated_delta_step", "conv_state_shift",
+	// the conv with the q/k L2 norms in its epilogue (fuse-conv-l2)
+	"conv1d_silu_l2",
 	// a contiguous slice read in place (slice-views)
 	"slice_view",
 }

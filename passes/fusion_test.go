@@ -27,6 +27,7 @@ var fusionCases = []fusionCase{
 	{"fuse-gdn-gates", map[string]int{"gdn_gates": tinyGDN}, []string{"softplus", "exp", "neg"}},
 	{"fuse-conv-silu", map[string]int{"conv1d_silu": tinyGDN}, []string{"conv1d", "silu"}},
 	{"fuse-slice-l2", map[string]int{"slice_l2_norm": 2 * tinyGDN}, []string{"l2_norm"}},
+	{"fuse-conv-l2", map[string]int{"conv1d_silu_l2": tinyGDN}, []string{"slice_l2_norm", "conv1d_silu"}},
 	{"fuse-norm-out-proj", map[string]int{"gated_rms_norm_matmul": tinyGDN}, []string{"gated_rms_norm"}},
 	{"fuse-qk-norm-rope", map[string]int{"rms_norm_rope": 2 * tinyAttention}, []string{"rope"}},
 	{"fuse-slice-rope", map[string]int{"slice_rms_norm_rope": tinyAttention}, nil},
@@ -160,6 +161,48 @@ func TestGDNPrologueKeepsTheAnswer(t *testing.T) {
 			prefill := runUntil(t, g, passes.Phase{Name: "prefill", Tokens: 5}, passes.Config{}, "fuse-gdn-prologue")
 			if n := countOps(prefill.Graph, "gated_delta_step"); n != 0 {
 				t.Errorf("%d gated_delta_step in a 5-token prefill", n)
+			}
+		})
+	}
+}
+
+// fuse-conv-l2 on a one-token step from a state that is not zero (random conv and
+// recurrent states, a context of 3): the graph before and after it compute the same
+// logits and next states; with fuse-gdn-prologue on as well, the prologue takes the conv
+// and the norms and fuse-conv-l2 folds nothing.
+func TestConvL2KeepsTheAnswer(t *testing.T) {
+	for _, layout := range []string{"mlx-q4", "hf"} {
+		t.Run(layout, func(t *testing.T) {
+			ck := openTiny(t, layout)
+			g := buildTiny(t, ck, true)
+			rng := rand.New(rand.NewSource(29))
+			bind := graph.Bindings{T: 1, C: 3, N: 8}
+			states := zeroStates(g, bind)
+			for _, st := range states {
+				for i := range st.F32() {
+					st.F32()[i] = float32(rng.NormFloat64()) * 0.3
+				}
+			}
+			tokens := randomTokens(rng, 1, ck.Config().VocabSize)
+			decode := passes.Phase{Name: "decode", Tokens: 1}
+			before := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"fuse-conv-l2": true}}, "fuse-conv-l2")
+			after := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"fuse-conv-l2": false}}, "fuse-conv-l2")
+			if n := countOps(after.Graph, "conv1d_silu_l2"); n != tinyGDN {
+				t.Errorf("%d conv1d_silu_l2 after fuse-conv-l2, want %d", n, tinyGDN)
+			}
+			for _, op := range []string{"conv1d_silu", "slice_l2_norm"} {
+				if n := countOps(after.Graph, op); n != 0 {
+					t.Errorf("%d %s left after fuse-conv-l2", n, op)
+				}
+			}
+			if a, b := countDispatches(after.Graph), countDispatches(before.Graph); a != b-2*tinyGDN {
+				t.Errorf("%d dispatching values after fuse-conv-l2, %d before: want 2 fewer per GDN layer", a, b)
+			}
+			compareOutputs(t, "decode", interpret(t, after.Graph, ck, tokens, states, bind), interpret(t, before.Graph, ck, tokens, states, bind), 1e-6)
+
+			both := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"fuse-conv-l2": false, "fuse-gdn-prologue": false}}, "fuse-conv-l2")
+			if n, m := countOps(both.Graph, "conv1d_silu_l2"), countOps(both.Graph, "gated_delta_step"); n != 0 || m != tinyGDN {
+				t.Errorf("with fuse-gdn-prologue on: %d conv1d_silu_l2 and %d gated_delta_step, want 0 and %d", n, m, tinyGDN)
 			}
 		})
 	}

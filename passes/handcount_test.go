@@ -135,18 +135,23 @@ func TestHandCountDecode(t *testing.T) {
 	// Each fusion switched off alone, what it gives back, derived by hand. fuse-gdn-prologue
 	// folds the fused ops of fuse-gdn-gates, fuse-conv-silu and fuse-slice-l2, so with any
 	// of those off it folds nothing and gives its own share back too: 3 dispatches and 2
-	// stages per GDN layer (the v slice it also folds is a view: slice-views).
+	// stages per GDN layer (the v slice it also folds is a view: slice-views). fuse-conv-l2
+	// (on here, after the prologue) folds what the prologue leaves of those: with the
+	// prologue off, or only fuse-gdn-gates off, conv1d_silu_l2 takes the conv and the two
+	// norms, and the prologue's share is 1 dispatch and 1 stage per GDN layer.
 	fusions := attLayer + gdnLayers // every layer has one MoE block
 	prologue, prologueChain := 3*gdnLayers, 2*gdnLayers
+	convL2Left, convL2LeftChain := 1*gdnLayers, 1*gdnLayers
 	ablations := []struct {
 		pass              string
 		dispatches, chain int
 		why               string
 	}{
-		{"fuse-gdn-prologue", prologue, prologueChain,
-			"conv1d_silu, 2 slice_l2_norms and gdn_gates before gated_delta (the v slice a view) instead of gated_delta_step and conv_state_shift; conv1d_silu and the norms are two stages before the delta rule"},
-		{"fuse-gdn-gates", 5*gdnLayers + prologue, gdnLayers + prologueChain,
-			"add, softplus, mul, exp, neg and sigmoid instead of gdn_gates; add→softplus→mul reaches gated_delta at depth 6, one past the q path"},
+		{"fuse-gdn-prologue", convL2Left, convL2LeftChain,
+			"conv1d_silu_l2 and gdn_gates before gated_delta (the v slice a view of the conv's output) instead of gated_delta_step and conv_state_shift; conv1d_silu_l2 is a stage before the delta rule"},
+		{"fuse-conv-l2", 0, 0, "the prologue has taken the conv and the norms, so it folds nothing"},
+		{"fuse-gdn-gates", 5*gdnLayers + convL2Left, gdnLayers + prologueChain,
+			"add, softplus, mul, exp, neg and sigmoid instead of gdn_gates, and the prologue staged (conv1d_silu_l2, gated_delta); add→softplus→mul reaches gated_delta at depth 6, two past the q path through conv1d_silu_l2"},
 		{"fuse-norm-out-proj", gdnLayers, gdnLayers, "gated_rms_norm before out_proj, a stage of its own"},
 		{"fuse-qk-norm-rope", 4 * attLayer, 2 * attLayer,
 			"rms_norm and rope for q and for k, with the query slice and the key append as dispatches again (neither fold has an rms_norm_rope to take): two more stages on either path to attention"},

@@ -1,6 +1,7 @@
 package kernelcheck
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 
@@ -379,6 +380,13 @@ func Cases() []Case {
 		// multiple of the 4 columns a group takes.
 		gdnStep(r, "gated_delta_step Hk 2 Hv 4 Dk 32 Dv 24 bf16 conv state", 2, 4, 32, 24, graph.BF16),
 		gdnStep(r, "gated_delta_step Hk = Hv 3 Dk 64 Dv 7", 3, 3, 64, 7, graph.F32),
+		// The conv with the q/k heads' L2 norms in its epilogue (fuse-conv-l2), through
+		// gpu.Metal's lowering (one kernel for these decode shapes): heads of 64 from
+		// mid-group, k before q, channels ending inside the last group, a bf16 state; heads
+		// of 32, 3 taps; the model's shape.
+		convL2(r, "conv1d_silu_l2 decode Ch 333, heads of 64 from mid-group, k before q, bf16 state", 333, 4, 2, 64, 192, 64, graph.BF16),
+		convL2(r, "conv1d_silu_l2 decode Ch 200, heads of 32, 3 taps", 200, 3, 3, 32, 0, 96, graph.F32),
+		convL2(r, "conv1d_silu_l2 decode, the model's shape (Ch 8192, K 4, q/k 16 x 128, f32 state)", 8192, 4, 16, 128, 0, 2048, graph.F32),
 		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.BF16(r, 3, 96)}, alias: map[int]int{0: 1}, exact: true},
 		{name: "conv_state_shift 5 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 5, 40), randtensor.F32(r, 3, 40)}, alias: map[int]int{0: 1}, exact: true},
 		{name: "router ties", op: "router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{tied(r, 5, 16)}, launch: router},
@@ -437,4 +445,17 @@ func gdnStep(r *rand.Rand, name string, Hk, Hv, Dk, Dv int, state graph.DType) C
 		in: []*ops.Tensor{randtensor.F32(r, 1, CD), randtensor.F32(r, 1, Hv), randtensor.F32(r, 1, Hv), st, randtensor.BF16(r, CD, 4), randtensor.Scaled(randtensor.F32(r, Hv), 0.5),
 			randtensor.BF16(r, Hv), randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3)},
 		alias: map[int]int{1: 7}}
+}
+
+// convL2 is a one-token conv1d_silu_l2 case: Ch channels, a conv of K taps, H heads of D
+// for q at qs and for k at ks, each part with its own eps and scale.
+func convL2(r *rand.Rand, name string, Ch, K, H, D, qs, ks int, state graph.DType) Case {
+	st := randtensor.F32(r, K-1, Ch)
+	if state == graph.BF16 {
+		st = randtensor.BF16(r, K-1, Ch)
+	}
+	return Case{name: name, op: "conv1d_silu_l2",
+		attrs: graph.Attrs{"q_start": int64(qs), "q_end": int64(qs + H*D), "k_start": int64(ks), "k_end": int64(ks + H*D),
+			"shape": fmt.Sprintf("[1,%d,%d]", H, D), "q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(D)), "k_eps": 1e-5, "k_scale": 1.0},
+		in: []*ops.Tensor{randtensor.F32(r, 1, Ch), st, randtensor.BF16(r, Ch, K)}, alias: map[int]int{3: 1}}
 }

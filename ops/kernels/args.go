@@ -220,6 +220,15 @@ type Conv1DArgs struct {
 	// Slices is how many slices of the tokens a group's SIMD groups share out (a divisor
 	// of them): one for a decode step, whose groups are 4 x 32 channels.
 	Slices int32
+	// conv1d_silu_l2, a decode step (one slice) only; HeadDim 0 leaves the epilogue out:
+	// the channels [QStart, QStart+NormWidth) and [KStart, KStart+NormWidth) in heads of
+	// HeadDim (a multiple of SIMD_WIDTH that divides the group's channels, the starts
+	// multiples of it), each L2-normed (Scale / sqrt(sum of squares + Eps)) into QOut and
+	// KOut.
+	QOut, KOut                 uint64
+	QStart, KStart             int32
+	NormWidth, HeadDim         int32
+	QEps, QScale, KEps, KScale float32
 }
 
 // GDNGatesArgs: the Gated DeltaNet gates per (t, head): G = -exp(ALog)·softplus(A +

@@ -252,7 +252,7 @@ func checkOps(p *plan.Plan) error {
 			return fmt.Errorf("plan %s: dispatch %d (%s) names no kernel", p.Phase, d.Index, d.Op)
 		}
 	}
-	return nil
+	return checkRouterQ8Order(p)
 }
 
 // programmaticEdges says whether graphs get programmatic edges: asked for, a Hopper or

@@ -105,6 +105,10 @@ for layout in mlx-q4 hf; do
 	# The router's softmax/top-k inside the routed experts' kernel (off by default: slower
 	# on the H200) instead of its own dispatch after its projection.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-expert-routing/on
+	# The router's q8 projection and its routing as two dispatches (matvec_q8, router)
+	# instead of router_q8, the last group to finish routing (router-matvec, on by
+	# default; the mlx-q4 layout's q8 gates take it, the hf layout's bf16 ones never do).
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=router-matvec/off
 	# The GDN value heads copied out of the convolution's output instead of read in place
 	# (slice-views, on by default since the fifteenth session), in decode and chunks of 1.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=slice-views/off

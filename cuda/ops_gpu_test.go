@@ -87,6 +87,10 @@ type opCase struct {
 	// tol, when set, is the case's bound on the max abs error relative to max(|ref|, 1)
 	// (default 1e-5; 1e-2 for bf16 results).
 	tol float64
+	// launches, when above 1, runs each dispatch that many times in a row, every time into
+	// freshly poisoned results, the last one's checked: a kernel that keeps state on the
+	// device between launches (router_q8's counter) must leave it as it found it.
+	launches int
 }
 
 // gdnStep is a gated_delta_step case for one token: the in_proj_qkv output x holds q, k
@@ -357,6 +361,21 @@ func opCases() []opCase {
 		{name: "expert_matmul_swiglu", op: "expert_matmul_swiglu", in: []*ops.Tensor{randtensor.F32(r, 20, 128), randtensor.Quant(r, graph.Q4, 8, 40, 128), randtensor.Quant(r, graph.Q4, 8, 40, 128), routed(20, 4, 8)}},
 		{name: "matmul_gated_add", op: "matmul_gated_add", in: []*ops.Tensor{randtensor.F32(r, 2, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.F32(r, 2, 1), randtensor.F32(r, 2, 40)}},
 		{name: "matmul_router", op: "matmul_router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{randtensor.F32(r, 3, 128), randtensor.Quant(r, graph.Q8, 16, 128)}},
+		// router_q8 (marked as the router-matvec pass marks it): the model's router (256
+		// experts of K 2048, top 8, renormalised as the model routes: route_token always
+		// renormalises); 37 experts, an odd last group of one row, top 2, K 64 (fewer
+		// chunks than threads); 27 experts all picked, so every group's logits decide the
+		// order (a top few rarely notices a group's logits missing); the model's shape
+		// three times in a row into fresh results (the last group must put the counter
+		// back).
+		{name: "matmul_router router_q8 256 experts top 8", op: "matmul_router", attrs: graph.Attrs{"k": 8, gpu.AttrRouterMatvec: int64(1)},
+			in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, 2048), 0.002), randtensor.Quant(r, graph.Q8, 256, 2048)}},
+		{name: "matmul_router router_q8 37 experts top 2", op: "matmul_router", attrs: graph.Attrs{"k": 2, gpu.AttrRouterMatvec: int64(1)},
+			in: []*ops.Tensor{randtensor.F32(r, 1, 64), randtensor.Quant(r, graph.Q8, 37, 64)}},
+		{name: "matmul_router router_q8 27 experts, every one picked", op: "matmul_router", attrs: graph.Attrs{"k": 27, gpu.AttrRouterMatvec: int64(1)},
+			in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, 128), 0.05), randtensor.Quant(r, graph.Q8, 27, 128)}},
+		{name: "matmul_router router_q8 three launches in a row", op: "matmul_router", attrs: graph.Attrs{"k": 8, gpu.AttrRouterMatvec: int64(1)},
+			in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, 2048), 0.002), randtensor.Quant(r, graph.Q8, 256, 2048)}, launches: 3},
 		{name: "expert_matmul_combine", op: "expert_matmul_combine", in: []*ops.Tensor{randtensor.F32(r, 2, 4, 64), randtensor.Quant(r, graph.Q4, 8, 40, 64), routed(2, 4, 8), randtensor.F32(r, 2, 4)}},
 		{name: "sigmoid_gate_matmul", op: "sigmoid_gate_matmul", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 40, 128)}},
 		{name: "matmuls decode q4", op: "matmuls", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.Quant(r, graph.Q4, 24, 128), randtensor.Quant(r, graph.Q4, 72, 128)}},
@@ -641,28 +660,30 @@ func runOnGPU(g *device, c opCase, in []gpu.Operand, alloc func(graph.Type) (gpu
 			elems = []graph.Type{v.Type}
 		}
 		outs := make([]gpu.Operand, len(elems))
-		for i, t := range elems {
-			if o, ok := aliasOf(v, i); ok {
+		for range max(c.launches, 1) {
+			for i, t := range elems {
+				if o, ok := aliasOf(v, i); ok {
+					outs[i] = o
+					continue
+				}
+				o, err := alloc(t)
+				if err != nil {
+					return nil, err
+				}
 				outs[i] = o
-				continue
 			}
-			o, err := alloc(t)
+			d := &plan.Dispatch{Op: v.Op, Attrs: v.Attrs}
+			l, err := gpu.CUDA.Lower(d, args, outs, steps)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", v.Op, err)
+			}
+			ln, err := g.newLaunch(l.Kernel, l.Grid, l.Block, l.Args, l.ArgsPointer())
 			if err != nil {
 				return nil, err
 			}
-			outs[i] = o
-		}
-		d := &plan.Dispatch{Op: v.Op, Attrs: v.Attrs}
-		l, err := gpu.CUDA.Lower(d, args, outs, steps)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", v.Op, err)
-		}
-		ln, err := g.newLaunch(l.Kernel, l.Grid, l.Block, l.Args, l.ArgsPointer())
-		if err != nil {
-			return nil, err
-		}
-		if err := g.run(ln); err != nil {
-			return nil, err
+			if err := g.run(ln); err != nil {
+				return nil, err
+			}
 		}
 		vals[v] = outs
 	}

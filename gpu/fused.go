@@ -15,8 +15,9 @@ import (
 // also needs whole heads the kernel can reduce, gpu/fused_normattn.go), and
 // slice_l2_norm only when the slice is whole heads. Where supports says no, the
 // compiler's expand-for-backend pass rewrites the op into the ops it fuses, each a
-// planned dispatch of its own; matmul_router is always expanded, since no kernel covers
-// it.
+// planned dispatch of its own. matmul_router has a kernel only on a target with a
+// device-scope fence, for one token against q8 weights, when the router-matvec pass asks
+// for it (router_q8.go); otherwise it expands into the projection and the router.
 type fusedKernel struct {
 	supports func(attrs graph.Attrs, in, out []Operand) bool
 	lower    lowering

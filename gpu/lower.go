@@ -57,13 +57,17 @@ type Target struct {
 	// CombineRows is the output rows a group of the experts' down-projection combines
 	// takes: the kernels' MVC_ROWS for this backend (kernels.Tuning.CombineRows).
 	CombineRows int
+	// DeviceFence says the target's dialect has a device-scope fence and global atomics
+	// (FENCE_DEVICE, ATOMIC_ADD_GLOBAL), so a launch's groups can hand their results to the
+	// last of them to finish (router_q8). Metal's has not.
+	DeviceFence bool
 }
 
 // The GPU targets. Their choices are fixed per target, not read from the device, so a
 // plan compiled on a machine without the GPU is the plan the GPU runs.
 var (
 	// CUDA is tuned for the H200 (132 multiprocessors).
-	CUDA = &Target{Name: "cuda", ParallelGroups: 264, TensorCores: true, CombineRows: int(kernels.CUDA.CombineRows)}
+	CUDA = &Target{Name: "cuda", ParallelGroups: 264, TensorCores: true, CombineRows: int(kernels.CUDA.CombineRows), DeviceFence: true}
 	// Metal is sized for the larger Apple GPUs (up to 40 cores).
 	Metal = &Target{Name: "metal", ParallelGroups: 80, CombineRows: int(kernels.Metal.CombineRows)}
 )
@@ -86,6 +90,9 @@ func (t *Target) Lower(d *plan.Dispatch, in, out []Operand, steps uint64) (*Laun
 	lw, ok := lowerings[d.Op]
 	if !ok {
 		if f, fused := fusedKernels[d.Op]; fused {
+			if deviceFenceOps[d.Op] && !t.DeviceFence {
+				return nil, fmt.Errorf("%s: its one-kernel form needs a device-scope fence, which the %s target has not; the plan should have expanded it (expand-for-backend)", d.Op, t.Name)
+			}
 			if !f.supports(d.Attrs, in, out) {
 				return nil, fmt.Errorf("%s: no single %s kernel for these operands; the plan should have expanded it (expand-for-backend)", d.Op, t.Name)
 			}
@@ -104,7 +111,7 @@ func (t *Target) Supports(op string, attrs graph.Attrs, in, out []Operand) bool 
 		return true
 	}
 	f, ok := fusedKernels[op]
-	return ok && f.supports(attrs, in, out)
+	return ok && (t.DeviceFence || !deviceFenceOps[op]) && f.supports(attrs, in, out)
 }
 
 func whyNoKernel(op string) string {

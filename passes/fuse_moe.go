@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 
+	"pistil/gpu"
 	"pistil/graph"
 )
 
@@ -73,6 +74,35 @@ func fuseRouter(u *Unit) error {
 		}
 	}
 	r.finish()
+	return nil
+}
+
+// routerMatvec marks, for a target with a device-scope fence (CUDA), each matmul_router
+// that router_q8 takes (one token, q8 weights: decode's router) with
+// gpu.AttrRouterMatvec, so expand-for-backend keeps it whole: one launch instead of the
+// projection and the router, two dependent stages per MoE layer. Metal has no such fence
+// and keeps the two.
+func routerMatvec(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || !t.GPU.DeviceFence {
+		return err
+	}
+	bind := graph.Bindings{T: u.Phase.Tokens, N: 1}
+	for _, v := range u.Graph.Values {
+		if v.Op != "matmul_router" {
+			continue
+		}
+		if in, _ := valueOperands(v, bind); !gpu.RouterQ8Shape(v.Attrs, in) {
+			continue
+		}
+		a := v.Attrs.Clone()
+		if a == nil {
+			a = graph.Attrs{}
+		}
+		a[gpu.AttrRouterMatvec] = int64(1)
+		v.Attrs = a
+		u.count("router-matvec: "+v.Op, 1)
+	}
 	return nil
 }
 

@@ -295,6 +295,15 @@ type RouterArgs struct {
 	T, E, K              int32
 }
 
+// RouterQ8Args: router_q8 (moe_cuda.k) routes one token: the logits x·Wᵀ over the E rows
+// of the q8 weight W [E, K], then router's softmax, top TopK and renormalised Weights
+// [1, TopK] and Ids [1, TopK].
+type RouterQ8Args struct {
+	W               Weight
+	X, Weights, Ids uint64
+	E, K, TopK      int32
+}
+
 // CombineArgs: Out [T, H] = Σ_j W[t, j] · Y[t, j, :].
 type CombineArgs struct {
 	Y, W, Out uint64
@@ -325,4 +334,5 @@ var argTypes = []any{
 	GatedRMSNormArgs{}, GatedNormMatvecArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
 	GatedDeltaArgs{}, GDNGatesArgs{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
 	SampleArgs{}, GatedDeltaStepArgs{}, ConvShiftArgs{},
+	RouterQ8Args{},
 }

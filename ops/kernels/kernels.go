@@ -34,7 +34,7 @@ var Families = []string{"common", "norm", "matmul", "attention", "conv", "deltan
 // CUDAFamilies are kernel files only the CUDA source carries, after the portable ones
 // (whose helpers they use): kernels for hardware the dialect does not abstract (the
 // tensor-core mma GEMM), each beside a portable kernel that does the same work.
-var CUDAFamilies = []string{"matmul_mma", "matvec_mma", "attention_mma"}
+var CUDAFamilies = []string{"matmul_mma", "matvec_mma", "attention_mma", "moe_cuda"}
 
 // Kernel names (the KERNEL declarations of the .k files).
 const (
@@ -111,6 +111,9 @@ const (
 	KernelMatvecFusedStagedQ4          = "matvec_fused_staged_q4"
 	KernelExpertMVSwiGLUStagedQ4       = "expert_matvec_swiglu_staged_q4"
 	KernelExpertMVSwiGLUSharedStagedQ4 = "expert_matvec_swiglu_shared_staged_q4"
+	// The router's q8 projection of one token and its routing in one launch (moe_cuda.k,
+	// the router-matvec pass): the last group to finish routes.
+	KernelRouterQ8 = "router_q8"
 )
 
 // MMAQ4Kernel maps each tensor-core GEMM kernel to its twin for q4 weights: the same
@@ -203,7 +206,7 @@ var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
 	KernelMatvecIMMAQ4, KernelMatvecFusedIMMAQ4, KernelExpertMVSwiGLUIMMAQ4, KernelExpertMVSwiGLUSharedIMMAQ4,
 	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
-	KernelAttentionPrefillMMA, KernelAttentionGQAMMA}
+	KernelAttentionPrefillMMA, KernelAttentionGQAMMA, KernelRouterQ8}
 
 // DynamicGroupMemory is the group memory a CUDA-only kernel takes at launch instead of
 // declaring it (a static declaration holds at most 48 KB): the host raises each such

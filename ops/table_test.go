@@ -23,6 +23,8 @@ var contractOps = []string{
 	"attention_partial", "attention_merge",
 	// the fused GDN decode step and the conv state update it leaves (fuse-gdn-prologue)
 	"gated_delta_step", "conv_state_shift",
+	// the delta rule with the gated norm of its output (fuse-delta-norm)
+	"gated_delta_norm",
 	// a contiguous slice read in place (slice-views)
 	"slice_view",
 }

@@ -379,6 +379,12 @@ func Cases() []Case {
 		// multiple of the 4 columns a group takes.
 		gdnStep(r, "gated_delta_step Hk 2 Hv 4 Dk 32 Dv 24 bf16 conv state", 2, 4, 32, 24, graph.BF16),
 		gdnStep(r, "gated_delta_step Hk = Hv 3 Dk 64 Dv 7", 3, 3, 64, 7, graph.F32),
+		// The delta rule with the gated norm of its output (fuse-delta-norm) through
+		// gpu.Metal's lowering: GQA with Dv not a multiple of the 4 columns a SIMD group
+		// takes, Hk = Hv, and the model's heads (a group of 1,024 threads per value head).
+		deltaNorm(r, "gated_delta_norm Hk 2 Hv 4 Dk 32 Dv 22", 2, 4, 32, 22, graph.F32),
+		deltaNorm(r, "gated_delta_norm Hk = Hv 3 Dk 64 Dv 40", 3, 3, 64, 40, graph.BF16),
+		deltaNorm(r, "gated_delta_norm Hk 16 Hv 32 Dk 128 Dv 128 (the model's)", 16, 32, 128, 128, graph.BF16),
 		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.BF16(r, 3, 96)}, alias: map[int]int{0: 1}, exact: true},
 		{name: "conv_state_shift 5 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 5, 40), randtensor.F32(r, 3, 40)}, alias: map[int]int{0: 1}, exact: true},
 		{name: "router ties", op: "router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{tied(r, 5, 16)}, launch: router},
@@ -435,4 +441,19 @@ func gdnStep(r *rand.Rand, name string, Hk, Hv, Dk, Dv int, state graph.DType) C
 		in: []*ops.Tensor{randtensor.F32(r, 1, CD), randtensor.F32(r, 1, Hv), randtensor.F32(r, 1, Hv), st, randtensor.BF16(r, CD, 4), randtensor.Scaled(randtensor.F32(r, Hv), 0.5),
 			randtensor.BF16(r, Hv), randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3)},
 		alias: map[int]int{1: 7}}
+}
+
+// deltaNorm is a one-token gated_delta_norm case: q and k scaled as L2-normed heads
+// roughly are, a norm weight of the given dtype.
+func deltaNorm(r *rand.Rand, name string, Hk, Hv, Dk, Dv int, w graph.DType) Case {
+	norm := randtensor.F32(r, Dv)
+	if w == graph.BF16 {
+		norm = randtensor.BF16(r, Dv)
+	}
+	qk := float32(1 / math.Sqrt(float64(Dk)))
+	return Case{name: name, op: "gated_delta_norm", attrs: graph.Attrs{"form": "recurrent", "chunk": int64(64), "eps": 1e-6},
+		in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk), randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk),
+			randtensor.F32(r, 1, Hv, Dv), randtensor.Scaled(randtensor.F32(r, 1, Hv), 0.1), randtensor.F32(r, 1, Hv),
+			randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3), randtensor.F32(r, 1, Hv, Dv), norm},
+		alias: map[int]int{1: 5}}
 }

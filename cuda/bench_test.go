@@ -23,7 +23,7 @@ import (
 // tiles), and every fusion pass off ("unfused") with graphs on.
 
 // NoFusion are the pass switches that leave the plans with primitive ops only.
-var NoFusion = []string{"fuse-gdn-gates/off", "fuse-conv-silu/off", "fuse-slice-l2/off", "fuse-gdn-prologue/off", "fuse-norm-out-proj/off",
+var NoFusion = []string{"fuse-gdn-gates/off", "fuse-conv-silu/off", "fuse-slice-l2/off", "fuse-gdn-prologue/off", "fuse-conv-l2/off", "fuse-delta-norm/off", "fuse-norm-out-proj/off",
 	"fuse-qk-norm-rope/off", "fuse-slice-rope/off", "fuse-rope-append/off", "fuse-attn-gate/off", "fuse-swiglu/off", "fuse-router/off", "fuse-moe-combine/off",
 	"fuse-shared-gate/off", "fuse-projections/off", "fuse-add-norm/off"}
 

@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2
 grep -E "^(--- FAIL|FAIL|ok|PASS)|^cuda.test exit|panic" "$OUT/cuda_test.log"
 echo "$(grep -c -- '--- PASS' "$OUT/cuda_test.log") tests and subtests passed, $(grep -c -- '--- FAIL' "$OUT/cuda_test.log") failed"
 # Every fusion pass off: the plans of primitive ops.
-NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-gdn-prologue/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-slice-rope/off -pass=fuse-rope-append/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-shared-expert/off -pass=fuse-expert-routing/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
+NOFUSE="-pass=fuse-gdn-gates/off -pass=fuse-conv-silu/off -pass=fuse-slice-l2/off -pass=fuse-gdn-prologue/off -pass=fuse-conv-l2/off -pass=fuse-delta-norm/off -pass=fuse-norm-out-proj/off -pass=fuse-qk-norm-rope/off -pass=fuse-slice-rope/off -pass=fuse-rope-append/off -pass=fuse-attn-gate/off -pass=fuse-swiglu/off -pass=fuse-router/off -pass=fuse-moe-combine/off -pass=fuse-shared-gate/off -pass=fuse-shared-expert/off -pass=fuse-expert-routing/off -pass=fuse-projections/off -pass=fuse-add-norm/off"
 sed 's/^graphs = true/graphs = false/' pipeline.toml > /tmp/nographs.toml
 sed 's/^programmatic_launch = true/programmatic_launch = false/' pipeline.toml > /tmp/fulledges.toml
 sed 's/^early_loads = true/early_loads = false/' pipeline.toml > /tmp/lateloads.toml
@@ -81,6 +81,11 @@ for layout in mlx-q4 hf; do
 	# The q/k L2 norms in the decode conv kernel's epilogue (conv1d_silu_l2; off by default:
 	# not yet timed on a GPU) instead of two slice_l2_norms a stage after the conv.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-conv-l2/on
+	# The GDN's gated norm inside the recurrent step (gated_delta_norm, one group per value
+	# head; off by default: not yet timed) instead of its own stage before out_proj, in
+	# decode and in prefill chunks of one token (which it fuses too).
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-delta-norm/on
+	check --model "$dir" --reference "$ref" --chunk 1 -pass=fuse-delta-norm/on
 	# Prefill attention one group per (kv head, token): attention_gqa_mma (attention_gqa
 	# with mma-decode-attention off, above) instead of attention_prefill.
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off

@@ -122,6 +122,22 @@ func convL2(name string, r *rand.Rand, T, Ch, K, H, D, qs, ks int, state graph.D
 		in: []*ops.Tensor{randtensor.F32(r, T, Ch), st, randtensor.BF16(r, Ch, K)}, alias: map[int]int{3: 1}}
 }
 
+// deltaNorm is a one-token gated_delta_norm case (the fuse-delta-norm pass): q and k of Hk
+// heads scaled as the model's L2-normed ones roughly are, the state, and a norm weight
+// of the given dtype.
+func deltaNorm(name string, r *rand.Rand, Hk, Hv, Dk, Dv int, w graph.DType) opCase {
+	norm := randtensor.F32(r, Dv)
+	if w == graph.BF16 {
+		norm = randtensor.BF16(r, Dv)
+	}
+	qk := float32(1 / math.Sqrt(float64(Dk)))
+	return opCase{name: name, op: "gated_delta_norm", attrs: graph.Attrs{"form": "recurrent", "chunk": int64(64), "eps": 1e-6},
+		in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk), randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk),
+			randtensor.F32(r, 1, Hv, Dv), randtensor.Scaled(randtensor.F32(r, 1, Hv), 0.1), randtensor.F32(r, 1, Hv),
+			randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3), randtensor.F32(r, 1, Hv, Dv), norm},
+		alias: map[int]int{1: 5}}
+}
+
 func typeOf(t *ops.Tensor) graph.Type {
 	return graph.Type{DType: t.DType, Shape: graph.S(t.Shape...), Group: t.Group}
 }
@@ -324,6 +340,12 @@ func opCases() []opCase {
 		convL2("conv1d_silu_l2 decode, the model's shape (Ch 8192, K 4, q/k 16 x 128, f32 state)", r, 1, 8192, 4, 16, 128, 0, 2048, graph.F32),
 		convL2("conv1d_silu_l2 decode Ch 333, heads of 64 from mid-group, k before q, bf16 state", r, 1, 333, 4, 2, 64, 192, 64, graph.BF16),
 		convL2("conv1d_silu_l2 decode Ch 200, heads of 32, 3 taps", r, 1, 200, 3, 3, 32, 0, 96, graph.F32),
+		// The delta rule with the gated norm of its output (fuse-delta-norm): the model's
+		// heads (a group of 1,024 threads per value head), GQA with Dv not a multiple of
+		// the 4 columns a SIMD group takes, Hk = Hv.
+		deltaNorm("gated_delta_norm Hk 16 Hv 32 Dk 128 Dv 128 (the model's)", r, 16, 32, 128, 128, graph.BF16),
+		deltaNorm("gated_delta_norm Hk 2 Hv 4 Dk 32 Dv 22", r, 2, 4, 32, 22, graph.F32),
+		deltaNorm("gated_delta_norm Hk = Hv 3 Dk 64 Dv 40", r, 3, 3, 64, 40, graph.BF16),
 		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.BF16(r, 3, 96)}, alias: map[int]int{0: 1}},
 		{name: "conv_state_shift 2 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 2, 200), randtensor.F32(r, 3, 200)}, alias: map[int]int{0: 1}},
 		{name: "conv_state_shift 5 tokens past the state", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 5, 40), randtensor.F32(r, 3, 40)}, alias: map[int]int{0: 1}},

@@ -39,6 +39,7 @@ var fusedKernels = map[string]fusedKernel{
 	"gated_rms_norm_matmul": {supportsGatedNormMatvec, lowerGatedNormMatvec},
 	"slice_rms_norm_rope":   {supportsSliceRMSNormRoPE, lowerSliceRMSNormRoPE},
 	"rms_norm_rope_append":  {supportsRMSNormRoPEAppend, lowerRMSNormRoPEAppend},
+	"gated_delta_norm":      {supportsGatedDeltaNorm, lowerGatedDeltaNorm}, // fused_delta_norm.go
 	// fused_moefuse.go
 	"expert_matmul_swiglu_shared":  {supportsExpertSwiGLUShared, lowerExpertSwiGLUShared},
 	"expert_matmul_combine_shared": {supportsExpertCombineShared, lowerExpertCombineShared},

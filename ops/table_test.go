@@ -25,6 +25,8 @@ var contractOps = []string{
 	"gated_delta_step", "conv_state_shift",
 	// the conv with the q/k L2 norms in its epilogue (fuse-conv-l2)
 	"conv1d_silu_l2",
+	// the delta rule with the gated norm of its output (fuse-delta-norm)
+	"gated_delta_norm",
 	// a contiguous slice read in place (slice-views)
 	"slice_view",
 }

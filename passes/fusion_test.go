@@ -207,3 +207,58 @@ func TestConvL2KeepsTheAnswer(t *testing.T) {
 		})
 	}
 }
+
+// fuse-delta-norm fuses decode steps only: on a one-token step from random conv and
+// recurrent states, the graph before and after it (and after fuse-norm-out-proj, which
+// then leaves the output projection a plain matmul) compute the same logits and next
+// states; with fuse-gdn-prologue on it folds nothing, and a prefill chunk keeps the
+// unfused ops.
+func TestDeltaNormKeepsTheAnswer(t *testing.T) {
+	for _, layout := range []string{"mlx-q4", "hf"} {
+		t.Run(layout, func(t *testing.T) {
+			ck := openTiny(t, layout)
+			g := buildTiny(t, ck, true)
+			rng := rand.New(rand.NewSource(29))
+			bind := graph.Bindings{T: 1, C: 3, N: 8}
+			states := zeroStates(g, bind)
+			for _, st := range states {
+				for i := range st.F32() {
+					st.F32()[i] = float32(rng.NormFloat64()) * 0.3
+				}
+			}
+			tokens := randomTokens(rng, 1, ck.Config().VocabSize)
+			decode := passes.Phase{Name: "decode", Tokens: 1}
+			off := passes.Config{Off: map[string]bool{"fuse-delta-norm": true}}
+			on := passes.Config{Off: map[string]bool{"fuse-delta-norm": false}}
+			for _, until := range []string{"fuse-delta-norm", "fuse-norm-out-proj"} {
+				before := runUntil(t, g, decode, off, until)
+				after := runUntil(t, g, decode, on, until)
+				if n := countOps(after.Graph, "gated_delta_norm"); n != tinyGDN {
+					t.Errorf("until %s: %d gated_delta_norm, want %d", until, n, tinyGDN)
+				}
+				for _, op := range []string{"gated_delta", "gated_rms_norm", "gated_rms_norm_matmul"} {
+					if n := countOps(after.Graph, op); n != 0 {
+						t.Errorf("until %s: %d %s left after fuse-delta-norm", until, n, op)
+					}
+				}
+				wantFewer := tinyGDN // the norm
+				if until == "fuse-norm-out-proj" {
+					wantFewer = 0 // before: gated_delta + gated_rms_norm_matmul; after: gated_delta_norm + the projection
+				}
+				if a, b := countDispatches(after.Graph), countDispatches(before.Graph); a != b-wantFewer {
+					t.Errorf("until %s: %d dispatching values after fuse-delta-norm, %d before: want %d fewer", until, a, b, wantFewer)
+				}
+				compareOutputs(t, "decode until "+until, interpret(t, after.Graph, ck, tokens, states, bind), interpret(t, before.Graph, ck, tokens, states, bind), 1e-6)
+			}
+
+			both := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"fuse-delta-norm": false, "fuse-gdn-prologue": false}}, "fuse-delta-norm")
+			if n, m := countOps(both.Graph, "gated_delta_norm"), countOps(both.Graph, "gated_delta_step"); n != 0 || m != tinyGDN {
+				t.Errorf("with fuse-gdn-prologue on: %d gated_delta_norm and %d gated_delta_step, want 0 and %d", n, m, tinyGDN)
+			}
+			prefill := runUntil(t, g, passes.Phase{Name: "prefill", Tokens: 5}, on, "fuse-delta-norm")
+			if n := countOps(prefill.Graph, "gated_delta_norm"); n != 0 {
+				t.Errorf("%d gated_delta_norm in a 5-token prefill", n)
+			}
+		})
+	}
+}

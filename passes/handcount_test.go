@@ -148,8 +148,9 @@ func TestHandCountDecode(t *testing.T) {
 		why               string
 	}{
 		{"fuse-gdn-prologue", convL2Left, convL2LeftChain,
-			"conv1d_silu_l2 and gdn_gates before gated_delta (the v slice a view of the conv's output) instead of gated_delta_step and conv_state_shift; conv1d_silu_l2 is a stage before the delta rule"},
+			"conv1d_silu_l2 and gdn_gates before the delta rule (the v slice a view of the conv's output) instead of gated_delta_step and conv_state_shift; conv1d_silu_l2 is a stage before it. fuse-delta-norm (on here) then takes gated_delta with its norm and fuse-norm-out-proj finds none: gated_delta_norm and the projection instead of gated_delta and gated_rms_norm_matmul, the same count"},
 		{"fuse-conv-l2", 0, 0, "the prologue has taken the conv and the norms, so it folds nothing"},
+		{"fuse-delta-norm", 0, 0, "the prologue has taken gated_delta, so it folds nothing"},
 		{"fuse-gdn-gates", 5*gdnLayers + convL2Left, gdnLayers + prologueChain,
 			"add, softplus, mul, exp, neg and sigmoid instead of gdn_gates, and the prologue staged (conv1d_silu_l2, gated_delta); add→softplus→mul reaches gated_delta at depth 6, two past the q path through conv1d_silu_l2"},
 		{"fuse-norm-out-proj", gdnLayers, gdnLayers, "gated_rms_norm before out_proj, a stage of its own"},
@@ -258,6 +259,35 @@ func TestHandCountDecode(t *testing.T) {
 	t.Logf("decode: %d dispatches, %d groups, longest chain %d; fuse-dequant only: %d, %d, %d; -O0: %d dispatches, %d groups, longest chain %d",
 		tot.Dispatches, tot.Groups, tot.LongestChain, base.Totals.Dispatches, base.Totals.Groups, base.Totals.LongestChain,
 		o0.Totals.Dispatches, o0.Totals.Groups, o0.Totals.LongestChain)
+}
+
+// On a GPU, gated_rms_norm_matmul expands into the norm and the projection (gated-norm-matvec
+// is off by default), so there fuse-delta-norm saves the norm, a stage of its own: one
+// dispatch and one stage per GDN layer of the default CUDA decode plan (fuse-gdn-prologue
+// off, so this pass finds gated_delta).
+func TestHandCountDeltaNormOnCUDA(t *testing.T) {
+	g, err := qwen35moe.Build(qwen35moe.Default(), qwen35moe.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := passes.Phase{Name: "decode", Tokens: 1, Context: 4096, Backend: "cuda"}
+	base, err := passes.Compile(g, ops.Default, decode, passes.Config{Check: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fused, err := passes.Compile(g, ops.Default, decode, passes.Config{Check: true, Off: map[string]bool{"fuse-delta-norm": false}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, f := base.Totals, fused.Totals
+	if b.Dispatches-f.Dispatches != gdnLayers || b.Groups-f.Groups != gdnLayers || b.LongestChain-f.LongestChain != gdnLayers {
+		t.Errorf("fuse-delta-norm on CUDA: %d dispatches, %d groups, chain %d; default %d, %d, %d: want %d fewer of each",
+			f.Dispatches, f.Groups, f.LongestChain, b.Dispatches, b.Groups, b.LongestChain, gdnLayers)
+	}
+	if f.WeightBytesRead != b.WeightBytesRead {
+		t.Errorf("fuse-delta-norm on CUDA reads %d weight bytes, default %d: fusion must not change what is read", f.WeightBytesRead, b.WeightBytesRead)
+	}
+	t.Logf("CUDA decode: default %d dispatches, %d groups; fuse-delta-norm on %d, %d", b.Dispatches, b.Groups, f.Dispatches, f.Groups)
 }
 
 // BenchmarkCompileBuiltin measures what `pistil compile` does for the built-in model:

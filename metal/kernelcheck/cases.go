@@ -387,6 +387,12 @@ func Cases() []Case {
 		convL2(r, "conv1d_silu_l2 decode Ch 333, heads of 64 from mid-group, k before q, bf16 state", 333, 4, 2, 64, 192, 64, graph.BF16),
 		convL2(r, "conv1d_silu_l2 decode Ch 200, heads of 32, 3 taps", 200, 3, 3, 32, 0, 96, graph.F32),
 		convL2(r, "conv1d_silu_l2 decode, the model's shape (Ch 8192, K 4, q/k 16 x 128, f32 state)", 8192, 4, 16, 128, 0, 2048, graph.F32),
+		// The delta rule with the gated norm of its output (fuse-delta-norm) through
+		// gpu.Metal's lowering: GQA with Dv not a multiple of the 4 columns a SIMD group
+		// takes, Hk = Hv, and the model's heads (a group of 1,024 threads per value head).
+		deltaNorm(r, "gated_delta_norm Hk 2 Hv 4 Dk 32 Dv 22", 2, 4, 32, 22, graph.F32),
+		deltaNorm(r, "gated_delta_norm Hk = Hv 3 Dk 64 Dv 40", 3, 3, 64, 40, graph.BF16),
+		deltaNorm(r, "gated_delta_norm Hk 16 Hv 32 Dk 128 Dv 128 (the model's)", 16, 32, 128, 128, graph.BF16),
 		{name: "conv_state_shift decode bf16", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 1, 96), randtensor.BF16(r, 3, 96)}, alias: map[int]int{0: 1}, exact: true},
 		{name: "conv_state_shift 5 tokens f32", op: "conv_state_shift", in: []*ops.Tensor{randtensor.F32(r, 5, 40), randtensor.F32(r, 3, 40)}, alias: map[int]int{0: 1}, exact: true},
 		{name: "router ties", op: "router", attrs: graph.Attrs{"k": 4}, in: []*ops.Tensor{tied(r, 5, 16)}, launch: router},
@@ -458,4 +464,19 @@ func convL2(r *rand.Rand, name string, Ch, K, H, D, qs, ks int, state graph.DTyp
 		attrs: graph.Attrs{"q_start": int64(qs), "q_end": int64(qs + H*D), "k_start": int64(ks), "k_end": int64(ks + H*D),
 			"shape": fmt.Sprintf("[1,%d,%d]", H, D), "q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(D)), "k_eps": 1e-5, "k_scale": 1.0},
 		in: []*ops.Tensor{randtensor.F32(r, 1, Ch), st, randtensor.BF16(r, Ch, K)}, alias: map[int]int{3: 1}}
+}
+
+// deltaNorm is a one-token gated_delta_norm case: q and k scaled as L2-normed heads
+// roughly are, a norm weight of the given dtype.
+func deltaNorm(r *rand.Rand, name string, Hk, Hv, Dk, Dv int, w graph.DType) Case {
+	norm := randtensor.F32(r, Dv)
+	if w == graph.BF16 {
+		norm = randtensor.BF16(r, Dv)
+	}
+	qk := float32(1 / math.Sqrt(float64(Dk)))
+	return Case{name: name, op: "gated_delta_norm", attrs: graph.Attrs{"form": "recurrent", "chunk": int64(64), "eps": 1e-6},
+		in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk), randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk),
+			randtensor.F32(r, 1, Hv, Dv), randtensor.Scaled(randtensor.F32(r, 1, Hv), 0.1), randtensor.F32(r, 1, Hv),
+			randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3), randtensor.F32(r, 1, Hv, Dv), norm},
+		alias: map[int]int{1: 5}}
 }

@@ -245,6 +245,17 @@ type GatedDeltaArgs struct {
 	T, Hk, Hv, Dk, Dv      int32
 }
 
+// GatedDeltaNormArgs: one token of the gated delta rule (Delta: its T is 1, and O, the
+// raw output, is written only when not 0) and the gated RMSNorm of each value head's Dv
+// outputs into Y [Hv, Dv] = W · o/√(mean(o²) + Eps) · silu(Z), Z f32 [Hv, Dv], W a dense
+// [Dv] (gated_delta_norm).
+type GatedDeltaNormArgs struct {
+	Delta GatedDeltaArgs
+	Z, Y  uint64
+	W     Weight
+	Eps   float32
+}
+
 // GatedDeltaStepArgs: one decode token of a Gated DeltaNet layer (gated_delta_step):
 // from X (the in_proj_qkv output, f32 [Ch]), the conv state [K-1, Ch] (read only), the
 // conv weight [Ch, K] and A, B (f32 [Hv]) with ALog, DtBias [Hv], the q, k and v heads
@@ -333,6 +344,6 @@ var argTypes = []any{
 	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
 	GatedRMSNormArgs{}, GatedNormMatvecArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
 	GatedDeltaArgs{}, GDNGatesArgs{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
-	SampleArgs{}, GatedDeltaStepArgs{}, ConvShiftArgs{},
+	SampleArgs{}, GatedDeltaStepArgs{}, ConvShiftArgs{}, GatedDeltaNormArgs{},
 	RouterQ8Args{},
 }

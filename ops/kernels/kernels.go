@@ -75,6 +75,7 @@ const (
 	KernelProbeLayout       = "probe_layout"
 	KernelGatedDeltaStep    = "gated_delta_step"
 	KernelConvStateShift    = "conv_state_shift"
+	KernelGatedDeltaNorm    = "gated_delta_norm"
 
 	// CUDA only (CUDAFamilies).
 	KernelMatmulMMA       = "matmul_mma"
@@ -196,7 +197,7 @@ var Names = []string{
 	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelMatvecQ4Rows, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelGatedNormMVQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge, KernelAttentionPrefill,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
-	KernelArgmax, KernelSample, KernelGatedDeltaStep, KernelConvStateShift,
+	KernelArgmax, KernelSample, KernelGatedDeltaStep, KernelConvStateShift, KernelGatedDeltaNorm,
 	KernelExpertMVSwiGLUSharedQ4, KernelExpertMVCombineSharedQ4, KernelExpertMVSwiGLURoutedQ4,
 }
 
@@ -253,6 +254,7 @@ const (
 	SIMDWidth           = 32    // SIMD_WIDTH
 	DeltaMaxDk          = 128   // DELTA_LANES * DELTA_MAX_ROWS
 	DeltaLanes          = 8     // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
+	DeltaNormMaxDv      = 128   // DELTA_NORM_MAX_DV: gated_delta_norm's group is 32·ceil(Dv/4) threads, at most 1,024
 	MatvecThreads       = 128   // MV_THREADS: the q4 matrix-vector kernels' group size
 	MatvecRows          = 4     // MV_ROWS: rows per row group of the q4 matrix-vector kernels
 	MatvecQ8Rows        = 2     // MV8_ROWS: rows per group of matvec_q8

@@ -78,11 +78,12 @@ for layout in mlx-q4 hf; do
 	# The GDN decode prologue inside the step (gated_delta_step + conv_state_shift; off by
 	# default: slower on the H200) instead of staged.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-gdn-prologue/on
-	# The q/k L2 norms in the decode conv kernel's epilogue (conv1d_silu_l2; off by default:
-	# not yet timed on a GPU) instead of two slice_l2_norms a stage after the conv.
-	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-conv-l2/on
+	# The q/k L2 norms as two slice_l2_norms a stage after the conv instead of in the
+	# decode conv kernel's epilogue (conv1d_silu_l2; fuse-conv-l2, on by default since the
+	# eighteenth session).
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-conv-l2/off
 	# The GDN's gated norm inside the recurrent step (gated_delta_norm, one group per value
-	# head; off by default: not yet timed) instead of its own stage before out_proj, in
+	# head; off by default: not faster on the H100) instead of its own stage before out_proj, in
 	# decode and in prefill chunks of one token (which it fuses too).
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-delta-norm/on
 	check --model "$dir" --reference "$ref" --chunk 1 -pass=fuse-delta-norm/on
@@ -110,10 +111,12 @@ for layout in mlx-q4 hf; do
 	# The router's softmax/top-k inside the routed experts' kernel (off by default: slower
 	# on the H200) instead of its own dispatch after its projection.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fuse-expert-routing/on
-	# The router's q8 projection and its routing as two dispatches (matvec_q8, router)
-	# instead of router_q8, the last group to finish routing (router-matvec, on by
-	# default; the mlx-q4 layout's q8 gates take it, the hf layout's bf16 ones never do).
-	check --model "$dir" --reference "$ref" --decode-from 40 -pass=router-matvec/off
+	# The router's q8 projection and its routing in one kernel, router_q8, the last group
+	# to finish routing (router-matvec, off by default: slower on the H100), instead of
+	# matvec_q8 and router; the mlx-q4 layout's q8 gates take it, the hf layout's bf16
+	# ones never do. In decode and in prefill chunks of one token.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=router-matvec/on
+	check --model "$dir" --reference "$ref" --chunk 1 -pass=router-matvec/on
 	# The GDN value heads copied out of the convolution's output instead of read in place
 	# (slice-views, on by default since the fifteenth session), in decode and chunks of 1.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=slice-views/off

@@ -5,6 +5,7 @@
 # synthetic model, decode of 64 tokens at CONTEXTS (default 0,4096), medians of 3, ROUNDS
 # rounds (default 2), alternating base, early loads on (the default) and off, then each
 # of SWITCHES (space-separated; a comma joins several pass switches into one variant).
+# LATE=0 leaves out the early-loads-off variant.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 CONTEXTS=${CONTEXTS:-0,4096}
@@ -23,7 +24,7 @@ bench() { # name binary args...
 for round in $(seq "$ROUNDS"); do
 	[ -x .dev/pistil-base ] && bench base .dev/pistil-base --pipeline .dev/pipeline-base.toml
 	bench early .dev/pistil
-	bench late .dev/pistil --pipeline /tmp/lateloads.toml
+	[ "${LATE:-1}" = 0 ] || bench late .dev/pistil --pipeline /tmp/lateloads.toml
 	for sw in $SWITCHES; do
 		flags=()
 		IFS=, read -ra parts <<< "$sw"

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"pistil/graph"
+	"pistil/models/checkpoint"
 	"pistil/ops"
 	"pistil/passes"
 )
@@ -131,15 +132,7 @@ func TestGDNPrologueKeepsTheAnswer(t *testing.T) {
 		t.Run(layout, func(t *testing.T) {
 			ck := openTiny(t, layout)
 			g := buildTiny(t, ck, true)
-			rng := rand.New(rand.NewSource(23))
-			bind := graph.Bindings{T: 1, C: 3, N: 8}
-			states := zeroStates(g, bind)
-			for _, st := range states {
-				for i := range st.F32() {
-					st.F32()[i] = float32(rng.NormFloat64()) * 0.3
-				}
-			}
-			tokens := randomTokens(rng, 1, ck.Config().VocabSize)
+			bind, states, tokens := randomDecodeStep(g, ck, 23)
 			decode := passes.Phase{Name: "decode", Tokens: 1}
 			before := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"fuse-gdn-prologue": true}}, "fuse-gdn-prologue")
 			after := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"fuse-gdn-prologue": false}}, "fuse-gdn-prologue")
@@ -175,15 +168,7 @@ func TestConvL2KeepsTheAnswer(t *testing.T) {
 		t.Run(layout, func(t *testing.T) {
 			ck := openTiny(t, layout)
 			g := buildTiny(t, ck, true)
-			rng := rand.New(rand.NewSource(29))
-			bind := graph.Bindings{T: 1, C: 3, N: 8}
-			states := zeroStates(g, bind)
-			for _, st := range states {
-				for i := range st.F32() {
-					st.F32()[i] = float32(rng.NormFloat64()) * 0.3
-				}
-			}
-			tokens := randomTokens(rng, 1, ck.Config().VocabSize)
+			bind, states, tokens := randomDecodeStep(g, ck, 29)
 			decode := passes.Phase{Name: "decode", Tokens: 1}
 			before := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"fuse-conv-l2": true}}, "fuse-conv-l2")
 			after := runUntil(t, g, decode, passes.Config{Off: map[string]bool{"fuse-conv-l2": false}}, "fuse-conv-l2")
@@ -218,15 +203,7 @@ func TestDeltaNormKeepsTheAnswer(t *testing.T) {
 		t.Run(layout, func(t *testing.T) {
 			ck := openTiny(t, layout)
 			g := buildTiny(t, ck, true)
-			rng := rand.New(rand.NewSource(29))
-			bind := graph.Bindings{T: 1, C: 3, N: 8}
-			states := zeroStates(g, bind)
-			for _, st := range states {
-				for i := range st.F32() {
-					st.F32()[i] = float32(rng.NormFloat64()) * 0.3
-				}
-			}
-			tokens := randomTokens(rng, 1, ck.Config().VocabSize)
+			bind, states, tokens := randomDecodeStep(g, ck, 29)
 			decode := passes.Phase{Name: "decode", Tokens: 1}
 			off := passes.Config{Off: map[string]bool{"fuse-delta-norm": true}}
 			on := passes.Config{Off: map[string]bool{"fuse-delta-norm": false}}
@@ -261,4 +238,19 @@ func TestDeltaNormKeepsTheAnswer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomDecodeStep is a one-token decode step after a context of 3 from states that are
+// not zero (every conv and recurrent state element drawn at 0.3 times a normal) and one
+// random token, from seed: what a decode fusion must compute the same before and after.
+func randomDecodeStep(g *graph.Graph, ck *checkpoint.Checkpoint, seed int64) (graph.Bindings, map[string]*ops.Tensor, *ops.Tensor) {
+	rng := rand.New(rand.NewSource(seed))
+	bind := graph.Bindings{T: 1, C: 3, N: 8}
+	states := zeroStates(g, bind)
+	for _, st := range states {
+		for i := range st.F32() {
+			st.F32()[i] = float32(rng.NormFloat64()) * 0.3
+		}
+	}
+	return bind, states, randomTokens(rng, 1, ck.Config().VocabSize)
 }

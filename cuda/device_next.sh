@@ -32,21 +32,15 @@
 # cuda/device_check.sh on the H200 in the fourteenth session and is merged. The line of
 # cuda/device_check.sh that checks the split-k expert tiles switched on, added after that
 # run when expert-split-k went off by default, has not run on an H200 yet: "check" runs it.)
-# Branch gdn-conv-l2 (fifteenth session; checked only under cuda/emu and the emulated
-# Metal): the GDN convolution's q and k norms in the conv kernel (fuse-conv-l2, off). From
-# that branch's tree, STEPS="check switches": its device_check.sh checks the pass on, its
-# switches step times it; merge it if both pass and it is faster.
-# Branch norm-matvec (sixteenth session, on top of gdn-conv-l2, which it includes; checked
-# only under cuda/emu and the emulated Metal): every residual add_rms_norm of a decode
-# step in the kernel of the projections that read it (fuse-norm-matvec, off; CUDA decode
-# plan 603 -> 483 dispatches, 473 -> 393 stages), and the GDN's gated norm in the staged
-# out_proj (gated-norm-matvec; with fuse-conv-l2 and fuse-expert-routing too 353 / 293).
-# From that branch's tree: BASE=main bash cuda/device_pack.sh (main's binary timed
-# beside it), STEPS=check in one call, STEPS=switches in the next (its device_next.sh
-# says more); merge what passes and is faster. Where a fold is slower,
-# PASSES="-pass=NAME/on ..." bash cuda/device_profile.sh gives its kernels' times.
-# STEPS picks them (default "check attn floor"; "check switches sass" first next time:
-# the fifteenth session got no machine for them). Logs go to $OUT; each step prints a summary.
+# Eighteenth session (landed, measured only on an H100: no H200 was lent): fuse-conv-l2
+# on, greedy sampling in coalesced strides, early loads of the row norms' and gates'
+# weights, router-matvec and fuse-delta-norm off (cuda/README.md). First on an H200, from
+# the landed tree with the commit before it as the base (`BASE=b2cab78 bash
+# cuda/device_pack.sh`): STEPS="h200" times base and tree at 0 / 4,096 / 32,768 (two
+# rounds) and runs TestGrid, which ran on the H100 only before fuse-conv-l2 went on (it
+# passed there, 15 shapes, with fuse-conv-l2 off).
+# STEPS picks them (default "check attn floor"; "h200 sass" first next time: the sass
+# step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
@@ -60,5 +54,6 @@ has longctx && { ROUNDS=1 timeout 400 bash cuda/device_longctx.sh > "$OUT/next_l
 has attn && { STEPS=regs bash cuda/device_decode_attention.sh 2>&1 | grep -E "entry|regist|spill"; bash cuda/device_attn_profile.sh 2>&1 | grep -E "==|attention"; }
 has pstalls && { KERNELS='regex:^attention_prefill_mma$' PROMPT=8192 SKIP=70 COUNT=3 timeout 500 bash cuda/device_stalls.sh > "$OUT/next_pstalls.txt" 2>&1; echo "pstalls exit $?"; tail -40 "$OUT/next_pstalls.txt"; }
 has switches && { timeout 400 bash cuda/device_decode_switches.sh 2>&1 | tee "$OUT/next_switches.txt"; }
+has h200 && { LATE=0 ROUNDS=2 CONTEXTS=0,4096,32768 timeout 500 bash cuda/device_early_loads.sh 2>&1 | tee "$OUT/next_h200.txt"; (cd cuda && timeout 300 ../.dev/cuda.test -test.run 'TestGrid' -test.count=1 -test.v > "$OUT/next_grid.txt" 2>&1; echo "TestGrid exit $?"; grep -cE -- "--- PASS: TestGrid/" "$OUT/next_grid.txt"); }
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

@@ -176,15 +176,21 @@ func gatedNormMatvec(u *Unit) error {
 		if v.Op != "gated_rms_norm_matmul" {
 			continue
 		}
-		a := v.Attrs.Clone()
-		if a == nil {
-			a = graph.Attrs{}
-		}
-		a[gpu.AttrGatedNormMatvec] = int64(1)
-		v.Attrs = a
-		u.count("gated-norm-matvec: "+v.Op, 1)
+		markForKernel(u, v, gpu.AttrGatedNormMatvec, "gated-norm-matvec")
 	}
 	return nil
+}
+
+// markForKernel sets attribute attr on v (a copy of its attrs: values may share them),
+// the mark by which a GPU target's lowering picks the kernel pass asked for, and counts it.
+func markForKernel(u *Unit, v *graph.Value, attr, pass string) {
+	a := v.Attrs.Clone()
+	if a == nil {
+		a = graph.Attrs{}
+	}
+	a[attr] = int64(1)
+	v.Attrs = a
+	u.count(pass+": "+v.Op, 1)
 }
 
 // fuseGDNPrologue folds a decode step's whole Gated DeltaNet prologue into the recurrent

@@ -95,13 +95,7 @@ func routerMatvec(u *Unit) error {
 		if in, _ := valueOperands(v, bind); !gpu.RouterQ8Shape(v.Attrs, in) {
 			continue
 		}
-		a := v.Attrs.Clone()
-		if a == nil {
-			a = graph.Attrs{}
-		}
-		a[gpu.AttrRouterMatvec] = int64(1)
-		v.Attrs = a
-		u.count("router-matvec: "+v.Op, 1)
+		markForKernel(u, v, gpu.AttrRouterMatvec, "router-matvec")
 	}
 	return nil
 }

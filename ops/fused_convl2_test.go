@@ -116,23 +116,8 @@ func TestConvSiLUL2Expansion(t *testing.T) {
 	rng := rand.New(rand.NewSource(43))
 	c := convL2Case{T: 3, Ch: 200, K: 4, H: 3, D: 32, qStart: 96, kStart: 0, state: graph.BF16}
 	args := c.args(rng)
-	b := graph.NewBuilder(graph.New("expanded"), Default)
-	in := make([]*graph.Value, len(args))
-	for i, a := range args {
-		in[i] = b.Source("input", fmt.Sprintf("a%d", i), typeOf(a), nil)
-	}
-	elems, err := ExpandElems(b, b.Op("conv1d_silu_l2", c.attrs(), in...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range elems {
-		b.G.AddOutput(fmt.Sprintf("out%d", i), e)
-	}
-	if b.Err() != nil {
-		t.Fatal(b.Err())
-	}
 	want := runGraph(t, unfusedConvL2(t, c, args), graph.Bindings{T: c.T}, clones(args)...)
-	got := runGraph(t, b.G, graph.Bindings{T: c.T}, clones(args)...)
+	got := runGraph(t, expansionGraph(t, "conv1d_silu_l2", c.attrs(), args...), graph.Bindings{T: c.T}, clones(args)...)
 	for i, name := range []string{"y", "q", "k", "state'"} {
 		if string(got[i].Data) != string(want[i].Data) {
 			t.Errorf("%s of the expansion differs from the unfused ops'", name)

@@ -18,13 +18,19 @@ import (
 func runFusedAndExpanded(t *testing.T, op string, attrs graph.Attrs, bind graph.Bindings, args ...*Tensor) (fused, expanded []*Tensor) {
 	t.Helper()
 	fused = runOp(t, op, attrs, bind, args...)
+	return fused, runGraph(t, expansionGraph(t, op, attrs, args...), bind, args...)
+}
+
+// expansionGraph is the graph of ExpandElems(op) over sources shaped as args, every
+// element of the expansion an output.
+func expansionGraph(t *testing.T, op string, attrs graph.Attrs, args ...*Tensor) *graph.Graph {
+	t.Helper()
 	b := graph.NewBuilder(graph.New(op), Default)
 	srcs := make([]*graph.Value, len(args))
 	for i, a := range args {
 		srcs[i] = b.Source("input", fmt.Sprintf("a%d", i), typeOf(a), nil)
 	}
-	v := b.Op(op, attrs, srcs...)
-	elems, err := ExpandElems(b, v)
+	elems, err := ExpandElems(b, b.Op(op, attrs, srcs...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +40,7 @@ func runFusedAndExpanded(t *testing.T, op string, attrs graph.Attrs, bind graph.
 	if b.Err() != nil {
 		t.Fatal(b.Err())
 	}
-	return fused, runGraph(t, b.G, bind, args...)
+	return b.G
 }
 
 func sameResults(t *testing.T, op string, fused, expanded []*Tensor) {

@@ -39,7 +39,8 @@ var fusedKernels = map[string]fusedKernel{
 	"gated_rms_norm_matmul": {supportsGatedNormMatvec, lowerGatedNormMatvec},
 	"slice_rms_norm_rope":   {supportsSliceRMSNormRoPE, lowerSliceRMSNormRoPE},
 	"rms_norm_rope_append":  {supportsRMSNormRoPEAppend, lowerRMSNormRoPEAppend},
-	"gated_delta_norm":      {supportsGatedDeltaNorm, lowerGatedDeltaNorm}, // fused_delta_norm.go
+	"gated_delta_norm":      {supportsGatedDeltaNorm, lowerGatedDeltaNorm},       // fused_delta_norm.go
+	"add_rms_norm_matmuls":  {supportsAddRMSNormMatmuls, lowerAddRMSNormMatmuls}, // fused_norm_matvec.go
 	// fused_moefuse.go
 	"expert_matmul_swiglu_shared":  {supportsExpertSwiGLUShared, lowerExpertSwiGLUShared},
 	"expert_matmul_combine_shared": {supportsExpertCombineShared, lowerExpertCombineShared},

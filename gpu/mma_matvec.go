@@ -34,18 +34,24 @@ const AttrStagedMatvec = "staged_matvec"
 // its inputs are weights and whether the op takes the matrix-vector kernel at all with
 // these operands (a qmatmul only at one row; the fused ops where their kernel supports
 // them, otherwise expand-for-backend has split them).
+//
+// weights nil means every input from rest on (the fused projections' varying count).
 var mmaMatvecOps = map[string]struct {
 	weights []int
+	rest    int
 	takes   func(in []Operand) bool
 }{
-	"matmul":                      {[]int{1}, oneRowQ4},
-	"qmatmul":                     {[]int{1}, oneRowQ4},
-	"matmuls":                     {nil, func(in []Operand) bool { return supportsMatmuls(nil, in, nil) }},
-	"matmul_swiglu":               {[]int{1, 2}, func(in []Operand) bool { return supportsMatmulSwiGLU(nil, in, nil) }},
-	"matmul_gated_add":            {[]int{1}, func(in []Operand) bool { return len(in) == 4 && decodeQ4(in[0], in[1]) }},
-	"sigmoid_gate_matmul":         {[]int{2}, func(in []Operand) bool { return len(in) == 3 && decodeQ4(in[0], in[2]) }},
-	"expert_matmul_swiglu":        {[]int{1, 2}, func(in []Operand) bool { return supportsExpertMatmulSwiGLU(nil, in, nil) }},
-	"expert_matmul_swiglu_shared": {[]int{1, 2, 4, 5}, func(in []Operand) bool { return supportsExpertSwiGLUShared(nil, in, nil) }},
+	"matmul":  {weights: []int{1}, takes: oneRowQ4},
+	"qmatmul": {weights: []int{1}, takes: oneRowQ4},
+	"matmuls": {rest: 1, takes: func(in []Operand) bool { return supportsMatmuls(nil, in, nil) }},
+	"add_rms_norm_matmuls": {rest: 3, takes: func(in []Operand) bool {
+		return supportsAddRMSNormMatmuls(nil, in, nil) && len(in) > 3 && in[3].DType == graph.Q4
+	}},
+	"matmul_swiglu":               {weights: []int{1, 2}, takes: func(in []Operand) bool { return supportsMatmulSwiGLU(nil, in, nil) }},
+	"matmul_gated_add":            {weights: []int{1}, takes: func(in []Operand) bool { return len(in) == 4 && decodeQ4(in[0], in[1]) }},
+	"sigmoid_gate_matmul":         {weights: []int{2}, takes: func(in []Operand) bool { return len(in) == 3 && decodeQ4(in[0], in[2]) }},
+	"expert_matmul_swiglu":        {weights: []int{1, 2}, takes: func(in []Operand) bool { return supportsExpertMatmulSwiGLU(nil, in, nil) }},
+	"expert_matmul_swiglu_shared": {weights: []int{1, 2, 4, 5}, takes: func(in []Operand) bool { return supportsExpertSwiGLUShared(nil, in, nil) }},
 }
 
 func oneRowQ4(in []Operand) bool {
@@ -65,8 +71,8 @@ func (t *Target) MMAMatvecShape(op string, in []Operand) bool {
 		return false
 	}
 	idx := spec.weights
-	if idx == nil { // matmuls: every input after x
-		for i := 1; i < len(in); i++ {
+	if idx == nil {
+		for i := spec.rest; i < len(in); i++ {
 			idx = append(idx, i)
 		}
 	}

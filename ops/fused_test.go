@@ -141,6 +141,19 @@ func TestFusedNormAndGDNMatchExpansion(t *testing.T) {
 		f, e := runFusedAndExpanded(t, "add_rms_norm", graph.Attrs{"eps": 1e-6}, graph.Bindings{}, a, b, toBF16(w))
 		sameResults(t, "add_rms_norm", f, e)
 
+		// The norm inside its projections: one weight (a qmatmul or matmul) and several
+		// (matmuls), of every kind.
+		for kind, w1 := range weightKinds(rng, 24, 32) {
+			w2 := weightKinds(rng, 8, 32)[kind]
+			f, e = runFusedAndExpanded(t, "add_rms_norm_matmuls", graph.Attrs{"eps": 1e-6}, graph.Bindings{}, a, b, toBF16(w), w1)
+			sameResults(t, "add_rms_norm_matmuls, one "+kind+" weight", f, e)
+			f, e = runFusedAndExpanded(t, "add_rms_norm_matmuls", graph.Attrs{"eps": 1e-6}, graph.Bindings{}, a, b, toBF16(w), w1, w2)
+			sameResults(t, "add_rms_norm_matmuls, two "+kind+" weights", f, e)
+			if len(f) != 4 {
+				t.Fatalf("add_rms_norm_matmuls of two weights gave %d results, want s, y and two projections", len(f))
+			}
+		}
+
 		ga, gb := randTensor(rng, 3, T, 8), randTensor(rng, 3, T, 8)
 		aLog, dt := randTensor(rng, 1, 8), toBF16(randTensor(rng, 1, 8))
 		f, e = runFusedAndExpanded(t, "gdn_gates", nil, graph.Bindings{}, ga, gb, aLog, dt)
@@ -229,6 +242,8 @@ func TestFusedInferErrors(t *testing.T) {
 		{"matmuls", []*Tensor{x, w}, "at least two weights"},
 		{"matmul_swiglu", []*Tensor{x, w, randTensor(rng, 1, 4, 8)}, "inner dimension"},
 		{"add_rms_norm", []*Tensor{x, randTensor(rng, 1, 1, 16), randTensor(rng, 1, 16)}, "differ"},
+		{"add_rms_norm_matmuls", []*Tensor{x, x, randTensor(rng, 1, 16)}, "at least one projection"},
+		{"add_rms_norm_matmuls", []*Tensor{x, x, randTensor(rng, 1, 16), randTensor(rng, 1, 4, 8)}, "inner dimension"},
 		{"gdn_gates", []*Tensor{x, randTensor(rng, 1, 2, 8), randTensor(rng, 1, 16), randTensor(rng, 1, 16)}, "differ"},
 	} {
 		_, err := opGraph(c.op, graph.Attrs{"eps": 1e-6}, c.args...)

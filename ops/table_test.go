@@ -29,6 +29,8 @@ var contractOps = []string{
 	"gated_delta_norm",
 	// a contiguous slice read in place (slice-views)
 	"slice_view",
+	// the residual add and its norm inside the projections of the normed row (norm-matvec)
+	"add_rms_norm_matmuls",
 }
 
 func TestTableCoversContract(t *testing.T) {

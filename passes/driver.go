@@ -35,6 +35,10 @@ func Run(u *Unit, cfg Config, until string) error {
 		}
 	}
 	u.Config = cfg
+	u.enabled = map[string]bool{}
+	for _, p := range Passes {
+		u.enabled[p.Name] = cfg.Enabled(p)
+	}
 	if cfg.Check {
 		if err := CheckUnit(u); err != nil {
 			return fmt.Errorf("input graph: %w", err)

@@ -55,6 +55,9 @@ type Unit struct {
 	Ran []string
 	// Stats are counters passes record (rules fired, placements), shown in dumps.
 	Stats map[string]int
+	// enabled names the passes Run runs under Config (passOn): a pass whose choice
+	// depends on what a later pass will do asks here.
+	enabled map[string]bool
 }
 
 func (u *Unit) count(stat string, n int) {
@@ -129,6 +132,8 @@ var Passes = []Pass{
 		Doc: "a GPU target: fused ops it has no single kernel for (by shape) become the ops they fuse, each a planned dispatch"},
 	{Name: "slice-views", Fn: sliceViews,
 		Doc: "a slice whose range is one contiguous run of its argument (a decode step's slice of one token's row) becomes a slice_view on the argument's bytes: no copy, no dispatch"},
+	{Name: "norm-matvec", Fn: normMatvec,
+		Doc: "a CUDA decode step: add_rms_norm and the projection with the most rows of those reading its normed row become add_rms_norm_matmuls, the norm inside the matrix-vector kernel (each group sums the row's squares itself); q4 projections only where the staged tensor-core twins take them"},
 	{Name: "tile-attention", Fn: tileAttention,
 		Doc: "a GPU target: attention over more than one token runs as attention_prefill (query tiles x key tiles, online softmax)"},
 	{Name: "split-attention", Fn: splitAttention,

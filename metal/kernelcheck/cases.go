@@ -232,7 +232,13 @@ func Cases() []Case {
 		{name: "matmul_rows q8 decode", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q8, 9, 128)}, launch: matmulRows},
 		{name: "matvec_q8 odd M", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q8, 37, hidden)}},   // gpu.Metal: matvec_q8
 		{name: "matvec_q8 one long row", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, 4096), randtensor.Quant(r, graph.Q8, 1, 4096)}}, // gpu.Metal: matvec_q8
-		{name: "matvec_q4 odd M", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q4, 37, hidden)}},   // gpu.Metal: matvec_q4
+		// The router reading its norm (norm-matvec): the sum, the normed row and the logits
+		// (gpu: matvec_q8_norm), with a bf16 and an f32 norm weight.
+		{name: "matvec_q8_norm odd M", op: "add_rms_norm_matmuls", attrs: graph.Attrs{"eps": 1e-6}, in: []*ops.Tensor{randtensor.F32(r, 1, hidden),
+			randtensor.F32(r, 1, hidden), randtensor.BF16(r, hidden), randtensor.Quant(r, graph.Q8, 37, hidden)}},
+		{name: "matvec_q8_norm K 2048, f32 norm weight", op: "add_rms_norm_matmuls", attrs: graph.Attrs{"eps": 1e-5}, in: []*ops.Tensor{randtensor.F32(r, 1, 2048),
+			randtensor.F32(r, 1, 2048), randtensor.F32(r, 2048), randtensor.Quant(r, graph.Q8, 64, 2048)}},
+		{name: "matvec_q4 odd M", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 1, hidden), randtensor.Quant(r, graph.Q4, 37, hidden)}}, // gpu.Metal: matvec_q4
 		{name: "matmul_tiled q4", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 70, hidden), randtensor.Quant(r, graph.Q4, 72, hidden)}, launch: matmulTiled},
 		{name: "matmul_tiled f32", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 9, 64), randtensor.F32(r, 24, 64)}, launch: matmulTiled},
 		{name: "expert_rows bf16 per-slot x", op: "expert_matmul", in: []*ops.Tensor{randtensor.F32(r, 2, 4, 64), randtensor.BF16(r, 8, 40, 64), randtensor.Routed(r, 2, 4, 8)},

@@ -104,6 +104,12 @@ const MaxFused = 4
 // Y[i] = X·W[i]ᵀ (MatvecSeparate, grid y = i) or Y[0] = silu(X·W[0]ᵀ)·(X·W[1]ᵀ)
 // (MatvecSwiGLU); XGate non-zero: X·sigmoid(XGate) instead of X; RowGate non-zero:
 // Other + y·sigmoid(RowGate[0]).
+//
+// Norm.W.Data non-zero (add_rms_norm_matmuls, the norm-matvec pass): the row multiplied is
+// rms_norm(X + Norm.B)·Norm.W, which the kernel never stores whole: each group sums the
+// squares of X + Norm.B over the k it reads anyway, multiplies (X + Norm.B)·Norm.W, and
+// scales its products by 1/sqrt(mean + Norm.Eps) at the end. The first group also writes
+// the sum X + Norm.B to Norm.S and, when Norm.Y is set, the normed row to Norm.Y.
 type MatvecArgs struct {
 	W       [MaxFused]Weight
 	Y       [MaxFused]uint64
@@ -113,6 +119,14 @@ type MatvecArgs struct {
 	RowGate uint64
 	Other   uint64
 	K, Mode int32
+	Norm    NormInput
+}
+
+// NormInput is a matrix-vector kernel's prologue norm (MatvecArgs.Norm).
+type NormInput struct {
+	B, S, Y uint64
+	W       Weight
+	Eps     float32
 }
 
 // RMSNormArgs: Y = X / sqrt(mean(X²) + Eps) · W over rows of D. With B non-zero the
@@ -343,7 +357,7 @@ type SampleArgs struct {
 var argTypes = []any{
 	Weight{}, EmbedArgs{}, DequantArgs{}, MatmulArgs{}, ExpertArgs{}, RMSNormArgs{}, L2NormArgs{},
 	GatedRMSNormArgs{}, GatedNormMatvecArgs{}, StepArgs{}, RoPEArgs{}, KVAppendArgs{}, AttentionArgs{}, AttentionMergeArgs{}, Conv1DArgs{},
-	GatedDeltaArgs{}, GDNGatesArgs{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
+	GatedDeltaArgs{}, GDNGatesArgs{}, NormInput{}, MatvecArgs{}, UnaryArgs{}, BinaryArgs{}, SliceArgs{}, RouterArgs{}, CombineArgs{}, ArgmaxArgs{},
 	SampleArgs{}, GatedDeltaStepArgs{}, ConvShiftArgs{}, GatedDeltaNormArgs{},
 	RouterQ8Args{},
 }

@@ -43,6 +43,7 @@ const (
 	KernelMatmulRows        = "matmul_rows"
 	KernelMatvecQ4          = "matvec_q4"
 	KernelMatvecQ8          = "matvec_q8"
+	KernelMatvecQ8Norm      = "matvec_q8_norm"
 	KernelMatvecQ4Rows      = "matvec_q4_rows"
 	KernelExpertMVQ4        = "expert_matvec_q4"
 	KernelExpertMVGatherQ4  = "expert_matvec_gather_q4"
@@ -194,7 +195,7 @@ const (
 
 // Names lists every kernel of the .k files.
 var Names = []string{
-	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelMatvecQ4Rows, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelGatedNormMVQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
+	KernelEmbed, KernelDequant, KernelMatmulRows, KernelMatvecQ4, KernelMatvecQ8, KernelMatvecQ8Norm, KernelMatvecQ4Rows, KernelExpertMVQ4, KernelExpertMVGatherQ4, KernelExpertMVSwiGLUQ4, KernelExpertMVCombineQ4, KernelMatvecFusedQ4, KernelGatedNormMVQ4, KernelMatmulTiled, KernelExpertRows, KernelExpertTiled,
 	KernelRMSNorm, KernelL2Norm, KernelGatedRMSNorm, KernelRoPE, KernelKVAppend, KernelAttention, KernelAttentionGQA, KernelAttentionMerge, KernelAttentionPrefill,
 	KernelConv1D, KernelGatedDelta, KernelGDNGates, KernelUnary, KernelBinary, KernelSlice, KernelRouter, KernelMoECombine,
 	KernelArgmax, KernelSample, KernelGatedDeltaStep, KernelConvStateShift, KernelGatedDeltaNorm,

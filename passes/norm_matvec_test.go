@@ -1,0 +1,57 @@
+package passes_test
+
+import (
+	"math/rand"
+	"testing"
+
+	"pistil/graph"
+	"pistil/passes"
+)
+
+// norm-matvec folds a CUDA decode step's add_rms_norms into the projections that read
+// them: every layer's input norm but the first (a plain rms_norm of the embedding) into
+// its input projections, every post-attention norm into its router's q8 projection, and
+// the final norm into the lm_head. The graph computes the same bits (the fused op's
+// reference is add_rms_norm, then the projections), prefill steps and the CPU and Metal
+// targets are left alone, and with staged-matvec off only the routers' q8 projections
+// take their norms (the q4 form runs only on the staged twins).
+func TestNormMatvecKeepsTheAnswer(t *testing.T) {
+	ck := openTiny(t, "mlx-q4")
+	g := buildTiny(t, ck, false)
+	layers := len(ck.Config().Layers)
+	decode := func(backend string) passes.Phase {
+		return passes.Phase{Name: "decode", Tokens: 1, Backend: backend}
+	}
+	off := map[string]bool{"norm-matvec": true}
+	fused := runUntil(t, g, decode("cuda"), passes.Config{}, "norm-matvec")
+	plain := runUntil(t, g, decode("cuda"), passes.Config{Off: off}, "norm-matvec")
+	want := (layers - 1) + layers + 1
+	if n := countOps(fused.Graph, "add_rms_norm_matmuls"); n != want {
+		t.Errorf("cuda decode: %d add_rms_norm_matmuls, want %d (the input norms of layers 1..%d, %d routers, the lm_head)", n, want, layers-1, layers)
+	}
+	if n, m := countOps(fused.Graph, "add_rms_norm"), countOps(plain.Graph, "add_rms_norm"); n != 0 || m != 2*layers {
+		t.Errorf("cuda decode: %d add_rms_norm left with the pass, %d without; want 0 and %d (every layer's two but the first input norm, and the final norm)", n, m, 2*layers)
+	}
+	rng := rand.New(rand.NewSource(11))
+	bind := graph.Bindings{T: 1, C: 3, N: 8}
+	tokens := randomTokens(rng, 1, ck.Config().VocabSize)
+	states := zeroStates(g, bind)
+	compareOutputs(t, "norm-matvec", interpret(t, fused.Graph, ck, tokens, states, bind), interpret(t, plain.Graph, ck, tokens, states, bind), 0)
+
+	noStaged := runUntil(t, g, decode("cuda"), passes.Config{Off: map[string]bool{"staged-matvec": true}}, "norm-matvec")
+	if n := countOps(noStaged.Graph, "add_rms_norm_matmuls"); n != layers {
+		t.Errorf("cuda decode with staged-matvec off: %d add_rms_norm_matmuls, want the %d routers' only", n, layers)
+	}
+	for _, c := range []struct {
+		what  string
+		phase passes.Phase
+	}{
+		{"cpu decode", decode("cpu")},
+		{"metal decode", decode("metal")},
+		{"cuda prefill", passes.Phase{Name: "prefill", Tokens: 4, LastLogitsOnly: true, Backend: "cuda"}},
+	} {
+		if n := countOps(runUntil(t, g, c.phase, passes.Config{}, "norm-matvec").Graph, "add_rms_norm_matmuls"); n != 0 {
+			t.Errorf("%s: %d add_rms_norm_matmuls, want none", c.what, n)
+		}
+	}
+}

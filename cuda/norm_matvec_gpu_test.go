@@ -59,7 +59,7 @@ func TestNormMatvecKernelsMatchReferences(t *testing.T) {
 	}
 }
 
-// The q4 cases lower to the staged twin of matvec_fused_q4 and the q8 ones to
+// The q4 cases lower to matvec_fused_norm_staged_q4 and the q8 ones to
 // matvec_q8_norm; a q4 case not marked for the staged twins (staged-matvec off, or the
 // integer form) is refused with a reason, since no other form has the norm.
 func TestNormMatvecCasesLower(t *testing.T) {
@@ -82,7 +82,7 @@ func TestNormMatvecCasesLower(t *testing.T) {
 		}
 		want := kernels.KernelMatvecQ8Norm
 		if c.in[3].DType == graph.Q4 {
-			want = kernels.KernelMatvecFusedStagedQ4
+			want = kernels.KernelMatvecFusedNormStagedQ4
 		}
 		if l.Kernel != want {
 			t.Errorf("%s: lowered to %s, want %s", c.name, l.Kernel, want)

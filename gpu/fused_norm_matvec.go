@@ -18,10 +18,11 @@ import (
 // residual stream) and the normed row (its other readers).
 //
 // Two kernels take it: one q8 weight (the router) on matvec_q8_norm, and up to
-// kernels.MaxFused q4 weights (the layers' input projections, the lm_head) on the staged
-// tensor-core twin of matvec_fused_q4, the only form of the twins with the norm: the
-// dispatch must be marked for it (mma-matvec and staged-matvec on, imma-matvec off),
-// which the pass checks before it fuses.
+// kernels.MaxFused q4 weights (the layers' input projections, the lm_head) on
+// matvec_fused_norm_staged_q4, the staged tensor-core twin of matvec_fused_q4 with the
+// norm (no other form of the twins has it): the dispatch must be marked for the staged
+// twins (mma-matvec and staged-matvec on, imma-matvec off), which the pass checks before
+// it fuses.
 
 // normMatvecRow says whether a, b and the norm's weight are one decode row of K the
 // kernels read in 16-byte vectors.
@@ -83,5 +84,13 @@ func lowerAddRMSNormMatmuls(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launc
 	if !d.Attrs.Bool(AttrStagedMatvec) {
 		return nil, fmt.Errorf("add_rms_norm_matmuls of q4 weights runs only on the staged tensor-core twins (marked %s by mma-matvec and staged-matvec, imma-matvec off); the norm-matvec pass should not have fused it", AttrStagedMatvec)
 	}
-	return matvecLaunch(c, d, kernels.KernelMatvecFusedQ4, maxM, K, len(ws), args, ws...)
+	l, err := matvecLaunch(c, d, kernels.KernelMatvecFusedQ4, maxM, K, len(ws), args, ws...)
+	if err != nil {
+		return nil, err
+	}
+	if l.Kernel != kernels.KernelMatvecFusedStagedQ4 {
+		return nil, fmt.Errorf("add_rms_norm_matmuls: the q4 projections lowered to %s, which has no prologue norm (want %s)", l.Kernel, kernels.KernelMatvecFusedStagedQ4)
+	}
+	l.Kernel = kernels.KernelMatvecFusedNormStagedQ4 // the same grid, group and args, with the norm's code
+	return l, nil
 }

@@ -30,6 +30,9 @@ func TestMMAMatvecMarksDecodeMatvecs(t *testing.T) {
 		integer[kernels.IMMAMatvecTwin[twin]] = true
 		staged[kernels.StagedMatvecTwin[twin]] = true
 	}
+	// The staged twin of matvec_fused_q4 with a prologue norm (norm-matvec: the layers'
+	// input projections and the lm_head, with staged-matvec on).
+	twins[kernels.KernelMatvecFusedNormStagedQ4], staged[kernels.KernelMatvecFusedNormStagedQ4] = true, true
 	for _, c := range []struct {
 		backend            string
 		on, imma, stage    bool

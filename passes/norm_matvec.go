@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"os"
 	"slices"
 
 	"pistil/gpu"
@@ -29,6 +30,9 @@ func normMatvec(u *Unit) error {
 		return err
 	}
 	staged := u.passOn("mma-matvec") && u.passOn("staged-matvec") && !u.passOn("imma-matvec")
+	// A measurement, not a setting: PISTIL_NORM_MATVEC_ONLY=q8 (the routers) or q4 (the
+	// input projections and the lm_head) folds only those norms (cuda/device_norm_matvec.sh).
+	only := os.Getenv("PISTIL_NORM_MATVEC_ONLY")
 	bind := graph.Bindings{T: u.Phase.Tokens, N: 1}
 	r := newRewriter(u, "norm-matvec")
 	for _, v := range u.Graph.Values {
@@ -49,6 +53,9 @@ func normMatvec(u *Unit) error {
 			}
 			cand := append([]*graph.Value{v.Args[0], v.Args[1], v.Args[2]}, c.Args[1:]...)
 			if !t.GPU.NormMatvecShape(argOperands(cand, bind), staged) {
+				continue
+			}
+			if q := c.Args[1].Type.DType; (only == "q8" && q != graph.Q8) || (only == "q4" && q != graph.Q4) {
 				continue
 			}
 			if n := projectionRows(c, bind); n > rows {

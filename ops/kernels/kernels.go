@@ -111,6 +111,7 @@ const (
 	// The same with each group's weight tile staged in group memory (StagedMatvecTwin).
 	KernelMatvecStagedQ4               = "matvec_staged_q4"
 	KernelMatvecFusedStagedQ4          = "matvec_fused_staged_q4"
+	KernelMatvecFusedNormStagedQ4      = "matvec_fused_norm_staged_q4"
 	KernelExpertMVSwiGLUStagedQ4       = "expert_matvec_swiglu_staged_q4"
 	KernelExpertMVSwiGLUSharedStagedQ4 = "expert_matvec_swiglu_shared_staged_q4"
 	// The router's q8 projection of one token and its routing in one launch (moe_cuda.k,
@@ -207,7 +208,7 @@ var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA
 	KernelMatmulMMAQ4, KernelMatmulMMASplitKQ4, KernelExpertMMA16Q4, KernelExpertMMA32Q4, KernelExpertMMA64Q4, KernelExpertMMASplitKQ4,
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
 	KernelMatvecIMMAQ4, KernelMatvecFusedIMMAQ4, KernelExpertMVSwiGLUIMMAQ4, KernelExpertMVSwiGLUSharedIMMAQ4,
-	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
+	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelMatvecFusedNormStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
 	KernelAttentionPrefillMMA, KernelAttentionGQAMMA, KernelRouterQ8}
 
 // DynamicGroupMemory is the group memory a CUDA-only kernel takes at launch instead of

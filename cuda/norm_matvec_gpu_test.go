@@ -39,6 +39,17 @@ func normMatvecCases() []opCase {
 			in: append(row(4096), randtensor.F32(r, 4096), q4(72, 4096))},
 		{name: "add_rms_norm_matmuls 192 to 40, 24, 72", op: "add_rms_norm_matmuls", attrs: staged,
 			in: append(row(192), randtensor.BF16(r, 192), q4(40, 192), q4(24, 192), q4(72, 192))},
+		// The normed row unread (the pass's mark for projections that are its only reader):
+		// the sum and the projections written, the row left alone.
+		{name: "add_rms_norm_matmuls 2048 to 8192, 4096, 32, 32, the row unread", op: "add_rms_norm_matmuls", unwritten: []int{1},
+			attrs: graph.Attrs{"eps": 1e-6, gpu.AttrMMAMatvec: true, gpu.AttrStagedMatvec: true, gpu.AttrNormRowUnread: true},
+			in: append(row(2048), randtensor.BF16(r, 2048), q4(8192, 2048), q4(4096, 2048), q4(32, 2048), q4(32, 2048))},
+		{name: "add_rms_norm_matmuls 4096 to 72, the row unread", op: "add_rms_norm_matmuls", unwritten: []int{1},
+			attrs: graph.Attrs{"eps": 1e-6, gpu.AttrMMAMatvec: true, gpu.AttrStagedMatvec: true, gpu.AttrNormRowUnread: true},
+			in: append(row(4096), randtensor.BF16(r, 4096), q4(72, 4096))},
+		{name: "add_rms_norm_matmuls q8 2048 to 256, the row unread", op: "add_rms_norm_matmuls", unwritten: []int{1},
+			attrs: graph.Attrs{"eps": 1e-6, gpu.AttrNormRowUnread: true},
+			in: append(row(2048), randtensor.BF16(r, 2048), randtensor.Quant(r, graph.Q8, 256, 2048))},
 		{name: "add_rms_norm_matmuls q8 2048 to 256 (the router)", op: "add_rms_norm_matmuls", attrs: graph.Attrs{"eps": 1e-6},
 			in: append(row(2048), randtensor.BF16(r, 2048), randtensor.Quant(r, graph.Q8, 256, 2048))},
 		{name: "add_rms_norm_matmuls q8 192 to 37, f32 norm weight", op: "add_rms_norm_matmuls", attrs: graph.Attrs{"eps": 1e-5},

@@ -14,8 +14,8 @@ import (
 // (kernels.MatvecArgs.Norm). Every group of those kernels reads the whole row anyway (its
 // warps or threads share out K), so it sums the squares of a + b as it loads them and
 // scales its products by the norm at the end; no group waits for a norm kernel, and the
-// step has one launch and one stage fewer per norm. The first group writes the sum (the
-// residual stream) and the normed row (its other readers).
+// step has one launch and one stage fewer per norm. The groups write the sum (the
+// residual stream) between them, and the normed row where other dispatches read it.
 //
 // Two kernels take it: one q8 weight (the router) on matvec_q8_norm, and up to
 // kernels.MaxFused q4 weights (the layers' input projections, the lm_head) on
@@ -23,6 +23,11 @@ import (
 // norm (no other form of the twins has it): the dispatch must be marked for the staged
 // twins (mma-matvec and staged-matvec on, imma-matvec off), which the pass checks before
 // it fuses.
+
+// AttrNormRowUnread (bool) says no other dispatch reads an add_rms_norm_matmuls's normed
+// row (the norm-matvec pass sets it: the layers' input projections and the lm_head are
+// its only readers), so the kernel does not write it; the sum is always written.
+const AttrNormRowUnread = "norm_row_unread"
 
 // normMatvecRow says whether a, b and the norm's weight are one decode row of K the
 // kernels read in 16-byte vectors.
@@ -34,7 +39,8 @@ func normMatvecRow(a, b, w Operand, K int) bool {
 
 // normMatvecQ8 says whether the projections are the one q8 weight matvec_q8_norm takes.
 func normMatvecQ8(ws []Operand, K int) bool {
-	return len(ws) == 1 && len(ws[0].Shape) == 2 && ws[0].DType == graph.Q8 && ws[0].Shape[1] == K && ws[0].W.Group%16 == 0
+	return len(ws) == 1 && len(ws[0].Shape) == 2 && ws[0].DType == graph.Q8 && ws[0].Shape[1] == K && ws[0].W.Group%16 == 0 &&
+		K <= kernels.MatvecQ8NormMaxK
 }
 
 // NormMatvecShape says whether a decode add_rms_norm_matmuls with these operands (a, b,
@@ -73,6 +79,9 @@ func lowerAddRMSNormMatmuls(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launc
 	K := prod(a.Shape)
 	args := kernels.MatvecArgs{X: a.Addr, K: int32(K), Mode: kernels.MatvecSeparate,
 		Norm: kernels.NormInput{B: b.Addr, S: out[0].Addr, Y: out[1].Addr, W: wn.W, Eps: float32(d.Attrs.Float("eps"))}}
+	if d.Attrs.Bool(AttrNormRowUnread) {
+		args.Norm.Y = 0
+	}
 	maxM := 0
 	for i, w := range ws {
 		args.W[i], args.Y[i], args.M[i] = w.W, out[2+i].Addr, int32(w.Shape[0])

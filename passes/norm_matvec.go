@@ -69,7 +69,11 @@ func normMatvec(u *Unit) error {
 		if x := proj.Args[0]; x != row && r.only(x) {
 			absorbed = append(absorbed, x) // the decode step's last_row of its one row
 		}
-		fused, err := r.fuse("add_rms_norm→"+proj.Op, "add_rms_norm_matmuls", proj.Name, graph.Attrs{"eps": v.Attrs["eps"]}, args, absorbed...)
+		attrs := graph.Attrs{"eps": v.Attrs["eps"]}
+		if rowReadOnlyBy(r, row, absorbed) {
+			attrs[gpu.AttrNormRowUnread] = true
+		}
+		fused, err := r.fuse("add_rms_norm→"+proj.Op, "add_rms_norm_matmuls", proj.Name, attrs, args, absorbed...)
 		if err != nil {
 			return err
 		}
@@ -137,6 +141,23 @@ func rowReaders(r *rewriter, row *graph.Value) []*graph.Value {
 		}
 	}
 	return out
+}
+
+// rowReadOnlyBy says the normed row's every reader is among the fused values (the
+// projection, a last_row of the row that only it reads), and it is no graph output: the
+// fused kernel need not write it.
+func rowReadOnlyBy(r *rewriter, row *graph.Value, fused []*graph.Value) bool {
+	for _, o := range r.u.Graph.Outputs {
+		if o.Value == row {
+			return false
+		}
+	}
+	for _, c := range r.users[row.ID] {
+		if !slices.Contains(fused, c) {
+			return false
+		}
+	}
+	return true
 }
 
 // projectionRows is the output rows of a matmuls or qmatmul: the sum of its weights' rows.

@@ -4,6 +4,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"pistil/gpu"
 	"pistil/graph"
 	"pistil/passes"
 )
@@ -31,6 +32,17 @@ func TestNormMatvecKeepsTheAnswer(t *testing.T) {
 	}
 	if n, m := countOps(fused.Graph, "add_rms_norm"), countOps(plain.Graph, "add_rms_norm"); n != 0 || m != 2*layers {
 		t.Errorf("cuda decode: %d add_rms_norm left with the pass, %d without; want 0 and %d (every layer's two but the first input norm, and the final norm)", n, m, 2*layers)
+	}
+	// The routers' rows are read by the experts beside them; the projections' and the
+	// lm_head's by nothing else, so their kernels are told not to write them.
+	unread := 0
+	for _, v := range fused.Graph.Values {
+		if v.Op == "add_rms_norm_matmuls" && v.Attrs.Bool(gpu.AttrNormRowUnread) {
+			unread++
+		}
+	}
+	if unread != layers {
+		t.Errorf("cuda decode: %d add_rms_norm_matmuls marked %s, want %d (every one but the routers')", unread, gpu.AttrNormRowUnread, layers)
 	}
 	rng := rand.New(rand.NewSource(11))
 	bind := graph.Bindings{T: 1, C: 3, N: 8}

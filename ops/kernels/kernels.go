@@ -260,6 +260,7 @@ const (
 	MatvecThreads       = 128   // MV_THREADS: the q4 matrix-vector kernels' group size
 	MatvecRows          = 4     // MV_ROWS: rows per row group of the q4 matrix-vector kernels
 	MatvecQ8Rows        = 2     // MV8_ROWS: rows per group of matvec_q8
+	MatvecQ8NormMaxK    = 2048  // MV8_NORM_MAX_K: matvec_q8_norm's widest row, one 16-element chunk per thread
 	MatvecBatchRows     = 8     // MVB_ROWS: activation rows per weight load of matvec_q4_rows and expert_matvec_gather_q4
 	RouterMaxE          = 512   // ROUTER_MAX_E
 	RouterMaxK          = 32    // ROUTER_MAX_K

@@ -117,14 +117,16 @@ for layout in mlx-q4 hf; do
 	# ones never do. In decode and in prefill chunks of one token.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=router-matvec/on
 	check --model "$dir" --reference "$ref" --chunk 1 -pass=router-matvec/on
-	# The residual adds' norms as launches of their own (add_rms_norm) instead of inside the
-	# projections that read them (norm-matvec, on by default since the nineteenth session;
-	# the mlx-q4 layout's q4 projections and q8 routers take it, the hf layout's bf16 ones
-	# never do), in decode and in prefill chunks of one token; and with the staged twins
-	# off, where only the routers take their norms.
+	# The post-attention norms as launches of their own (add_rms_norm) instead of inside
+	# the routers' q8 projections (norm-matvec, on by default since the nineteenth
+	# session), and the input projections' and lm_head's inside their q4 projections
+	# (norm-matvec-q4, off: slower on the H100); the mlx-q4 layout's projections take them,
+	# the hf layout's bf16 ones never do. In decode and in prefill chunks of one token.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=norm-matvec/off
 	check --model "$dir" --reference "$ref" --chunk 1
 	check --model "$dir" --reference "$ref" --chunk 1 -pass=norm-matvec/off
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=norm-matvec-q4/on
+	check --model "$dir" --reference "$ref" --chunk 1 -pass=norm-matvec-q4/on
 	# The GDN value heads copied out of the convolution's output instead of read in place
 	# (slice-views, on by default since the fifteenth session), in decode and chunks of 1.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=slice-views/off

@@ -1,7 +1,6 @@
 package passes
 
 import (
-	"os"
 	"slices"
 
 	"pistil/gpu"
@@ -9,32 +8,38 @@ import (
 )
 
 // normMatvec folds, on a GPU target with tensor cores (CUDA), each add_rms_norm of a
-// decode step into the projections that read its normed row: add_rms_norm_matmuls, whose
-// matrix-vector kernel sums the row's squares itself and scales its products by the norm
-// (gpu/fused_norm_matvec.go), so the norm is no longer a launch and a stage of its own
-// between the residual add and the projections (80 of each in a decode step of the
-// 35B-A3B: the layers' input projections, the routers, the lm_head).
-//
-// Of the norm's readers it takes the projection with the most rows (matmuls or qmatmul
-// of the row alone): the router's gate rather than the shared expert's one-row gate. The
-// fused op still writes the sum and the normed row, so the residual stream and the other
-// readers (the experts beside the router) are as before.
+// decode step into the router projection (q8) that reads its normed row:
+// add_rms_norm_matmuls on matvec_q8_norm, which sums the row's squares itself and scales
+// its products by the norm (gpu/fused_norm_matvec.go), so the post-attention norm is no
+// longer a launch and a stage of its own between the residual add and the router (40 of
+// each in a decode step of the 35B-A3B). normMatvecQ4 does the same for the q4
+// projections (the layers' input projections, the lm_head) on the staged twins.
+func normMatvec(u *Unit) error { return foldNorms(u, "norm-matvec", graph.Q8) }
+
+// normMatvecQ4 is normMatvec for q4 projections, on matvec_fused_norm_staged_q4: every
+// layer's input projections but the first layer's (whose norm reads the embedding, no
+// residual add) and the lm_head. Its kernel has the norm only in the staged tensor-core
+// twins' form, so it fuses only when mma-matvec and staged-matvec will mark the dispatch
+// for them (both on, imma-matvec off, the shape theirs). Off by default: slower on the
+// H100 (cuda/README.md, nineteenth session).
+func normMatvecQ4(u *Unit) error { return foldNorms(u, "norm-matvec-q4", graph.Q4) }
+
+// foldNorms is the rewrite of both passes, for projections of weights of dtype dt. Of the
+// norm's readers it takes the projection with the most rows (matmuls or qmatmul of the
+// row alone): the router's gate rather than the shared expert's one-row gate. The fused
+// op still writes the sum and, where another dispatch reads it, the normed row, so the
+// residual stream and the other readers (the experts beside the router) are as before.
 //
 // It runs after expand-for-backend, so it sees the router's projection as the qmatmul
-// that matmul_router expands into on a GPU. Its q4 form has a kernel only on the staged
-// tensor-core twins, so with q4 weights it fuses only when mma-matvec and staged-matvec
-// will mark the dispatch for them (both on, imma-matvec off, the shape theirs).
-func normMatvec(u *Unit) error {
+// that matmul_router expands into on a GPU.
+func foldNorms(u *Unit, pass string, dt graph.DType) error {
 	t, err := TargetFor(u.Phase.Backend)
 	if err != nil || t.GPU == nil || !t.GPU.TensorCores {
 		return err
 	}
 	staged := u.passOn("mma-matvec") && u.passOn("staged-matvec") && !u.passOn("imma-matvec")
-	// A measurement, not a setting: PISTIL_NORM_MATVEC_ONLY=q8 (the routers) or q4 (the
-	// input projections and the lm_head) folds only those norms (cuda/device_norm_matvec.sh).
-	only := os.Getenv("PISTIL_NORM_MATVEC_ONLY")
 	bind := graph.Bindings{T: u.Phase.Tokens, N: 1}
-	r := newRewriter(u, "norm-matvec")
+	r := newRewriter(u, pass)
 	for _, v := range u.Graph.Values {
 		if !is(v, "add_rms_norm") || !r.free(v) {
 			continue
@@ -55,7 +60,7 @@ func normMatvec(u *Unit) error {
 			if !t.GPU.NormMatvecShape(argOperands(cand, bind), staged) {
 				continue
 			}
-			if q := c.Args[1].Type.DType; (only == "q8" && q != graph.Q8) || (only == "q4" && q != graph.Q4) {
+			if c.Args[1].Type.DType != dt {
 				continue
 			}
 			if n := projectionRows(c, bind); n > rows {

@@ -133,7 +133,9 @@ var Passes = []Pass{
 	{Name: "slice-views", Fn: sliceViews,
 		Doc: "a slice whose range is one contiguous run of its argument (a decode step's slice of one token's row) becomes a slice_view on the argument's bytes: no copy, no dispatch"},
 	{Name: "norm-matvec", Fn: normMatvec,
-		Doc: "a CUDA decode step: add_rms_norm and the projection with the most rows of those reading its normed row become add_rms_norm_matmuls, the norm inside the matrix-vector kernel (each group sums the row's squares itself); q4 projections only where the staged tensor-core twins take them"},
+		Doc: "a CUDA decode step: add_rms_norm and the q8 projection (the router's) with the most rows of those reading its normed row become add_rms_norm_matmuls, the norm inside matvec_q8_norm (each group sums the row's squares itself)"},
+	{Name: "norm-matvec-q4", Fn: normMatvecQ4, DefaultOff: true,
+		Doc: "a CUDA decode step: the same for q4 projections (the layers' input projections, the lm_head) on the staged tensor-core twin with the norm, where mma-matvec and staged-matvec take them; off by default, slower on the H100"},
 	{Name: "tile-attention", Fn: tileAttention,
 		Doc: "a GPU target: attention over more than one token runs as attention_prefill (query tiles x key tiles, online softmax)"},
 	{Name: "split-attention", Fn: splitAttention,
@@ -303,6 +305,17 @@ var PassOrder = []Constraint{
 	{"mma-matvec", "staged-matvec", "it marks dispatches mma-matvec marked"},
 	{"imma-matvec", "staged-matvec", "the integer form keeps its own loads"},
 	{"staged-matvec", "select-kernels", "the kernel choice reads the mark"},
+	// norm-matvec and norm-matvec-q4 fold norms into the projections the GPU lowering
+	// leaves: after expand-for-backend (the router's qmatmul out of matmul_router), before
+	// the plan is laid out, and before the plan passes that mark the q4 form's dispatches.
+	{"fuse-add-norm", "norm-matvec", "it folds the add_rms_norms fuse-add-norm makes"},
+	{"expand-for-backend", "norm-matvec", "it takes the router's qmatmul that matmul_router expands into on a GPU"},
+	{"norm-matvec", "reorder", "fusion removes dispatches and so changes every value's level"},
+	{"norm-matvec", "norm-matvec-q4", "each norm goes to one projection: the routers' first"},
+	{"fuse-add-norm", "norm-matvec-q4", "it folds the add_rms_norms fuse-add-norm makes"},
+	{"expand-for-backend", "norm-matvec-q4", "it reads the projections the GPU lowering leaves"},
+	{"norm-matvec-q4", "reorder", "fusion removes dispatches and so changes every value's level"},
+	{"norm-matvec-q4", "mma-matvec", "mma-matvec marks the fused op's q4 dispatches for the twins, which the pass counted on"},
 	{"lower", "mma-attention", "it marks the plan's dispatches, which lower makes"},
 	{"mma-attention", "select-kernels", "the kernel choice reads the mark"},
 	{"lower", "mma-decode-attention", "it marks the plan's dispatches, which lower makes"},

@@ -32,13 +32,15 @@
 # cuda/device_check.sh on the H200 in the fourteenth session and is merged. The line of
 # cuda/device_check.sh that checks the split-k expert tiles switched on, added after that
 # run when expert-split-k went off by default, has not run on an H200 yet: "check" runs it.)
-# Eighteenth session (landed, measured only on an H100: no H200 was lent): fuse-conv-l2
-# on, greedy sampling in coalesced strides, early loads of the row norms' and gates'
-# weights, router-matvec and fuse-delta-norm off (cuda/README.md). First on an H200, from
-# the landed tree with the commit before it as the base (`BASE=b2cab78 bash
-# cuda/device_pack.sh`): STEPS="h200" times base and tree at 0 / 4,096 / 32,768 (two
-# rounds) and runs TestGrid, which ran on the H100 only before fuse-conv-l2 went on (it
-# passed there, 15 shapes, with fuse-conv-l2 off).
+# Eighteenth and nineteenth sessions (landed, measured only on an H100: no H200 was
+# lent): fuse-conv-l2, early loads, coalesced greedy sampling, and norm-matvec (the
+# post-attention norm inside the router's q8 projection, on; norm-matvec-q4 off). First
+# on an H200, from the landed tree with main before the nineteenth session as the base
+# (`BASE=5bb7e78 bash cuda/device_pack.sh`): STEPS="h200" times base and tree at 0 /
+# 4,096 / 32,768 (two rounds) and runs TestGrid (it passed on the H100 with the
+# nineteenth session's defaults, 15 shapes); STEPS="check" runs cuda/device_check.sh
+# whole, whose norm-matvec lines have not run yet (one call each: check alone takes up
+# to 420 s).
 # STEPS picks them (default "check attn floor"; "h200 sass" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u

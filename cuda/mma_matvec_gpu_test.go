@@ -136,6 +136,20 @@ func stagedMatvecCases() []opCase {
 	return cases
 }
 
+// lowerCase lowers a case's op for CUDA with these attributes, its results at made-up
+// addresses: the launch a plan's dispatch of it would get.
+func lowerCase(c opCase, attrs graph.Attrs) (*gpu.Launch, error) {
+	types, _, err := referenceOf(c)
+	if err != nil {
+		return nil, err
+	}
+	var outs []gpu.Operand
+	for i, ty := range types {
+		outs = append(outs, denseOperand(uint64(20+i)<<40, ty.DType, ty.Shape.Eval(graph.Bindings{})))
+	}
+	return gpu.CUDA.Lower(&plan.Dispatch{Op: c.op, Attrs: attrs}, caseOperands(c.in), outs, 30<<40)
+}
+
 // stagedTakes says whether the staged-matvec pass would mark a case's dispatch.
 func stagedTakes(c opCase) bool { return gpu.CUDA.StagedMatvecShape(c.op, caseOperands(c.in)) }
 
@@ -166,24 +180,13 @@ func TestStagedMatvecKernelsMatchReferences(t *testing.T) {
 // allows (kernels.StagedMatvecRows); a dispatch marked staged whose K is wider than a
 // group's memory holds is refused, and so is one marked for both other forms.
 func TestStagedMatvecCasesLowerToTheStagedTwins(t *testing.T) {
-	lower := func(c opCase, attrs graph.Attrs) (*gpu.Launch, error) {
-		types, _, err := referenceOf(c)
-		if err != nil {
-			return nil, err
-		}
-		var outs []gpu.Operand
-		for i, ty := range types {
-			outs = append(outs, denseOperand(uint64(20+i)<<40, ty.DType, ty.Shape.Eval(graph.Bindings{})))
-		}
-		return gpu.CUDA.Lower(&plan.Dispatch{Op: c.op, Attrs: attrs}, caseOperands(c.in), outs, 30<<40)
-	}
 	for _, c := range stagedMatvecCases() {
-		twin, err := lower(c, graph.Attrs{gpu.AttrMMAMatvec: true})
+		twin, err := lowerCase(c, graph.Attrs{gpu.AttrMMAMatvec: true})
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
 		}
-		l, err := lower(c, c.attrs)
+		l, err := lowerCase(c, c.attrs)
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -200,7 +203,7 @@ func TestStagedMatvecCasesLowerToTheStagedTwins(t *testing.T) {
 		if l.Block != twin.Block || l.Grid[1] != twin.Grid[1] || l.Grid[0] != wantX {
 			t.Errorf("%s: grid %v block %d, want the twin's block %d and grid y %d with %d rows a group (twin grid %v)", c.name, l.Grid, l.Block, twin.Block, twin.Grid[1], rows, twin.Grid)
 		}
-		if _, err := lower(c, graph.Attrs{gpu.AttrMMAMatvec: true, gpu.AttrStagedMatvec: true, gpu.AttrIMMAMatvec: true}); err == nil {
+		if _, err := lowerCase(c, graph.Attrs{gpu.AttrMMAMatvec: true, gpu.AttrStagedMatvec: true, gpu.AttrIMMAMatvec: true}); err == nil {
 			t.Errorf("%s: lowered although marked integer and staged", c.name)
 		}
 	}
@@ -212,7 +215,7 @@ func TestStagedMatvecCasesLowerToTheStagedTwins(t *testing.T) {
 		if stagedTakes(c) {
 			t.Errorf("%s: StagedMatvecShape takes it", c.name)
 		}
-		if _, err := lower(c, graph.Attrs{gpu.AttrMMAMatvec: true, gpu.AttrStagedMatvec: true}); err == nil {
+		if _, err := lowerCase(c, graph.Attrs{gpu.AttrMMAMatvec: true, gpu.AttrStagedMatvec: true}); err == nil {
 			t.Errorf("%s: lowered although too wide for a group's memory", c.name)
 		}
 	}

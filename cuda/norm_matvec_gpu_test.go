@@ -12,7 +12,6 @@ import (
 	"pistil/internal/randtensor"
 	"pistil/ops"
 	"pistil/ops/kernels"
-	"pistil/plan"
 )
 
 // normMatvecCases are add_rms_norm_matmuls on both of its kernels (the norm-matvec pass):
@@ -75,18 +74,7 @@ func TestNormMatvecKernelsMatchReferences(t *testing.T) {
 // integer form) is refused with a reason, since no other form has the norm.
 func TestNormMatvecCasesLower(t *testing.T) {
 	for _, c := range normMatvecCases() {
-		types, _, err := referenceOf(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var outs []gpu.Operand
-		for i, ty := range types {
-			outs = append(outs, denseOperand(uint64(20+i)<<40, ty.DType, ty.Shape.Eval(graph.Bindings{})))
-		}
-		lower := func(attrs graph.Attrs) (*gpu.Launch, error) {
-			return gpu.CUDA.Lower(&plan.Dispatch{Op: c.op, Attrs: attrs}, caseOperands(c.in), outs, 30<<40)
-		}
-		l, err := lower(c.attrs)
+		l, err := lowerCase(c, c.attrs)
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -102,7 +90,7 @@ func TestNormMatvecCasesLower(t *testing.T) {
 			continue
 		}
 		for _, attrs := range []graph.Attrs{{"eps": 1e-6}, {"eps": 1e-6, gpu.AttrMMAMatvec: true}, {"eps": 1e-6, gpu.AttrMMAMatvec: true, gpu.AttrIMMAMatvec: true}} {
-			if _, err := lower(attrs); err == nil || !strings.Contains(err.Error(), "staged") {
+			if _, err := lowerCase(c, attrs); err == nil || !strings.Contains(err.Error(), "staged") {
 				t.Errorf("%s with %v: error %v, want a refusal naming the staged twins", c.name, attrs, err)
 			}
 		}

@@ -73,12 +73,20 @@ func nominalOperand(t graph.Type, bind graph.Bindings, buffer int, off int64) gp
 		W: kernels.Weight{Data: addr, Scales: addr, Biases: addr, DType: code, Group: int32(t.Group)}}
 }
 
+// argOperands describes values to the GPU lowering as a dispatch's args before memory
+// is planned: types only, at aligned addresses (the arena keeps every placement aligned).
+func argOperands(args []*graph.Value, bind graph.Bindings) []gpu.Operand {
+	in := make([]gpu.Operand, len(args))
+	for i, a := range args {
+		in[i] = nominalOperand(a.Type, bind, 0, 0)
+	}
+	return in
+}
+
 // valueOperands describes v's args and results to the GPU lowering before memory is
 // planned: types only, at aligned addresses (the arena keeps every placement aligned).
 func valueOperands(v *graph.Value, bind graph.Bindings) (in, out []gpu.Operand) {
-	for _, a := range v.Args {
-		in = append(in, nominalOperand(a.Type, bind, 0, 0))
-	}
+	in = argOperands(v.Args, bind)
 	elems := v.Type.Elems
 	if len(elems) == 0 {
 		elems = []graph.Type{v.Type}

@@ -105,11 +105,13 @@ const MaxFused = 4
 // (MatvecSwiGLU); XGate non-zero: X·sigmoid(XGate) instead of X; RowGate non-zero:
 // Other + y·sigmoid(RowGate[0]).
 //
-// Norm.W.Data non-zero (add_rms_norm_matmuls, the norm-matvec pass): the row multiplied is
-// rms_norm(X + Norm.B)·Norm.W, which the kernel never stores whole: each group sums the
+// Norm (add_rms_norm_matmuls, the norm-matvec passes; only the kernels with a norm read
+// it: matvec_q8_norm, matvec_fused_norm_staged_q4): the row multiplied is
+// rms_norm(X + Norm.B)·Norm.W, which no kernel before computes: each group sums the
 // squares of X + Norm.B over the k it reads anyway, multiplies (X + Norm.B)·Norm.W, and
-// scales its products by 1/sqrt(mean + Norm.Eps) at the end. The first group also writes
-// the sum X + Norm.B to Norm.S and, when Norm.Y is set, the normed row to Norm.Y.
+// scales its products by 1/sqrt(mean + Norm.Eps) at the end. The groups write the sum
+// X + Norm.B to Norm.S between them, a share each, and, when Norm.Y is set, the normed
+// row to Norm.Y.
 type MatvecArgs struct {
 	W       [MaxFused]Weight
 	Y       [MaxFused]uint64

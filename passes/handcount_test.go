@@ -290,6 +290,44 @@ func TestHandCountDeltaNormOnCUDA(t *testing.T) {
 	t.Logf("CUDA decode: default %d dispatches, %d groups; fuse-delta-norm on %d, %d", b.Dispatches, b.Groups, f.Dispatches, f.Groups)
 }
 
+// On CUDA, norm-matvec folds each MoE layer's post-attention norm into its router's q8
+// projection, one dispatch and one stage fewer per layer (the norm stood alone between the
+// residual add and the router); norm-matvec-q4 then folds the other norms (every layer's
+// input norm but the first's, the final norm) into their q4 projections, one more each.
+// Neither changes the weight bytes read.
+func TestHandCountNormMatvecOnCUDA(t *testing.T) {
+	g, err := qwen35moe.Build(qwen35moe.Default(), qwen35moe.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := passes.Phase{Name: "decode", Tokens: 1, Context: 4096, Backend: "cuda"}
+	compile := func(off map[string]bool) plan.Totals {
+		p, err := passes.Compile(g, ops.Default, decode, passes.Config{Check: true, Off: off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Totals
+	}
+	none := compile(map[string]bool{"norm-matvec": true})
+	routers := compile(nil)
+	all := compile(map[string]bool{"norm-matvec-q4": false})
+	for _, c := range []struct {
+		what     string
+		from, to plan.Totals
+		fewer    int
+	}{{"norm-matvec", none, routers, layers}, {"norm-matvec-q4 after it", routers, all, (layers - 1) + 1}} {
+		if c.from.Dispatches-c.to.Dispatches != c.fewer || c.from.Groups-c.to.Groups != c.fewer || c.from.LongestChain-c.to.LongestChain != c.fewer {
+			t.Errorf("%s on CUDA: %d dispatches, %d groups, chain %d, from %d, %d, %d: want %d fewer of each",
+				c.what, c.to.Dispatches, c.to.Groups, c.to.LongestChain, c.from.Dispatches, c.from.Groups, c.from.LongestChain, c.fewer)
+		}
+		if c.to.WeightBytesRead != c.from.WeightBytesRead {
+			t.Errorf("%s on CUDA reads %d weight bytes, %d without: fusion must not change what is read", c.what, c.to.WeightBytesRead, c.from.WeightBytesRead)
+		}
+	}
+	t.Logf("CUDA decode: %d dispatches, %d groups without the norm folds; %d, %d with norm-matvec; %d, %d with norm-matvec-q4 too",
+		none.Dispatches, none.Groups, routers.Dispatches, routers.Groups, all.Dispatches, all.Groups)
+}
+
 // BenchmarkCompileBuiltin measures what `pistil compile` does for the built-in model:
 // build the graph once, compile decode and a 512-token prefill.
 func BenchmarkCompileBuiltin(b *testing.B) {

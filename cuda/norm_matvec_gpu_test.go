@@ -14,7 +14,7 @@ import (
 	"pistil/ops/kernels"
 )
 
-// normMatvecCases are add_rms_norm_matmuls on both of its kernels (the norm-matvec pass):
+// normMatvecCases are add_rms_norm_matmuls on both of its kernels (norm-matvec-q4, norm-matvec):
 // the staged tensor-core twin of matvec_fused_q4 (marked for it, as mma-matvec and
 // staged-matvec mark it) at the model's input projections (four weights of K 2,048,
 // two row tiles a group), one weight wider than a group's pair of tiles takes (K 4,096,

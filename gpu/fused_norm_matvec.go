@@ -9,7 +9,7 @@ import (
 	"pistil/plan"
 )
 
-// add_rms_norm_matmuls (the norm-matvec pass): a decode step's residual add and RMSNorm
+// add_rms_norm_matmuls (the norm-matvec passes): a decode step's residual add and RMSNorm
 // inside the matrix-vector kernel of the projections that read the normed row
 // (kernels.MatvecArgs.Norm). Every group of those kernels reads the whole row anyway (its
 // warps or threads share out K), so it sums the squares of a + b as it loads them and
@@ -25,8 +25,8 @@ import (
 // it fuses.
 
 // AttrNormRowUnread (bool) says no other dispatch reads an add_rms_norm_matmuls's normed
-// row (the norm-matvec pass sets it: the layers' input projections and the lm_head are
-// its only readers), so the kernel does not write it; the sum is always written.
+// row (norm-matvec-q4 sets it: the layers' input projections and the lm_head are its
+// only readers), so the kernel does not write it; the sum is always written.
 const AttrNormRowUnread = "norm_row_unread"
 
 // normMatvecRow says whether a, b and the norm's weight are one decode row of K the
@@ -91,7 +91,7 @@ func lowerAddRMSNormMatmuls(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launc
 		return newKernel(kernels.KernelMatvecQ8Norm, [3]int{ceilDiv(maxM, kernels.MatvecQ8Rows), 1, 1}, kernels.MatvecThreads, args)
 	}
 	if !d.Attrs.Bool(AttrStagedMatvec) {
-		return nil, fmt.Errorf("add_rms_norm_matmuls of q4 weights runs only on the staged tensor-core twins (marked %s by mma-matvec and staged-matvec, imma-matvec off); the norm-matvec pass should not have fused it", AttrStagedMatvec)
+		return nil, fmt.Errorf("add_rms_norm_matmuls of q4 weights runs only on the staged tensor-core twins (marked %s by mma-matvec and staged-matvec, imma-matvec off); norm-matvec-q4 should not have fused it", AttrStagedMatvec)
 	}
 	l, err := matvecLaunch(c, d, kernels.KernelMatvecFusedQ4, maxM, K, len(ws), args, ws...)
 	if err != nil {

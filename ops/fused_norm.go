@@ -30,7 +30,7 @@ func init() {
 }
 
 // add_rms_norm_matmuls: add_rms_norm with the projections of its normed row (the
-// norm-matvec pass, GPU decode): the matrix-vector kernel sums the row's squares itself
+// norm-matvec passes, CUDA decode): the matrix-vector kernel sums the row's squares itself
 // and scales its products by the norm, so no dispatch of its own stands between the
 // residual add and the projections. The sum and the normed row are still results: the
 // residual stream goes on from the sum, and the norm's other readers (the experts beside

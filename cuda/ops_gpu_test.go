@@ -100,46 +100,27 @@ type opCase struct {
 // gdnStep is a gated_delta_step case for one token: the in_proj_qkv output x holds q, k
 // and v of Hk, Hk and Hv heads and 3 channels past them; the conv state has the stated dtype.
 func gdnStep(name string, r *rand.Rand, Hk, Hv, Dk, Dv int, state graph.DType) opCase {
-	CD := 2*Hk*Dk + Hv*Dv + 3
-	st := randtensor.F32(r, 3, CD)
-	if state == graph.BF16 {
-		st = randtensor.BF16(r, 3, CD)
-	}
 	return opCase{name: name, op: "gated_delta_step",
 		attrs: graph.Attrs{"key_heads": int64(Hk), "q_start": int64(0), "k_start": int64(Hk * Dk), "v_start": int64(2 * Hk * Dk),
 			"q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(Dk)), "k_eps": 1e-6, "k_scale": 1.0, "form": "recurrent", "chunk": int64(64)},
-		in: []*ops.Tensor{randtensor.F32(r, 1, CD), randtensor.F32(r, 1, Hv), randtensor.F32(r, 1, Hv), st, randtensor.BF16(r, CD, 4), randtensor.Scaled(randtensor.F32(r, Hv), 0.5),
-			randtensor.BF16(r, Hv), randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3)},
-		alias: map[int]int{1: 7}}
+		in: randtensor.GatedDeltaStepInputs(r, Hk, Hv, Dk, Dv, state), alias: map[int]int{1: 7}}
 }
 
 // convL2 is a conv1d_silu_l2 case: T tokens of Ch channels, a conv of K taps, and H
 // heads of D for q at qs and for k at ks, each with its own eps and scale.
 func convL2(name string, r *rand.Rand, T, Ch, K, H, D, qs, ks int, state graph.DType) opCase {
-	st := randtensor.F32(r, K-1, Ch)
-	if state == graph.BF16 {
-		st = randtensor.BF16(r, K-1, Ch)
-	}
 	return opCase{name: name, op: "conv1d_silu_l2",
 		attrs: graph.Attrs{"q_start": int64(qs), "q_end": int64(qs + H*D), "k_start": int64(ks), "k_end": int64(ks + H*D),
 			"shape": fmt.Sprintf("[%d,%d,%d]", T, H, D), "q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(D)), "k_eps": 1e-5, "k_scale": 1.0},
-		in: []*ops.Tensor{randtensor.F32(r, T, Ch), st, randtensor.BF16(r, Ch, K)}, alias: map[int]int{3: 1}}
+		in: randtensor.ConvL2Inputs(r, T, Ch, K, state), alias: map[int]int{3: 1}}
 }
 
 // deltaNorm is a one-token gated_delta_norm case (the fuse-delta-norm pass): q and k of Hk
 // heads scaled as the model's L2-normed ones roughly are, the state, and a norm weight
 // of the given dtype.
 func deltaNorm(name string, r *rand.Rand, Hk, Hv, Dk, Dv int, w graph.DType) opCase {
-	norm := randtensor.F32(r, Dv)
-	if w == graph.BF16 {
-		norm = randtensor.BF16(r, Dv)
-	}
-	qk := float32(1 / math.Sqrt(float64(Dk)))
 	return opCase{name: name, op: "gated_delta_norm", attrs: graph.Attrs{"form": "recurrent", "chunk": int64(64), "eps": 1e-6},
-		in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk), randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk),
-			randtensor.F32(r, 1, Hv, Dv), randtensor.Scaled(randtensor.F32(r, 1, Hv), 0.1), randtensor.F32(r, 1, Hv),
-			randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3), randtensor.F32(r, 1, Hv, Dv), norm},
-		alias: map[int]int{1: 5}}
+		in: randtensor.GatedDeltaNormInputs(r, Hk, Hv, Dk, Dv, w), alias: map[int]int{1: 5}}
 }
 
 func typeOf(t *ops.Tensor) graph.Type {

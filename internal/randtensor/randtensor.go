@@ -6,6 +6,7 @@ package randtensor
 
 import (
 	"encoding/binary"
+	"math"
 	"math/rand/v2"
 
 	"pistil/graph"
@@ -73,4 +74,40 @@ func Routed(r *rand.Rand, T, k, E int) *ops.Tensor {
 		}
 	}
 	return IDs(v, T, k)
+}
+
+// Dense is a float32 or bf16 tensor of standard normal values, by dt.
+func Dense(r *rand.Rand, dt graph.DType, shape ...int) *ops.Tensor {
+	if dt == graph.BF16 {
+		return BF16(r, shape...)
+	}
+	return F32(r, shape...)
+}
+
+// GatedDeltaStepInputs are a one-token gated_delta_step's arguments: the in_proj_qkv
+// output of Hk, Hk and Hv heads (key dim Dk, value dim Dv) and 3 channels past them, a and
+// b, the conv state of stateDType, the conv weight, A_log, dt_bias and the recurrent state.
+func GatedDeltaStepInputs(r *rand.Rand, Hk, Hv, Dk, Dv int, stateDType graph.DType) []*ops.Tensor {
+	CD := 2*Hk*Dk + Hv*Dv + 3
+	st := Dense(r, stateDType, 3, CD)
+	return []*ops.Tensor{F32(r, 1, CD), F32(r, 1, Hv), F32(r, 1, Hv), st, BF16(r, CD, 4), Scaled(F32(r, Hv), 0.5),
+		BF16(r, Hv), Scaled(F32(r, Hv, Dk, Dv), 0.3)}
+}
+
+// ConvL2Inputs are a conv1d_silu_l2's arguments: T tokens of Ch channels, the conv state
+// of stateDType for K taps, and the conv weight.
+func ConvL2Inputs(r *rand.Rand, T, Ch, K int, stateDType graph.DType) []*ops.Tensor {
+	st := Dense(r, stateDType, K-1, Ch)
+	return []*ops.Tensor{F32(r, T, Ch), st, BF16(r, Ch, K)}
+}
+
+// GatedDeltaNormInputs are a one-token gated_delta_norm's arguments: q and k of Hk heads
+// of Dk scaled as L2-normed heads roughly are, v, g and beta of Hv heads, the state, the
+// norm's gate z (heads of Dv), and a norm weight of normDType.
+func GatedDeltaNormInputs(r *rand.Rand, Hk, Hv, Dk, Dv int, normDType graph.DType) []*ops.Tensor {
+	norm := Dense(r, normDType, Dv)
+	qk := float32(1 / math.Sqrt(float64(Dk)))
+	return []*ops.Tensor{Scaled(F32(r, 1, Hk, Dk), qk), Scaled(F32(r, 1, Hk, Dk), qk),
+		F32(r, 1, Hv, Dv), Scaled(F32(r, 1, Hv), 0.1), F32(r, 1, Hv),
+		Scaled(F32(r, Hv, Dk, Dv), 0.3), F32(r, 1, Hv, Dv), norm}
 }

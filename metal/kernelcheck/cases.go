@@ -446,43 +446,24 @@ func Cases() []Case {
 // gdnStep is a one-token gated_delta_step case: x holds q, k and v of Hk, Hk and Hv heads
 // and 3 channels past them, the conv state has the given dtype.
 func gdnStep(r *rand.Rand, name string, Hk, Hv, Dk, Dv int, state graph.DType) Case {
-	CD := 2*Hk*Dk + Hv*Dv + 3
-	st := randtensor.F32(r, 3, CD)
-	if state == graph.BF16 {
-		st = randtensor.BF16(r, 3, CD)
-	}
 	return Case{name: name, op: "gated_delta_step",
 		attrs: graph.Attrs{"key_heads": int64(Hk), "q_start": int64(0), "k_start": int64(Hk * Dk), "v_start": int64(2 * Hk * Dk),
 			"q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(Dk)), "k_eps": 1e-6, "k_scale": 1.0, "form": "recurrent", "chunk": int64(64)},
-		in: []*ops.Tensor{randtensor.F32(r, 1, CD), randtensor.F32(r, 1, Hv), randtensor.F32(r, 1, Hv), st, randtensor.BF16(r, CD, 4), randtensor.Scaled(randtensor.F32(r, Hv), 0.5),
-			randtensor.BF16(r, Hv), randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3)},
-		alias: map[int]int{1: 7}}
+		in: randtensor.GatedDeltaStepInputs(r, Hk, Hv, Dk, Dv, state), alias: map[int]int{1: 7}}
 }
 
 // convL2 is a one-token conv1d_silu_l2 case: Ch channels, a conv of K taps, H heads of D
 // for q at qs and for k at ks, each part with its own eps and scale.
 func convL2(r *rand.Rand, name string, Ch, K, H, D, qs, ks int, state graph.DType) Case {
-	st := randtensor.F32(r, K-1, Ch)
-	if state == graph.BF16 {
-		st = randtensor.BF16(r, K-1, Ch)
-	}
 	return Case{name: name, op: "conv1d_silu_l2",
 		attrs: graph.Attrs{"q_start": int64(qs), "q_end": int64(qs + H*D), "k_start": int64(ks), "k_end": int64(ks + H*D),
 			"shape": fmt.Sprintf("[1,%d,%d]", H, D), "q_eps": 1e-6, "q_scale": 1 / math.Sqrt(float64(D)), "k_eps": 1e-5, "k_scale": 1.0},
-		in: []*ops.Tensor{randtensor.F32(r, 1, Ch), st, randtensor.BF16(r, Ch, K)}, alias: map[int]int{3: 1}}
+		in: randtensor.ConvL2Inputs(r, 1, Ch, K, state), alias: map[int]int{3: 1}}
 }
 
 // deltaNorm is a one-token gated_delta_norm case: q and k scaled as L2-normed heads
 // roughly are, a norm weight of the given dtype.
 func deltaNorm(r *rand.Rand, name string, Hk, Hv, Dk, Dv int, w graph.DType) Case {
-	norm := randtensor.F32(r, Dv)
-	if w == graph.BF16 {
-		norm = randtensor.BF16(r, Dv)
-	}
-	qk := float32(1 / math.Sqrt(float64(Dk)))
 	return Case{name: name, op: "gated_delta_norm", attrs: graph.Attrs{"form": "recurrent", "chunk": int64(64), "eps": 1e-6},
-		in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk), randtensor.Scaled(randtensor.F32(r, 1, Hk, Dk), qk),
-			randtensor.F32(r, 1, Hv, Dv), randtensor.Scaled(randtensor.F32(r, 1, Hv), 0.1), randtensor.F32(r, 1, Hv),
-			randtensor.Scaled(randtensor.F32(r, Hv, Dk, Dv), 0.3), randtensor.F32(r, 1, Hv, Dv), norm},
-		alias: map[int]int{1: 5}}
+		in: randtensor.GatedDeltaNormInputs(r, Hk, Hv, Dk, Dv, w), alias: map[int]int{1: 5}}
 }

@@ -127,11 +127,6 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --chunk 1 -pass=norm-matvec/off
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=norm-matvec-q4/on
 	check --model "$dir" --reference "$ref" --chunk 1 -pass=norm-matvec-q4/on
-	# The combine reading the router's ids only after its wait (early-expert-ids, on by
-	# default since the twentieth session), and with fuse-expert-routing on, where the pass
-	# marks nothing (the gate/up kernel writes the ids); mlx-q4's q4 experts take it.
-	check --model "$dir" --reference "$ref" --decode-from 40 -pass=early-expert-ids/off
-	check --model "$dir" --reference "$ref" --chunk 1 -pass=fuse-expert-routing/on
 	# The GDN value heads copied out of the convolution's output instead of read in place
 	# (slice-views, on by default since the fifteenth session), in decode and chunks of 1.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=slice-views/off

@@ -404,13 +404,6 @@ func opCases() []opCase {
 			randtensor.Quant(r, graph.Q4, 8, 40, 64), routed(1, 4, 8), randtensor.F32(r, 1, 4), randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.F32(r, 1, 1)}},
 		{name: "expert_matmul_combine_shared decode wide", op: "expert_matmul_combine_shared", in: []*ops.Tensor{randtensor.F32(r, 1, 8, 512),
 			randtensor.Quant(r, graph.Q4, 16, 36, 512), routed(1, 8, 16), randtensor.F32(r, 1, 8), randtensor.F32(r, 1, 512), randtensor.Quant(r, graph.Q4, 36, 512), randtensor.F32(r, 1, 1)}},
-		// The router's ids, routing weights and first weights read before the wait
-		// (early-expert-ids): more pairs than threads in the first, so threads take a second
-		// pair the plain way.
-		{name: "expert_matmul_combine_shared decode ids early", op: "expert_matmul_combine_shared", attrs: graph.Attrs{gpu.AttrIdsEarly: true}, in: []*ops.Tensor{randtensor.F32(r, 1, 8, 512),
-			randtensor.Quant(r, graph.Q4, 16, 36, 512), routed(1, 8, 16), randtensor.F32(r, 1, 8), randtensor.F32(r, 1, 4608), randtensor.Quant(r, graph.Q4, 36, 4608), randtensor.F32(r, 1, 1)}},
-		{name: "expert_matmul_combine_shared decode ids early narrow", op: "expert_matmul_combine_shared", attrs: graph.Attrs{gpu.AttrIdsEarly: true}, in: []*ops.Tensor{randtensor.F32(r, 1, 4, 64),
-			randtensor.Quant(r, graph.Q4, 8, 40, 64), routed(1, 4, 8), randtensor.F32(r, 1, 4), randtensor.F32(r, 1, 128), randtensor.Quant(r, graph.Q4, 40, 128), randtensor.F32(r, 1, 1)}},
 		// The routing in the experts' kernel (fuse-expert-routing): 256 experts top 8 as
 		// the model routes, and the model's K with a narrower shared expert.
 		{name: "expert_route_swiglu_shared decode 256 experts", op: "expert_route_swiglu_shared", attrs: graph.Attrs{"k": 8}, in: []*ops.Tensor{randtensor.F32(r, 1, 128),

@@ -39,13 +39,6 @@ func supportsExpertCombineShared(_ graph.Attrs, in, _ []Operand) bool {
 	return expertQ4(x, ids, w) && decodeQ4(xs, ws) && ws.Shape[0] == w.Shape[1] && prod(gate.Shape) == ids.Shape[0] && gate.DType == graph.F32
 }
 
-// AttrIdsEarly (bool, the early-expert-ids pass) says an expert_matmul_combine_shared may
-// read its router ids and weights before its programmatic-launch wait: the plan's
-// dispatches that write them are ancestors of one of its direct predecessors (the
-// experts' gate/up, which read the same ids), so they have finished before a programmatic
-// launch lets it start.
-const AttrIdsEarly = "ids_early"
-
 // lowerExpertCombineShared: the routed down projections and the shared one, weighted and
 // summed per token; the group is fitted to the (expert, chunk) pairs so that every thread
 // takes one.
@@ -59,9 +52,6 @@ func lowerExpertCombineShared(c *ctx, d *plan.Dispatch, in, out []Operand) (*Lau
 		TopK: int32(k), E: int32(w.Shape[0]), M: int32(M), K: int32(K), SW: ws.W, SX: xs.Addr, SGate: gate.Addr, SK: int32(SK)}
 	if len(x.Shape) == 3 {
 		args.XPerSlot = 1
-	}
-	if d.Attrs.Bool(AttrIdsEarly) {
-		args.IdsEarly = 1
 	}
 	pairs := k*(K/32) + SK/32
 	threads := min(kernels.MatvecCombineSharedThreads, max(kernels.MatvecThreads, ceilDiv(pairs, 32)*32))

@@ -61,18 +61,13 @@ type Target struct {
 	// (FENCE_DEVICE, ATOMIC_ADD_GLOBAL), so a launch's groups can hand their results to the
 	// last of them to finish (router_q8). Metal's has not.
 	DeviceFence bool
-	// ProgrammaticLaunch says a decode step's kernels may start before the kernels they
-	// depend on have finished (CUDA's programmatic dependent launch), so what a kernel
-	// reads before its wait (KERNEL_EARLY) overlaps the kernels before it.
-	ProgrammaticLaunch bool
 }
 
 // The GPU targets. Their choices are fixed per target, not read from the device, so a
 // plan compiled on a machine without the GPU is the plan the GPU runs.
 var (
 	// CUDA is tuned for the H200 (132 multiprocessors).
-	CUDA = &Target{Name: "cuda", ParallelGroups: 264, TensorCores: true, CombineRows: int(kernels.CUDA.CombineRows), DeviceFence: true,
-		ProgrammaticLaunch: true}
+	CUDA = &Target{Name: "cuda", ParallelGroups: 264, TensorCores: true, CombineRows: int(kernels.CUDA.CombineRows), DeviceFence: true}
 	// Metal is sized for the larger Apple GPUs (up to 40 cores).
 	Metal = &Target{Name: "metal", ParallelGroups: 80, CombineRows: int(kernels.Metal.CombineRows)}
 )

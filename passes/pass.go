@@ -172,8 +172,6 @@ var Passes = []Pass{
 		Doc: "a GPU target with tensor cores: tiled prefill attention over a float32 or bf16 cache runs both its products on the tensor cores (attention_prefill_mma, tf32 split in three)"},
 	{Name: "mma-decode-attention", Fn: mmaDecodeAttention,
 		Doc: "a GPU target with tensor cores: attention that is not tiled for prefill (decode's, whole or split into key ranges) runs on attention_gqa_mma: the group's warps split the head dims, each loading its slice of every key tile straight from the cache into tf32 mma fragments split in three"},
-	{Name: "early-expert-ids", Fn: earlyExpertIds,
-		Doc: "a CUDA target: a decode step's expert_matmul_combine_shared reads the router's ids and weights, and its first (expert, chunk) pair's weights, before its programmatic-launch wait, where the plan's edges put the router before the kernel that waits on it (the experts' gate/up)"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,
 		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},
 }
@@ -318,8 +316,6 @@ var PassOrder = []Constraint{
 	{"expand-for-backend", "norm-matvec-q4", "it reads the projections the GPU lowering leaves"},
 	{"norm-matvec-q4", "reorder", "fusion removes dispatches and so changes every value's level"},
 	{"norm-matvec-q4", "mma-matvec", "mma-matvec marks the fused op's q4 dispatches for the twins, which the pass counted on"},
-	{"lower", "early-expert-ids", "it reads the plan's edges and marks its dispatches, which lower makes"},
-	{"early-expert-ids", "select-kernels", "the kernel's arguments read the mark"},
 	{"lower", "mma-attention", "it marks the plan's dispatches, which lower makes"},
 	{"mma-attention", "select-kernels", "the kernel choice reads the mark"},
 	{"lower", "mma-decode-attention", "it marks the plan's dispatches, which lower makes"},

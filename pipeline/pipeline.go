@@ -173,7 +173,7 @@ func Default() *Pipeline {
 			"fuse-projections": true, "fuse-add-norm": true, "fuse-norm-out-proj": true, "gated-norm-matvec": false,
 			"fuse-qk-norm-rope": true, "fuse-slice-rope": true, "fuse-rope-append": true, "fuse-attn-gate": true, "tensor-cores": true, "mma-split-k": true, "expert-tiles": true, "expert-split-k": false, "slice-views": true, "batched-matvec": false, "expert-gather": false, "expert-per-slot": true, "tile-attention": true,
 			"mma-matvec": true, "imma-matvec": false, "staged-matvec": true, "mma-attention": true, "mma-decode-attention": true, "router-matvec": false, "norm-matvec": true, "norm-matvec-q4": false,
-			"early-expert-ids": true, "check": false,
+			"check": false,
 		},
 		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
 		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, MultiRowKernels: true, MapHugePages: true, HugePageCache: true},

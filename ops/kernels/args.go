@@ -89,9 +89,6 @@ type ExpertArgs struct {
 	// Ids, and SGate = x·SGWᵀ (the shared expert's gate, q8 [1, K]).
 	Logits uint64
 	SGW    Weight
-	// IdsEarly is 1 when expert_matvec_combine_shared_q4 may read Ids and Weights before
-	// its programmatic-launch wait (gpu.AttrIdsEarly).
-	IdsEarly int32
 }
 
 // Matvec modes (MV_* in the header).

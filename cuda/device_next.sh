@@ -41,6 +41,9 @@
 # nineteenth session's defaults, 15 shapes); STEPS="check" runs cuda/device_check.sh
 # whole, whose norm-matvec lines have not run yet (one call each: check alone takes up
 # to 420 s).
+# Twentieth session (landed, H100 only again): gated_delta and conv1d read their states
+# before the wait (+2.7% at context 0 in one call, not timed at 32K on its own); first on
+# an H200: STEPS="h200" with `BASE=52a4d69 bash cuda/device_pack.sh`, then STEPS="check".
 # STEPS picks them (default "check attn floor"; "h200 sass" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u

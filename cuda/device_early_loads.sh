@@ -6,7 +6,7 @@
 # rounds (default 2), alternating base, early loads on (the default) and off, then each
 # of SWITCHES (space-separated; a comma joins several pass switches into one variant) and
 # of DEFINES (space-separated kernel tuning macros for PISTIL_CUDA_DEFINES, e.g.
-# "MVS_BATCHES=2 MVS_BATCHES=4"; a comma joins several into one variant).
+# "MVM_STEPS=2 MMA_XPARTS=2"; a comma joins several into one variant).
 # LATE=0 leaves out the early-loads-off variant.
 set -u
 OUT=${OUT:-/tmp/cuda-out}

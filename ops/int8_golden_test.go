@@ -57,7 +57,7 @@ func TestInt8GoldenMatmulsAreRoundedProducts(t *testing.T) {
 		}
 		return nil, fmt.Errorf("source %s", v.Op)
 	}
-	kernels := []string{"avx2", "avx512vnni"}
+	kernels := []string{"avx2", "avxvnni", "avx512vnni"}
 	best := ops.Int8KernelName()
 	if best == "" {
 		t.Skip("no int8 kernel on this machine")

@@ -50,6 +50,33 @@ func q4Int8TileAVX2(codes []byte, codeStride int, scales, biases []uint16, group
 }
 
 //go:noescape
+func q4Int8Dot8AVXVNNIAsm(codes *byte, codeStride int, scales, biases *uint16, groupStride, blocks, rows int, acts *byte, rowStride int, out *[8]float32)
+
+//go:noescape
+func q4Int8Dot1AVXVNNIAsm(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32)
+
+// q4Int8Dot8AVXVNNI is the AVX-VNNI kernel (qmatmul_int8_avxvnni_amd64.s) for one weight
+// row, behind the length checks: the AVX2 kernel with VEX VPDPBUSD, the same bits.
+func q4Int8Dot8AVXVNNI(codes []byte, scales, biases []uint16, blocks int, acts []byte, rowStride int, out *[8]float32) {
+	checkInt8Call(codes, scales, biases, blocks, acts, rowStride)
+	q4Int8Dot8AVXVNNIAsm(&codes[0], 0, &scales[0], &biases[0], 0, blocks, 1, &acts[0], rowStride, out)
+}
+
+// q4Int8TileAVXVNNI is the AVX-VNNI kernel over a tile of weight rows in one call.
+func q4Int8TileAVXVNNI(codes []byte, codeStride int, scales, biases []uint16, groupStride, blocks int, acts []byte, rowStride int, out [][8]float32) {
+	checkInt8TileCall(codes, codeStride, scales, biases, groupStride, blocks, acts, rowStride, len(out))
+	if len(out) > 0 {
+		q4Int8Dot8AVXVNNIAsm(&codes[0], codeStride, &scales[0], &biases[0], 2*groupStride, blocks, len(out), &acts[0], rowStride, &out[0])
+	}
+}
+
+// q4Int8Dot1AVXVNNI is the one-row AVX-VNNI kernel behind the length checks.
+func q4Int8Dot1AVXVNNI(codes []byte, scales, biases []uint16, blocks int, acts []byte, out []float32) {
+	checkInt8RowCall(codes, scales, biases, blocks, acts, out)
+	q4Int8Dot1AVXVNNIAsm(&codes[0], &scales[0], &biases[0], blocks, len(out), &acts[0], &out[0])
+}
+
+//go:noescape
 func q4Int8Dot1VNNI(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32)
 
 // q4Int8Dot1AVX512 is the one-row VNNI kernel (qmatmul_int8_amd64.s) behind the length
@@ -93,6 +120,17 @@ func init() {
 		}
 		addInt8Kernel("avx2-rowcalls", q4Int8Dot8AVX2, nil, q4Int8Dot1AVX2, quantize)
 		addInt8Kernel("avx2", q4Int8Dot8AVX2, q4Int8TileAVX2, q4Int8Dot1AVX2, quantize)
+	}
+	// The AVX2 kernels with the VEX-encoded VPDPBUSD (AVX-VNNI) for their integer part, on
+	// machines that have it without AVX-512 VNNI (which then takes over below); the AVX2
+	// quantizer. "avxvnni-rowcalls" is it called once per weight row.
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasAVXVNNI {
+		quantize := func(xs []float32, block []byte, j int) {
+			checkQuantizeGroup(xs, block, j)
+			quantizeGroupAVX2(&xs[0], &block[0], j)
+		}
+		addInt8Kernel("avxvnni-rowcalls", q4Int8Dot8AVXVNNI, nil, q4Int8Dot1AVXVNNI, quantize)
+		addInt8Kernel("avxvnni", q4Int8Dot8AVXVNNI, q4Int8TileAVXVNNI, q4Int8Dot1AVXVNNI, quantize)
 	}
 	// VPDPBUSD on 512-bit registers, VPERMW (BW) and the mask registers; the quantizer's
 	// VPMOVSDB and VPSHUFB on the upper sixteen registers (BW, VL).

@@ -113,6 +113,13 @@ type step struct {
 	// reference starts) run under, so that a CPU profile (pistil bench --cpuprofile;
 	// go tool pprof -tags) splits the time by op.
 	labels context.Context
+	// in and out are the dispatch's operands as Run hands them to ref, refilled by every
+	// Run; inBuf and outBuf back those that are views of the program's buffers (scratch,
+	// outputs), so that resolving a decode step's two thousand operands allocates nothing.
+	// A program runs one step at a time (its scratch arena is one), so one set per step is
+	// enough.
+	in, out       []*ops.Tensor
+	inBuf, outBuf []ops.Tensor
 }
 
 // Load implements exec.Backend.
@@ -160,7 +167,9 @@ func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) 
 			return nil, fmt.Errorf("plan %s: dispatch %d: op %q has no CPU reference", p.Phase, d.Index, d.Op)
 		}
 		labels := pprof.WithLabels(context.Background(), pprof.Labels("op", d.Op))
-		prog.steps = append(prog.steps, step{d: d, ref: info.Ref, value: d.Stub(), labels: labels})
+		prog.steps = append(prog.steps, step{d: d, ref: info.Ref, value: d.Stub(), labels: labels,
+			in: make([]*ops.Tensor, len(d.Args)), out: make([]*ops.Tensor, len(d.Results)),
+			inBuf: make([]ops.Tensor, len(d.Args)), outBuf: make([]ops.Tensor, len(d.Results))})
 	}
 	return prog, nil
 }
@@ -189,25 +198,23 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 			return nil, err
 		}
 		stp := &p.steps[i]
-		in := make([]*ops.Tensor, len(stp.d.Args))
 		for j, a := range stp.d.Args {
-			t, err := p.operand(a, env.Bind, s, tokenTensor)
+			t, err := p.operand(a, env.Bind, s, tokenTensor, &stp.inBuf[j])
 			if err != nil {
 				return nil, fmt.Errorf("dispatch %d (%s) arg %d: %w", stp.d.Index, stp.d.Op, j, err)
 			}
-			in[j] = t
+			stp.in[j] = t
 		}
-		out := make([]*ops.Tensor, len(stp.d.Results))
 		for j, r := range stp.d.Results {
-			t, err := p.operand(r, env.Bind, s, tokenTensor)
+			t, err := p.operand(r, env.Bind, s, tokenTensor, &stp.outBuf[j])
 			if err != nil {
 				return nil, fmt.Errorf("dispatch %d (%s) result %d: %w", stp.d.Index, stp.d.Op, j, err)
 			}
-			out[j] = t
+			stp.out[j] = t
 		}
 		pprof.SetGoroutineLabels(stp.labels)
 		env.Labels = stp.labels
-		err := stp.ref(env, stp.value, in, out)
+		err := stp.ref(env, stp.value, stp.in, stp.out)
 		pprof.SetGoroutineLabels(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("dispatch %d (%s %s): %w", stp.d.Index, stp.d.Op, stp.d.Label, err)
@@ -226,10 +233,11 @@ func (p *program) Output(name string) ([]float32, bool) {
 	return (&ops.Tensor{DType: graph.F32, Data: p.outBufs[id]}).F32(), true
 }
 
-// operand resolves a plan operand to a tensor over the right bytes.
-func (p *program) operand(o plan.Operand, b graph.Bindings, s *state, tokens *ops.Tensor) (*ops.Tensor, error) {
+// operand resolves a plan operand to a tensor over the right bytes: the weight's, the
+// state's or the tokens' own tensor, or, for a view of the program's scratch or outputs,
+// view refilled (its shape slice reused).
+func (p *program) operand(o plan.Operand, b graph.Bindings, s *state, tokens, view *ops.Tensor) (*ops.Tensor, error) {
 	buf := &p.p.Buffers[o.Buffer]
-	shape := o.Type.Shape.Eval(b)
 	switch buf.Kind {
 	case plan.Weight:
 		return p.weights[o.Buffer], nil
@@ -255,7 +263,8 @@ func (p *program) operand(o plan.Operand, b graph.Bindings, s *state, tokens *op
 	if o.Offset < 0 || o.Offset+size > int64(len(data)) {
 		return nil, fmt.Errorf("operand [%d,%d) outside buffer %s of %d bytes", o.Offset, o.Offset+size, buf.Name, len(data))
 	}
-	return &ops.Tensor{DType: o.Type.DType, Shape: shape, Group: o.Type.Group, Data: data[o.Offset : o.Offset+size]}, nil
+	*view = ops.Tensor{DType: o.Type.DType, Shape: o.Type.Shape.EvalInto(b, view.Shape), Group: o.Type.Group, Data: data[o.Offset : o.Offset+size]}
+	return view, nil
 }
 
 // prefaultWeights prefaults the codes, scales and biases of every weight not yet done, if

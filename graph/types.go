@@ -202,11 +202,17 @@ func S(dims ...int) Shape {
 
 // Eval binds the symbols of every dimension.
 func (s Shape) Eval(b Bindings) []int {
-	out := make([]int, len(s))
-	for i, d := range s {
-		out[i] = d.Eval(b)
+	return s.EvalInto(b, make([]int, 0, len(s)))
+}
+
+// EvalInto is Eval appending to dst[:0], so a caller that evaluates the same shape again
+// and again (a backend's operands, every step) can keep one slice.
+func (s Shape) EvalInto(b Bindings, dst []int) []int {
+	dst = dst[:0]
+	for _, d := range s {
+		dst = append(dst, d.Eval(b))
 	}
-	return out
+	return dst
 }
 
 // Equal compares two shapes dimension by dimension.

@@ -216,7 +216,7 @@ func (h *deltaHead) recurrentTiled() bool {
 // recurrentByToken is recurrent one token at a time over the whole state.
 func (h *deltaHead) recurrentByToken() {
 	Dk, Dv := h.d.Dk, h.d.Dv
-	mem := make([]float32, Dv)
+	var mem []float32 // the portable loop's retrieval, made when it first runs
 	for t := 0; t < h.d.T; t++ {
 		q, k := h.qk(t)
 		v, o := h.vo(t)
@@ -224,6 +224,9 @@ func (h *deltaHead) recurrentByToken() {
 		beta := h.beta[t*h.d.Hv+h.j]
 		if h.fast && gdnStepFast(h.S, Dk, Dv, decay, beta, q, k, v, o) {
 			continue
+		}
+		if mem == nil {
+			mem = make([]float32, Dv)
 		}
 		clear(mem)
 		for i := 0; i < Dk; i++ {

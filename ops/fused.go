@@ -191,11 +191,23 @@ func scratchF32(shape ...int) (*Tensor, func()) {
 	for _, d := range shape {
 		n *= d
 	}
-	buf, _ := scratchPool.Get().(*[]byte)
-	if buf == nil || cap(*buf) < n {
-		b := make([]byte, n)
-		buf = &b
+	sc, _ := scratchPool.Get().(*scratch)
+	if sc == nil {
+		sc = &scratch{}
+		sc.release = func() { scratchPool.Put(sc) }
 	}
-	t := &Tensor{DType: graph.F32, Shape: append([]int(nil), shape...), Data: (*buf)[:n]}
-	return t, func() { scratchPool.Put(buf) }
+	if cap(sc.buf) < n {
+		sc.buf = make([]byte, n)
+	}
+	sc.t = Tensor{DType: graph.F32, Shape: append(sc.t.Shape[:0], shape...), Data: sc.buf[:n]}
+	return &sc.t, sc.release
+}
+
+// scratch is one of scratchPool's intermediates: its bytes, the tensor over them and the
+// function that hands it back, all kept with it, so that taking one allocates nothing
+// once the pool holds it (a decode step of the full model takes hundreds).
+type scratch struct {
+	buf     []byte
+	t       Tensor
+	release func()
 }

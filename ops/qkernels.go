@@ -106,15 +106,18 @@ type quantActs struct {
 type actsBuffers struct {
 	x, xsum []float32
 	int8    []byte
+	// acts is the quantActs these buffers back, handed out and recycled with them: a
+	// decode step prepares activations hundreds of times.
+	acts quantActs
 }
 
 var actsPool sync.Pool
 
-// release recycles a's buffers; a must not be used after it.
+// release recycles a (with its buffers); a must not be used after it.
 func (a *quantActs) release() {
-	if a.buf != nil {
-		actsPool.Put(a.buf)
+	if buf := a.buf; buf != nil {
 		a.buf, a.x, a.xsum, a.int8 = nil, nil, nil, nil
+		actsPool.Put(buf)
 	}
 }
 
@@ -132,11 +135,12 @@ func prepareActsFrom(env *Env, w weightRows, P int, row func(p int) []float32) *
 	K, group := w.cols, w.t.Group
 	G := K / group
 	k := kernelsFor(group)
-	a := &quantActs{k: k, bits: bitsIndex(w.t.DType), P: P, K: K}
-	a.buf, _ = actsPool.Get().(*actsBuffers)
-	if a.buf == nil {
-		a.buf = &actsBuffers{}
+	buf, _ := actsPool.Get().(*actsBuffers)
+	if buf == nil {
+		buf = &actsBuffers{}
 	}
+	a := &buf.acts
+	*a = quantActs{k: k, bits: bitsIndex(w.t.DType), P: P, K: K, buf: buf}
 	if int8Fits(env, w, P) {
 		prepareInt8(env, a, G, row)
 		return a

@@ -31,3 +31,16 @@
 	MOVQ biases+24(FP), AX; \
 	ADDQ R10, AX; \
 	MOVQ AX, biases+24(FP)
+
+// INT8_HALF_ACCUMULATE is the end of the 256-bit kernels' ROW (qmatmul_int8_avx2_amd64.s,
+// qmatmul_int8_avxvnni_amd64.s): a row's half-block int32 sums in Y8 to float32, times its
+// activation scales sx, times the weight scales in Y11, plus its halved activation sums xs
+// times the weight biases in Y13, added to the row's accumulator acc on the stack (Y12 is
+// clobbered).
+#define INT8_HALF_ACCUMULATE(sx, xs, acc) \
+	VCVTDQ2PS   Y8, Y8; \
+	VMULPS      sx, Y8, Y8; \
+	VMOVUPS     acc, Y12; \
+	VFMADD231PS Y11, Y8, Y12; \
+	VFMADD231PS xs, Y13, Y12; \
+	VMOVUPS     Y12, acc

@@ -39,12 +39,7 @@
 	VPMADDUBSW  a7, Y7, Y9; \
 	VPADDW      Y9, Y8, Y8; \
 	VPMADDWD    Y10, Y8, Y8; \
-	VCVTDQ2PS   Y8, Y8; \
-	VMULPS      sx, Y8, Y8; \
-	VMOVUPS     acc, Y12; \
-	VFMADD231PS Y11, Y8, Y12; \
-	VFMADD231PS xs, Y13, Y12; \
-	VMOVUPS     Y12, acc
+	INT8_HALF_ACCUMULATE(sx, xs, acc)
 
 // DOT1 meets Y0-Y7 with the one activation row's half block (a0..a7) and leaves the
 // half's int32 sums in dst (dword lanes 2j and 2j+1 both of the half's group j).

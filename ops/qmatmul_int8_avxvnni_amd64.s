@@ -55,12 +55,7 @@
 // scaled and added to its accumulator acc on the stack.
 #define ROW(a0, a1, a2, a3, a4, a5, a6, a7, sx, xs, acc) \
 	DOTHALF(a0, a1, a2, a3, a4, a5, a6, a7); \
-	VCVTDQ2PS   Y8, Y8; \
-	VMULPS      sx, Y8, Y8; \
-	VMOVUPS     acc, Y12; \
-	VFMADD231PS Y11, Y8, Y12; \
-	VFMADD231PS xs, Y13, Y12; \
-	VMOVUPS     Y12, acc
+	INT8_HALF_ACCUMULATE(sx, xs, acc)
 
 // DOT1 is the AVX2 file's DOT1: the half's int32 sums in dst.
 #define DOT1(a0, a1, a2, a3, a4, a5, a6, a7, dst) \

@@ -21,15 +21,8 @@ func TestAVXVNNIKernelsGiveAVX2Bits(t *testing.T) {
 	for blocks := 1; blocks <= 5; blocks++ {
 		G := blocks * int8Groups
 		for _, rows := range []int{1, 2, 7, 65} {
-			rowGroups := G + int8Groups // each row one block longer than the chunk read
-			w := quantize(randTensor(rng, 0.1, rows, rowGroups*int8Group), 4, int8Group)
-			codeStride := rowGroups * int8Group / 2
-			rowStride := int8RowBytes(G) + int8Block
-			acts := make([]byte, int8RowsPerDot*rowStride)
-			x := randF32(rng, int8RowsPerDot*G*int8Group, 1)
-			for p := 0; p < int8RowsPerDot; p++ {
-				quantizeInt8Row(x[p*G*int8Group:(p+1)*G*int8Group], G, acts[p*rowStride:p*rowStride+int8RowBytes(G)])
-			}
+			in := newInt8TileInputs(rng, blocks, rows)
+			w, acts := in.w, in.acts
 			scales, biases := u16(w.Scales), u16(w.Biases)
 			got, want := make([][8]float32, rows), make([][8]float32, rows)
 			for r := range got {
@@ -38,8 +31,8 @@ func TestAVXVNNIKernelsGiveAVX2Bits(t *testing.T) {
 					want[r][p] = got[r][p]
 				}
 			}
-			tile(w.Data, codeStride, scales, biases, rowGroups, blocks, acts, rowStride, got)
-			tile2(w.Data, codeStride, scales, biases, rowGroups, blocks, acts, rowStride, want)
+			tile(w.Data, in.codeStride, scales, biases, in.rowGroups, blocks, acts, in.rowStride, got)
+			tile2(w.Data, in.codeStride, scales, biases, in.rowGroups, blocks, acts, in.rowStride, want)
 			for r := range got {
 				if got[r] != want[r] {
 					t.Fatalf("tile blocks=%d rows=%d: row %d %v, avx2 %v", blocks, rows, r, got[r], want[r])

@@ -217,6 +217,28 @@ func TestInt8KernelsMatchGo(t *testing.T) {
 	}
 }
 
+// int8TileInputs are a tile kernel's inputs: rows q4 weight rows, each one block longer
+// than the blocks read (codeStride bytes and rowGroups groups apart), and the eight
+// activation rows quantized rowStride bytes apart (an unused block between rows).
+type int8TileInputs struct {
+	w                                *Tensor
+	codeStride, rowGroups, rowStride int
+	acts                             []byte
+}
+
+func newInt8TileInputs(rng *rand.Rand, blocks, rows int) int8TileInputs {
+	G := blocks * int8Groups
+	in := int8TileInputs{rowGroups: G + int8Groups, rowStride: int8RowBytes(G) + int8Block}
+	in.w = quantize(randTensor(rng, 0.1, rows, in.rowGroups*int8Group), 4, int8Group)
+	in.codeStride = in.rowGroups * int8Group / 2
+	in.acts = make([]byte, int8RowsPerDot*in.rowStride)
+	x := randF32(rng, int8RowsPerDot*G*int8Group, 1)
+	for p := 0; p < int8RowsPerDot; p++ {
+		quantizeInt8Row(x[p*G*int8Group:(p+1)*G*int8Group], G, in.acts[p*in.rowStride:p*in.rowStride+int8RowBytes(G)])
+	}
+	return in
+}
+
 // Every tile kernel equals its kernel row by row, to the bit, and the portable kernel
 // within float32 rounding: odd and even row counts, a chunk of longer rows (strides past
 // the blocks read), one to five blocks, sums added to what out holds.
@@ -224,16 +246,8 @@ func TestInt8TileKernelsMatchRowByRow(t *testing.T) {
 	rng := rand.New(rand.NewSource(26))
 	for blocks := 1; blocks <= 5; blocks++ {
 		for _, rows := range []int{1, 2, 3, 6, 7} {
-			G := blocks * int8Groups
-			rowGroups := G + int8Groups // each row one block longer than the chunk read
-			w := quantize(randTensor(rng, 0.1, rows, rowGroups*int8Group), 4, int8Group)
-			codeStride := rowGroups * int8Group / 2
-			rowStride := int8RowBytes(G) + int8Block
-			acts := make([]byte, int8RowsPerDot*rowStride)
-			x := randF32(rng, int8RowsPerDot*G*int8Group, 1)
-			for p := 0; p < int8RowsPerDot; p++ {
-				quantizeInt8Row(x[p*G*int8Group:(p+1)*G*int8Group], G, acts[p*rowStride:p*rowStride+int8RowBytes(G)])
-			}
+			in := newInt8TileInputs(rng, blocks, rows)
+			w, codeStride, rowGroups, rowStride, acts := in.w, in.codeStride, in.rowGroups, in.rowStride, in.acts
 			scales, biases := u16(w.Scales), u16(w.Biases)
 			start := func(r int) float32 { return float32(r%5) - 2 } // the kernels add to out
 			for _, name := range int8KernelNames() {

@@ -347,7 +347,9 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		}
 		work[i] = expertWork{x: gx, xsums: quantGroupSums(w, gx, len(rows))}
 	})
-	rowBlock := expertItemRows(T, quantized != nil)
+	int8Rows := quantized != nil
+	quantized.release() // gathered: every expert's rows are in its own acts
+	rowBlock := expertItemRows(T, int8Rows)
 	blocks := (M + rowBlock - 1) / rowBlock
 	scratch := make([][]float32, env.workers())
 	parallelExpertRuns(env, rowsOf, blocks, func(worker, i, blkLo, blkHi int) {

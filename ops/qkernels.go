@@ -160,7 +160,7 @@ func prepareActsFrom(env *Env, w weightRows, P int, row func(p int) []float32) *
 		interleave = k.interleaveQ4
 	}
 	prepare := func(lo, hi int) {
-		sums := make([]float32, 0, G)
+		var sums []float32
 		for p := lo; p < hi; p++ {
 			src, dst := row(p)[:K], a.x[p*K:(p+1)*K]
 			if interleave > 0 {
@@ -168,11 +168,11 @@ func prepareActsFrom(env *Env, w weightRows, P int, row func(p int) []float32) *
 			} else {
 				copy(dst, src)
 			}
-			sums = groupSums(src, group, sums)
 			if P == 1 {
-				copy(a.xsum, sums)
+				groupSums(src, group, a.xsum)
 				continue
 			}
+			sums = groupSums(src, group, sums)
 			blk, lane := p/4, p%4
 			for g, s := range sums {
 				a.xsum[(blk*G+g)*4+lane] = s
@@ -279,7 +279,6 @@ func mulQuantRow(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32)
 	dot1, group := a.k.dot1[a.bits], w.t.Group
 	r := lo
 	if four := a.k.q4Dot1x4; four != nil && a.bits == 0 && multiRowKernels.Load() {
-		var out [4]float32
 		for r+4 <= hi {
 			if !w.runInSlice(rowBase+r, 4) { // the four would cross into the next expert's slice
 				data, scales, biases := w.locate(rowBase + r)
@@ -288,8 +287,7 @@ func mulQuantRow(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32)
 				continue
 			}
 			data, scales, biases := w.locateRun(rowBase+r, 4)
-			four(data, scales, biases, group, a.x, &out)
-			copy(dst[r-lo:r-lo+4], out[:])
+			four(data, scales, biases, group, a.x, (*[4]float32)(dst[r-lo:r-lo+4])) // in place: no array to escape
 			r += 4
 		}
 	}

@@ -59,6 +59,7 @@ func expertSwiGLUInt8(env *Env, v *graph.Value, x, wgt, wut, idt, out *Tensor) (
 		}
 		acts[i] = prepareActsFrom(env.serial(), wg, 1, func(int) []float32 { return token(rows[0] / k) })
 	})
+	quantized.release() // gathered: every expert's rows are in its own acts
 	rowBlock := expertItemRows(T, true)
 	blocks := (M + rowBlock - 1) / rowBlock
 	scratch := make([]*swigluScratch, env.workers())

@@ -39,6 +39,8 @@ func init() {
 		// [cpu] decode_regions: a decode step's experts and fused projections in longer
 		// parallel regions.
 		ops.SetDecodeRegions(!o.NoDecodeRegions)
+		// [cpu] balanced_regions: those regions handed out in grains, with stealing.
+		ops.SetBalancedRegions(!o.NoBalancedRegions)
 		// [cpu] multi_row_kernels: the q4 kernels that take several weight rows a call.
 		ops.SetMultiRowKernels(!o.NoMultiRowKernels)
 		return &Backend{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations, PrefaultWeights: o.PrefaultWeights}, nil

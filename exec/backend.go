@@ -120,6 +120,8 @@ type BackendOptions struct {
 	PrefaultWeights bool
 	// NoDecodeRegions: the CPU backend's longer decode regions off (exec.Options).
 	NoDecodeRegions bool
+	// NoBalancedRegions: the CPU backend's decode regions in fixed shares (exec.Options).
+	NoBalancedRegions bool
 	// NoMultiRowKernels: the CPU backend's float32 q4 kernels one weight row per call
 	// (exec.Options).
 	NoMultiRowKernels bool

@@ -65,6 +65,10 @@ type Options struct {
 	// NoDecodeRegions switches the CPU backend's longer decode regions off
 	// (ops.SetDecodeRegions; pipeline.toml [cpu] decode_regions = false).
 	NoDecodeRegions bool
+	// NoBalancedRegions splits the CPU backend's decode regions in fixed shares instead
+	// of handing them out in grains (ops.SetBalancedRegions; pipeline.toml [cpu]
+	// balanced_regions = false).
+	NoBalancedRegions bool
 	// NoMultiRowKernels has the CPU backend's float32-activation q4 products take one
 	// weight row per kernel call (ops.SetMultiRowKernels; pipeline.toml [cpu]
 	// multi_row_kernels = false).

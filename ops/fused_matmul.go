@@ -168,7 +168,7 @@ func mulRowsOneRegion(env *Env, x []float32, wts, out []*Tensor) (bool, error) {
 	for i, w := range ws {
 		acts[i] = prepareActs(env.serial(), w, x, 1)
 	}
-	parallelRange(env, starts[len(ws)], func(lo, hi int) {
+	parallelBalanced(env, starts[len(ws)], func(_, lo, hi int) {
 		for i, w := range ws {
 			a, b := max(lo, starts[i])-starts[i], min(hi, starts[i+1])-starts[i]
 			if a < b {

@@ -217,7 +217,7 @@ func parallelExpertRuns(env *Env, rowsOf [][]int, blocks int, fn func(worker, i,
 			}
 		}
 		if one {
-			parallelChunks(env, len(rowsOf)*blocks, func(worker, lo, hi int) {
+			parallelBalanced(env, len(rowsOf)*blocks, func(worker, lo, hi int) {
 				for it := lo; it < hi; {
 					i := it / blocks
 					end := min(hi, (i+1)*blocks)

@@ -346,3 +346,101 @@ func (h *poolHelper) run(seen uint64) {
 		}
 	}
 }
+
+// balancedRegions has decode's longer regions (parallelBalanced's callers) hand their
+// work out in grains, each worker taking its own share from the front and, once that is
+// done, the other shares from their backs (SetBalancedRegions; [cpu] balanced_regions).
+var balancedRegions atomic.Bool
+
+func init() { balancedRegions.Store(true) }
+
+// SetBalancedRegions switches the decode regions' work stealing on or off, process-wide
+// ([cpu] balanced_regions). Either way every output is the same kernel on the same bytes,
+// so the same to the bit.
+func SetBalancedRegions(on bool) { balancedRegions.Store(on) }
+
+// share is one worker's part [front, back) of a balanced loop, both ends in one word so
+// that its owner (from the front) and a thief (from the back) claim grains with one CAS.
+type share struct{ ends atomic.Uint64 }
+
+func (s *share) set(lo, hi int) { s.ends.Store(uint64(lo)<<32 | uint64(hi)) }
+
+// take claims up to grain items from the front (the owner) or the back (a thief) and
+// reports false once the share is empty.
+func (s *share) take(grain int, fromBack bool) (lo, hi int, ok bool) {
+	for {
+		old := s.ends.Load()
+		f, b := int(old>>32), int(old&0xffffffff)
+		if f >= b {
+			return 0, 0, false
+		}
+		if fromBack {
+			lo, hi = max(f, b-grain), b
+			if s.ends.CompareAndSwap(old, uint64(f)<<32|uint64(lo)) {
+				return lo, hi, true
+			}
+			continue
+		}
+		lo, hi = f, min(b, f+grain)
+		if s.ends.CompareAndSwap(old, uint64(hi)<<32|uint64(b)) {
+			return lo, hi, true
+		}
+	}
+}
+
+// parallelBalanced runs fn over [0, n) as parallelChunks does, every item once, but in
+// grains (an eighth of a share): worker c walks its share (parallelChunks' chunk c) from the front, then takes
+// grains from the backs of the others' shares until all are empty. Each worker's work stays
+// a few contiguous runs (its share ascending, a stolen one descending from its end), and a
+// worker the OS took off its core, or one whose memory was slower, no longer holds the
+// loop up: the other finishes its grains (decode's caller waited about 7 ms a token of the
+// full model for its helper with static halves, session 21). fn may be called several
+// times per worker, with worker indexing per-worker scratch as in parallelChunks.
+func parallelBalanced(env *Env, n int, fn func(worker, lo, hi int)) {
+	w := env.workers()
+	if w > n {
+		w = n
+	}
+	if w <= 1 || n >= 1<<32 || !balancedRegions.Load() {
+		parallelChunks(env, n, fn)
+		return
+	}
+	// Eight grains a share: long enough runs for the prefetchers, and at most an eighth of
+	// a share left to the slower worker.
+	grain := max(1, (n+8*w-1)/(8*w))
+	shares := make([]share, w)
+	for i := range shares {
+		shares[i].set(i*n/w, (i+1)*n/w)
+	}
+	body := func(c int) {
+		for {
+			lo, hi, ok := shares[c].take(grain, false)
+			if !ok {
+				break
+			}
+			fn(c, lo, hi)
+		}
+		for v := 1; v < w; v++ {
+			s := &shares[(c+v)%w]
+			for {
+				lo, hi, ok := s.take(grain, true)
+				if !ok {
+					break
+				}
+				fn(c, lo, hi)
+			}
+		}
+	}
+	if runPooled(env, w, body) {
+		return
+	}
+	var wg sync.WaitGroup
+	for c := 0; c < w; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body(c)
+		}()
+	}
+	wg.Wait()
+}

@@ -149,11 +149,87 @@ func TestWorkerPoolWakesItsCaller(t *testing.T) {
 	}
 }
 
-// A decode step's MoE and fused projections give the same bits with the worker pool and
-// the longer decode regions on and off, float32 and int8 activations.
+// parallelBalanced runs every item once, hands fn worker indexes below the worker count
+// and never the same index to two calls at once (per-worker scratch), with the pool and
+// without, nested in another loop or not; and a worker held up in its first grain has the
+// rest of its share taken by the others from the back.
+func TestParallelBalancedRunsEveryItemOnceAndSteals(t *testing.T) {
+	defer SetWorkerPool(WorkerPool())
+	defer SetBalancedRegions(true)
+	SetBalancedRegions(true)
+	for _, pool := range []bool{true, false} {
+		SetWorkerPool(pool)
+		for _, workers := range []int{2, 3, 5} {
+			env := &Env{Workers: workers}
+			for _, n := range []int{0, 1, 2, 7, 64, 1000} {
+				seen := make([]atomic.Int32, n)
+				busy := make([]atomic.Bool, workers)
+				parallelBalanced(env, n, func(worker, lo, hi int) {
+					if worker < 0 || worker >= workers {
+						t.Errorf("worker %d of %d", worker, workers)
+						return
+					}
+					if !busy[worker].CompareAndSwap(false, true) {
+						t.Errorf("two calls with worker %d at once", worker)
+					}
+					for i := lo; i < hi; i++ {
+						seen[i].Add(1)
+					}
+					busy[worker].Store(false)
+				})
+				for i := range seen {
+					if got := seen[i].Load(); got != 1 {
+						t.Fatalf("pool=%v workers=%d n=%d: index %d ran %d times", pool, workers, n, i, got)
+					}
+				}
+			}
+			// Worker 1 sleeps in its first grain: the others finish its share.
+			const n = 800
+			var slept atomic.Bool
+			ran := make([]atomic.Int32, workers)
+			stolen := make([]atomic.Int32, workers)
+			parallelBalanced(env, n, func(worker, lo, hi int) {
+				time.Sleep(100 * time.Microsecond) // every grain takes a while: all workers start
+				if worker == 1 && slept.CompareAndSwap(false, true) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				ran[worker].Add(int32(hi - lo))
+				if worker != 1 && lo >= n/workers && hi <= 2*n/workers {
+					stolen[worker].Add(int32(hi - lo))
+				}
+			})
+			var others int32
+			for c := range stolen {
+				others += stolen[c].Load()
+			}
+			if others == 0 || ran[1].Load() >= int32(n/workers) {
+				t.Errorf("pool=%v workers=%d: the slow worker ran %d items, the others took %d of its share", pool, workers, ran[1].Load(), others)
+			}
+		}
+	}
+	// Switched off, it is parallelChunks: one call per worker, its whole share.
+	SetBalancedRegions(false)
+	calls := make([]atomic.Int32, 3)
+	parallelBalanced(&Env{Workers: 3}, 300, func(worker, lo, hi int) {
+		calls[worker].Add(1)
+		if lo != worker*100 || hi != (worker+1)*100 {
+			t.Errorf("off: worker %d ran [%d, %d)", worker, lo, hi)
+		}
+	})
+	for c := range calls {
+		if calls[c].Load() != 1 {
+			t.Errorf("off: worker %d called %d times", c, calls[c].Load())
+		}
+	}
+}
+
+// A decode step's MoE, fused projections and one-row qmatmul give the same bits with the
+// worker pool, the longer decode regions and their work stealing on and off, float32 and
+// int8 activations.
 func TestDecodeRegionsAndPoolSameBits(t *testing.T) {
 	defer SetWorkerPool(WorkerPool())
 	defer SetDecodeRegions(DecodeRegions())
+	defer SetBalancedRegions(true)
 	rng := rand.New(rand.NewSource(5))
 	const E, M, K, k = 16, 192, 512, 4
 	wg, wu := randQuantized(rng, 4, 64, E, M, K), randQuantized(rng, 4, 64, E, M, K)
@@ -172,6 +248,7 @@ func TestDecodeRegionsAndPoolSameBits(t *testing.T) {
 		routed, shared := NewTensor(graph.F32, 1, k, M), NewTensor(graph.F32, 1, M)
 		y := NewTensor(graph.F32, 1, K)
 		outs := []*Tensor{NewTensor(graph.F32, 1, 640), NewTensor(graph.F32, 1, 32), NewTensor(graph.F32, 1, 96)}
+		q := NewTensor(graph.F32, 1, 640)
 		for _, c := range []struct {
 			op   string
 			in   []*Tensor
@@ -180,6 +257,7 @@ func TestDecodeRegionsAndPoolSameBits(t *testing.T) {
 			{"expert_matmul_swiglu_shared", []*Tensor{x, wg, wu, ids, sg, su}, []*Tensor{routed, shared}},
 			{"expert_matmul_combine_shared", []*Tensor{routed, wd, ids, weights, shared, sd, gate}, []*Tensor{y}},
 			{"matmuls", []*Tensor{y, p1, p2, p3}, outs},
+			{"qmatmul", []*Tensor{y, p1}, []*Tensor{q}},
 		} {
 			g, err := opGraph(c.op, nil, c.in...)
 			if err != nil {
@@ -191,7 +269,7 @@ func TestDecodeRegionsAndPoolSameBits(t *testing.T) {
 			}
 		}
 		var all []float32
-		for _, o := range append([]*Tensor{routed, shared, y}, outs...) {
+		for _, o := range append([]*Tensor{routed, shared, y, q}, outs...) {
 			all = append(all, o.F32()...)
 		}
 		return all
@@ -205,12 +283,15 @@ func TestDecodeRegionsAndPoolSameBits(t *testing.T) {
 		}
 		for _, pool := range []bool{false, true} {
 			for _, regions := range []bool{false, true} {
-				SetWorkerPool(pool)
-				SetDecodeRegions(regions)
-				for _, workers := range []int{2, 3} {
-					name := fmt.Sprintf("%s pool=%v regions=%v workers=%d", act, pool, regions, workers)
-					if got := run(act, workers); !slices.Equal(got, want) {
-						t.Errorf("%s: differs from the goroutine path's bits", name)
+				for _, balanced := range []bool{false, true} {
+					SetWorkerPool(pool)
+					SetDecodeRegions(regions)
+					SetBalancedRegions(balanced)
+					for _, workers := range []int{2, 3} {
+						name := fmt.Sprintf("%s pool=%v regions=%v balanced=%v workers=%d", act, pool, regions, balanced, workers)
+						if got := run(act, workers); !slices.Equal(got, want) {
+							t.Errorf("%s: differs from the goroutine path's bits", name)
+						}
 					}
 				}
 			}

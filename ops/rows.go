@@ -276,6 +276,11 @@ func mulRows(env *Env, x []float32, P int, w weightRows, rowBase, M int, y []flo
 	w = w.forEnv(env)
 	if w.t.DType.Quantized() && !w.reference {
 		acts := prepareActs(env, w, x, P)
+		if P == 1 && decodeRegions.Load() {
+			parallelBalanced(env, M, func(_, lo, hi int) { mulQuantRow(acts, w, rowBase, lo, hi, y[lo:hi]) })
+			acts.release()
+			return
+		}
 		parallelRange(env, M, func(lo, hi int) {
 			if P == 1 {
 				mulQuantRow(acts, w, rowBase, lo, hi, y[lo:hi])

@@ -79,6 +79,11 @@ type CPU struct {
 	// (ops.SetDecodeRegions), process-wide; false hands the experts' blocks out one at a
 	// time and runs each weight as its own region. The same sums either way.
 	DecodeRegions bool `toml:"decode_regions"`
+	// BalancedRegions hands those regions' rows (and decode's one-row products) out in
+	// grains, each worker taking its own share from the front and then the others' from
+	// their backs (ops.SetBalancedRegions), process-wide; false splits them in fixed
+	// shares. The same bits either way.
+	BalancedRegions bool `toml:"balanced_regions"`
 	// MultiRowKernels has the float32-activation q4 products take several weight rows per
 	// kernel call, each activation vector loaded once for all of them
 	// (ops.SetMultiRowKernels): decode's matrix-vector products four rows, prefill's blocks
@@ -177,7 +182,7 @@ func Default() *Pipeline {
 			"check": false,
 		},
 		Attention: Attention{KeyBlockSplitFrom: passes.DefaultKeyBlockSplitFrom, KeyBlockKeys: gpu.BlockSplitKeys},
-		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, MultiRowKernels: true, MapHugePages: true, HugePageCache: true},
+		CPU:       CPU{Kernels: "fast", Activations: ops.ActivationsF32, WorkerPool: true, DecodeRegions: true, BalancedRegions: true, MultiRowKernels: true, MapHugePages: true, HugePageCache: true},
 		CUDA:      CUDA{Graphs: true, ProgrammaticLaunch: true, EarlyLoads: true, TokenHandoff: true, RunAhead: false, PrefillChunk: exec.DefaultCUDAChunk},
 		Metal:     Metal{Encoder: "concurrent", Barriers: "plan", InFlight: 2, TokenHandoff: true},
 	}
@@ -371,7 +376,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoMultiRowKernels: !p.CPU.MultiRowKernels, NoHugePageMaps: !p.CPU.MapHugePages, NoHugePageCache: !p.CPU.HugePageCache, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, LateLoads: !p.CUDA.EarlyLoads, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoBalancedRegions: !p.CPU.BalancedRegions, NoMultiRowKernels: !p.CPU.MultiRowKernels, NoHugePageMaps: !p.CPU.MapHugePages, NoHugePageCache: !p.CPU.HugePageCache, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, LateLoads: !p.CUDA.EarlyLoads, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 

@@ -389,13 +389,15 @@ func (s *share) take(grain int, fromBack bool) (lo, hi int, ok bool) {
 }
 
 // parallelBalanced runs fn over [0, n) as parallelChunks does, every item once, but in
-// grains (an eighth of a share): worker c walks its share (parallelChunks' chunk c) from the front, then takes
-// grains from the backs of the others' shares until all are empty. Each worker's work stays
-// a few contiguous runs (its share ascending, a stolen one descending from its end), and a
-// worker the OS took off its core, or one whose memory was slower, no longer holds the
-// loop up: the other finishes its grains (decode's caller waited about 7 ms a token of the
-// full model for its helper with static halves, session 21). fn may be called several
-// times per worker, with worker indexing per-worker scratch as in parallelChunks.
+// grains (an eighth of a share): worker c walks its share (parallelChunks' chunk c) from
+// the front, then takes grains from the backs of the others' shares until all are empty.
+// Each worker's work stays a few contiguous runs (its share ascending, a stolen one
+// descending from its end), and a worker the OS took off its core, or one whose memory was
+// slower, no longer holds the loop up: the other finishes its grains. (Decode's caller
+// waited about 7 ms a token of the full model for its helper with fixed halves; with the
+// grains decode ran as fast on a quiet machine and 3-5% faster beside a CPU hog: session
+// 21, cpu/README.md.) fn may be called several times per worker, with worker indexing
+// per-worker scratch as in parallelChunks.
 func parallelBalanced(env *Env, n int, fn func(worker, lo, hi int)) {
 	w := env.workers()
 	if w > n {

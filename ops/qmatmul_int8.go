@@ -493,8 +493,9 @@ func mulQuantInt8RowTo(a *quantActs, p int, w weightRows, rowBase, lo, hi int, d
 // blocks and then its last block copied into a zero-padded one, as mulQuantInt8 does.
 func mulQuantInt8RowTail(acts []byte, K int, w weightRows, rowBase, lo, hi int, dst []float32) {
 	full := K / int8Group / int8Groups
-	var tail int8Tail
-	var last [1]float32
+	sc := int8RowTailPool.Get().(*int8RowTailScratch)
+	defer int8RowTailPool.Put(sc)
+	tail, last := &sc.tail, sc.last[:]
 	for r := lo; r < hi; r++ {
 		codes, scales, biases := w.locate(rowBase + r)
 		out := dst[r-lo : r-lo+1]
@@ -503,7 +504,7 @@ func mulQuantInt8RowTail(acts []byte, K int, w weightRows, rowBase, lo, hi int, 
 			int8RowKernel(codes, scales, biases, full, acts, out)
 		}
 		tail.fill(codes[full*int8CodeBytes:], scales[full*int8Groups:], biases[full*int8Groups:])
-		int8RowKernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, acts[full*int8Block:], last[:])
+		int8RowKernel(tail.codes[:], tail.scales[:], tail.biases[:], 1, acts[full*int8Block:], last)
 		out[0] += last[0]
 	}
 }
@@ -554,6 +555,15 @@ func int8BlockDot(cb, blk []byte, scales, biases []uint16) float32 {
 }
 
 // int8Tail is a partial block of one weight row padded with zero groups.
+// int8RowTailScratch is mulQuantInt8RowTail's padded block and sum, pooled: handed to the
+// row kernel (a function value) they would escape to the heap on every call.
+type int8RowTailScratch struct {
+	tail int8Tail
+	last [1]float32
+}
+
+var int8RowTailPool = sync.Pool{New: func() any { return new(int8RowTailScratch) }}
+
 type int8Tail struct {
 	codes          [int8CodeBytes]byte
 	scales, biases [int8Groups]uint16

@@ -554,7 +554,6 @@ func int8BlockDot(cb, blk []byte, scales, biases []uint16) float32 {
 	return sum
 }
 
-// int8Tail is a partial block of one weight row padded with zero groups.
 // int8RowTailScratch is mulQuantInt8RowTail's padded block and sum, pooled: handed to the
 // row kernel (a function value) they would escape to the heap on every call.
 type int8RowTailScratch struct {
@@ -564,6 +563,7 @@ type int8RowTailScratch struct {
 
 var int8RowTailPool = sync.Pool{New: func() any { return new(int8RowTailScratch) }}
 
+// int8Tail is a partial block of one weight row padded with zero groups.
 type int8Tail struct {
 	codes          [int8CodeBytes]byte
 	scales, biases [int8Groups]uint16

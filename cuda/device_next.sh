@@ -43,7 +43,8 @@
 # to 420 s).
 # Twentieth session (landed, H100 only again): gated_delta and conv1d read their states
 # before the wait (+2.7% at context 0 in one call, not timed at 32K on its own); first on
-# an H200: STEPS="h200" with `BASE=52a4d69 bash cuda/device_pack.sh`, then STEPS="check".
+# an H200: STEPS="h200" with `BASE=52a4d69 bash cuda/device_pack.sh`, then STEPS="check"
+# (both ran on an H100 in the twenty-first session, at 643c5ed: cuda/README.md).
 # STEPS picks them (default "check attn floor"; "h200 sass" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u

@@ -46,16 +46,21 @@ func parallelChunks(env *Env, n int, fn func(chunk, lo, hi int)) {
 		}
 		return
 	}
-	if runPooled(env, w, func(i int) { fn(i, i*n/w, (i+1)*n/w) }) {
+	runOnWorkers(env, w, func(i int) { fn(i, i*n/w, (i+1)*n/w) })
+}
+
+// runOnWorkers runs body(0) .. body(w-1) concurrently: on the worker pool where it is on
+// and free, else on a goroutine each.
+func runOnWorkers(env *Env, w int, body func(c int)) {
+	if runPooled(env, w, body) {
 		return
 	}
 	var wg sync.WaitGroup
-	for i := 0; i < w; i++ {
-		lo, hi := i*n/w, (i+1)*n/w
+	for c := 0; c < w; c++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fn(i, lo, hi)
+			body(c)
 		}()
 	}
 	wg.Wait()
@@ -85,18 +90,7 @@ func parallelItems(env *Env, n int, fn func(worker, item int)) {
 			fn(k, i)
 		}
 	}
-	if runPooled(env, w, take) {
-		return
-	}
-	var wg sync.WaitGroup
-	for k := 0; k < w; k++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			take(k)
-		}()
-	}
-	wg.Wait()
+	runOnWorkers(env, w, take)
 }
 
 // The worker pool ([cpu] worker_pool, SetWorkerPool): instead of starting a goroutine per
@@ -433,16 +427,5 @@ func parallelBalanced(env *Env, n int, fn func(worker, lo, hi int)) {
 			}
 		}
 	}
-	if runPooled(env, w, body) {
-		return
-	}
-	var wg sync.WaitGroup
-	for c := 0; c < w; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body(c)
-		}()
-	}
-	wg.Wait()
+	runOnWorkers(env, w, body)
 }

@@ -38,6 +38,10 @@ type Spec struct {
 	// counted at a context length (exec.CompilePlan with Options.CostContext): the bytes
 	// per token and flops of the measurements come from them (addRoofline).
 	Plans func(tokens, context int) (*plan.Plan, error)
+	// OpProfile times every dispatch of the timed runs and adds each measurement's time
+	// by op (Measurement.Ops; the CPU backend only: exec.Model.TimeDispatches). It needs
+	// Plans, for the bytes and flops of each op.
+	OpProfile bool
 }
 
 // Capacity is the session capacity the spec needs: the longest prompt, or the longest
@@ -142,6 +146,10 @@ type Measurement struct {
 	BytesPerToken       int64   `json:"bytes_per_token,omitempty"`
 	WeightBytesPerToken int64   `json:"weight_bytes_per_token,omitempty"`
 	BandwidthShare      float64 `json:"bandwidth_share,omitempty"`
+	// Ops is the timed runs' wall time by op, longest first (Spec.OpProfile).
+	Ops []OpTime `json:"ops,omitempty"`
+	// times are the dispatch times Ops is made from.
+	times *exec.DispatchTimes
 }
 
 // Result is every measurement of a spec.
@@ -160,6 +168,13 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 	if err := spec.Validate(m.Config().MaxPositionEmbeddings); err != nil {
 		return nil, err
 	}
+	if spec.OpProfile && spec.Plans == nil {
+		return nil, errors.New("an op profile needs the plans, for each op's bytes and flops")
+	}
+	var prof *opProfiler
+	if spec.OpProfile {
+		prof = &opProfiler{m: m}
+	}
 	capacity := spec.Capacity()
 	s, err := m.NewSession(capacity)
 	if err != nil {
@@ -175,12 +190,12 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 		res.Bandwidth = &bw
 	}
 	for _, depth := range spec.depths() {
-		if err := measurePrefill(ctx, s, spec, ids, depth, res); err != nil {
+		if err := measurePrefill(ctx, s, spec, ids, depth, res, prof); err != nil {
 			return nil, err
 		}
 	}
 	for _, c := range spec.Contexts {
-		meas, err := measureDecode(ctx, s, spec, ids[:c])
+		meas, err := measureDecode(ctx, s, spec, ids[:c], prof)
 		if err != nil {
 			return nil, fmt.Errorf("decode at context %d: %w", c, err)
 		}
@@ -191,13 +206,27 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 			return nil, fmt.Errorf("bytes and flops from the plans: %w", err)
 		}
 	}
+	if spec.OpProfile {
+		for i := range res.Prefill {
+			meas := &res.Prefill[i]
+			if meas.Ops, err = opProfile(meas, false, m.Chunk(), meas.times, spec.Plans); err != nil {
+				return nil, fmt.Errorf("prefill of %d tokens at depth %d: %w", meas.Tokens, meas.Context, err)
+			}
+		}
+		for i := range res.Decode {
+			meas := &res.Decode[i]
+			if meas.Ops, err = opProfile(meas, true, m.Chunk(), meas.times, spec.Plans); err != nil {
+				return nil, fmt.Errorf("decode at context %d: %w", meas.Context, err)
+			}
+		}
+	}
 	return res, nil
 }
 
 // measurePrefill times every prompt length prefilled on top of depth tokens: the depth
 // is prefilled once and restored from a snapshot before every run (an empty session is
 // a Reset).
-func measurePrefill(ctx context.Context, s *exec.Session, spec Spec, ids []int32, depth int, res *Result) error {
+func measurePrefill(ctx context.Context, s *exec.Session, spec Spec, ids []int32, depth int, res *Result, prof *opProfiler) error {
 	s.Reset()
 	var base *exec.Snapshot
 	if depth > 0 {
@@ -220,7 +249,7 @@ func measurePrefill(ctx context.Context, s *exec.Session, spec Spec, ids []int32
 			start := time.Now()
 			err := s.Prefill(ctx, ids[depth:depth+n], exec.PrefillOptions{})
 			return time.Since(start), err
-		})
+		}, prof)
 		if err != nil {
 			return fmt.Errorf("prefill of %d tokens at depth %d: %w", n, depth, err)
 		}
@@ -232,7 +261,7 @@ func measurePrefill(ctx context.Context, s *exec.Session, spec Spec, ids []int32
 
 // measureDecode brings s to the context once, then times DecodeTokens greedy steps from
 // a restored snapshot of it per run.
-func measureDecode(ctx context.Context, s *exec.Session, spec Spec, context []int32) (Measurement, error) {
+func measureDecode(ctx context.Context, s *exec.Session, spec Spec, context []int32, prof *opProfiler) (Measurement, error) {
 	s.Reset()
 	if len(context) > 0 {
 		if err := s.Prefill(ctx, context, exec.PrefillOptions{}); err != nil {
@@ -262,19 +291,26 @@ func measureDecode(ctx context.Context, s *exec.Session, spec Spec, context []in
 			err = fmt.Errorf("%d decode steps ran, want %d", steps, spec.DecodeTokens)
 		}
 		return time.Since(start), err
-	})
+	}, prof)
 	meas.Context = len(context)
 	return meas, err
 }
 
-// measure runs timed Warmup times untimed, then Repeats times timed.
-func measure(spec Spec, tokens int, timed func() (time.Duration, error)) (Measurement, error) {
+// measure runs timed Warmup times untimed, then Repeats times timed, those with their
+// dispatches timed when prof is set.
+func measure(spec Spec, tokens int, timed func() (time.Duration, error), prof *opProfiler) (Measurement, error) {
 	meas := Measurement{Tokens: tokens}
 	for range spec.Warmup {
 		if _, err := timed(); err != nil {
 			return meas, fmt.Errorf("warm-up: %w", err)
 		}
 	}
+	times, err := prof.start()
+	if err != nil {
+		return meas, err
+	}
+	defer prof.stop()
+	meas.times = times
 	for range spec.Repeats {
 		d, err := timed()
 		if err != nil {

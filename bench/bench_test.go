@@ -36,7 +36,7 @@ func TestMeasureStatistics(t *testing.T) {
 		d := durations[calls]
 		calls++
 		return d, nil
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"sync/atomic"
+	"time"
 
 	"pistil/exec"
 	"pistil/graph"
@@ -84,6 +86,10 @@ type Backend struct {
 // Name implements exec.Backend.
 func (b *Backend) Name() string { return "cpu" }
 
+// TimesDispatches implements exec.DispatchTimingBackend: a program's dispatches run one
+// after another on the goroutine that calls Run, so each one's wall time is its own.
+func (b *Backend) TimesDispatches() bool { return true }
+
 func (b *Backend) workers() int {
 	if b.Workers > 0 {
 		return b.Workers
@@ -105,6 +111,7 @@ type program struct {
 	outBufs     map[int][]byte      // output buffer ID -> storage
 	tokens      int                 // input buffer ID of "tokens"
 	closed      bool
+	timer       atomic.Pointer[exec.PlanTimes] // TimeDispatches; nil: untimed
 }
 
 type step struct {
@@ -178,6 +185,9 @@ func (b *Backend) Load(p *plan.Plan, weights func(string) (*ops.Tensor, error)) 
 
 func (p *program) Tokens() int { return p.p.Tokens }
 
+// TimeDispatches implements exec.DispatchTimer.
+func (p *program) TimeDispatches(t *exec.PlanTimes) { p.timer.Store(t) }
+
 // Run implements exec.Program.
 func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos int) ([]float32, error) {
 	if p.closed {
@@ -195,6 +205,7 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 	}
 	env := &ops.Env{Bind: graph.Bindings{T: p.p.Tokens, C: pos, N: s.capacity}, Workers: p.workers, Kernels: p.kernels, Activations: p.activations}
 	tokenTensor := &ops.Tensor{DType: graph.I32, Shape: []int{len(tokens)}, Data: int32Bytes(tokens)}
+	timer := p.timer.Load()
 	for i := range p.steps {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -216,11 +227,21 @@ func (p *program) Run(ctx context.Context, st exec.State, tokens []int32, pos in
 		}
 		pprof.SetGoroutineLabels(stp.labels)
 		env.Labels = stp.labels
+		var start time.Time
+		if timer != nil {
+			start = time.Now()
+		}
 		err := stp.ref(env, stp.value, stp.in, stp.out)
+		if timer != nil {
+			timer.Nanos[stp.d.Index].Add(int64(time.Since(start)))
+		}
 		pprof.SetGoroutineLabels(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("dispatch %d (%s %s): %w", stp.d.Index, stp.d.Op, stp.d.Label, err)
 		}
+	}
+	if timer != nil {
+		timer.Steps.Add(1)
 	}
 	logits := p.outBufs[p.outputs["logits"]]
 	return (&ops.Tensor{DType: graph.F32, Data: logits}).F32(), nil

@@ -154,6 +154,8 @@ type Model struct {
 	programs map[int]Program
 	plans    map[int]*plan.Plan
 	closed   bool
+	// timer, when set, times the dispatches of every program (TimeDispatches).
+	timer *DispatchTimes
 	// weightBytes is the size of every bound weight; weightsSeen and weightsDone count
 	// those plans have loaded so far, for Options.Progress.
 	weightBytes, weightsDone int64
@@ -349,5 +351,8 @@ func (m *Model) program(tokens int) (Program, error) {
 		return nil, fmt.Errorf("load the %d-token plan on %s: %w", tokens, m.backend.Name(), err)
 	}
 	m.programs[tokens] = prog
+	if m.timer != nil {
+		m.attachTimer(tokens, prog)
+	}
 	return prog, nil
 }

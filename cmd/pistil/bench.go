@@ -102,6 +102,7 @@ func runBench(args []string) error {
 	plotOut := fs.String("plot", "", "draw prefill and decode tok/s against length into this PNG")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurements to this file (go tool pprof)")
 	memProfile := fs.String("memprofile", "", "write a heap profile (every allocation of the measurements: go tool pprof -sample_index=alloc_space) to this file")
+	opProfile := fs.Bool("op-profile", false, "after the table, each measurement's time by op: ms a token, share of the timed runs, and GB/s and GFLOP/s by the plan's counts (the CPU backend, whose dispatches run one at a time)")
 	bandwidthMiB := fs.Int64("bandwidth-mib", bench.DefaultBandwidthBytes>>20, "buffer in MiB for measuring the streaming read bandwidth first (0: not measured)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -123,7 +124,10 @@ func runBench(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	spec := bench.Spec{DecodeTokens: *decodeTokens, Repeats: *repeats, Warmup: *warmup, BandwidthBytes: *bandwidthMiB << 20}
+	if *opProfile && *sweep {
+		return errors.New("--op-profile goes with measured points, not --sweep")
+	}
+	spec := bench.Spec{DecodeTokens: *decodeTokens, Repeats: *repeats, Warmup: *warmup, BandwidthBytes: *bandwidthMiB << 20, OpProfile: *opProfile}
 	var err error
 	if spec.Prompts, err = parseLengths("--prompts", *prompts); err != nil {
 		return err
@@ -151,6 +155,9 @@ func runBench(args []string) error {
 	if mf.backend != "cpu" {
 		// The streaming loop reads host memory; against a GPU's decode its share says nothing.
 		spec.BandwidthBytes = 0
+		if *opProfile {
+			return fmt.Errorf("--op-profile times the CPU backend's dispatches; the %s backend queues its kernels to run later, so time them with the device's profiler (cuda/README.md: Nsight Systems)", mf.backend)
+		}
 	}
 	rep := &benchReport{Note: syntheticNote, Started: time.Now().UTC()}
 	if err := describePipeline(rep, &mf); err != nil {
@@ -383,6 +390,30 @@ func printBenchTable(w io.Writer, rep *benchReport) {
 			m.MedianTPS, m.MinTPS, m.MaxTPS, roofline)
 	}
 	fmt.Fprintf(w, "session capacity %d tokens\n", rep.Capacity)
+	for _, m := range rep.Prefill {
+		printOpProfile(w, "prefill "+prefillLabel(m), m)
+	}
+	for _, m := range rep.Decode {
+		printOpProfile(w, fmt.Sprintf("decode %d at context %d", m.Tokens, m.Context), m)
+	}
+}
+
+// printOpProfile writes a measurement's time by op (--op-profile), if it has one.
+func printOpProfile(w io.Writer, title string, m bench.Measurement) {
+	if len(m.Ops) == 0 {
+		return
+	}
+	runs := 0.0
+	for _, r := range m.Runs {
+		runs += r.Seconds
+	}
+	fmt.Fprintf(w, "\n%s, by op (every timed run: %.1f ms a token; bytes and flops by the plan's count):\n", title, 1e3*runs/float64(len(m.Runs)*m.Tokens))
+	fmt.Fprintf(w, "%-32s %10s %11s %7s %9s %9s\n", "op", "dispatches", "ms a token", "share", "GB/s", "GFLOP/s")
+	for _, o := range m.Ops {
+		fmt.Fprintf(w, "%-32s %10d %11.3f %6.1f%% %9.1f %9.1f\n", o.Op, o.Dispatches, 1e3*o.SecondsPerToken, 100*o.Share, o.GBPerSec, o.GFLOPS)
+	}
+	outside := 1 - m.OpsShare()
+	fmt.Fprintf(w, "%-32s %10s %11.3f %6.1f%%\n", "(outside the dispatches)", "", 1e3*outside*runs/float64(len(m.Runs)*m.Tokens), 100*outside)
 }
 
 // prefillLabel names a prefill measurement: its prompt length, and its depth when the

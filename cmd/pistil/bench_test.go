@@ -105,6 +105,38 @@ func TestBenchWritesEveryMeasurement(t *testing.T) {
 	}
 }
 
+// TestBenchOpProfile: --op-profile prints each measurement's time by op after the table
+// and writes it into the JSON (bench.TestMeasureOpProfile checks its numbers).
+func TestBenchOpProfile(t *testing.T) {
+	out := silenceBench(t)
+	file := filepath.Join(t.TempDir(), "bench.json")
+	err := runBench([]string{"--model", goldenMLX, "--prompts", "8", "--contexts", "4", "--decode-tokens", "2",
+		"--repeats", "1", "--chunk", "8", "--bandwidth-mib", "0", "--op-profile", "--json", file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{"prefill 8 prompt, by op", "decode 2 at context 4, by op", "dispatches  ms a token",
+		"expert_matmul_swiglu_shared", "(outside the dispatches)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range append(rep.Prefill, rep.Decode...) {
+		if len(m.Ops) == 0 || m.Ops[0].Op == "" || m.Ops[0].Dispatches <= 0 || m.Ops[0].SecondsPerToken <= 0 {
+			t.Errorf("%d tokens at %d: ops %+v", m.Tokens, m.Context, m.Ops)
+		}
+	}
+}
+
 func TestBenchRejectsBadFlags(t *testing.T) {
 	silenceBench(t)
 	model := []string{"--model", goldenMLX}
@@ -124,6 +156,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{append(model, "--prompts", "", "--contexts", ""), "nothing to measure"},
 		{append(model, "--backend", "tpu"), `backend "tpu" is not available`},
 		{append(model, "extra"), "unexpected arguments"},
+		{append(model, "--op-profile", "--sweep"), "--op-profile goes with measured points, not --sweep"},
+		{append(model, "--op-profile", "--backend", "cuda"), "--op-profile times the CPU backend's dispatches; the cuda backend queues"},
 		// The tiny model's config allows 262144 tokens of context.
 		{append(model, "--prompts", "300000", "--contexts", "0"), "prompt length 300000 exceeds the model's maximum context 262144"},
 		{append(model, "--prompts", "8", "--contexts", "262140", "--decode-tokens", "8"),

@@ -57,24 +57,42 @@ func inferConv1D(v *graph.Value) (graph.Type, error) {
 }
 
 func refConv1D(env *Env, v *graph.Value, in, out []*Tensor) error {
-	X, release, err := convolve(env, in[0], in[1], in[2], out[0])
+	rows, release, err := convolve(env, in[0], in[1], in[2], out[0])
 	if err != nil {
 		return err
 	}
 	defer release()
-	T, Ch, hist := in[0].Shape[0], in[0].Shape[1], in[1].Shape[0]
-	next := stateRows{t: out[1], cols: Ch}
+	T, hist := in[0].Shape[0], in[1].Shape[0]
+	next := stateRows{t: out[1], cols: rows.ch}
 	for r := 0; r < hist; r++ {
-		next.write(r, X[(T+r)*Ch:(T+r+1)*Ch])
+		next.write(r, rows.row(T+r))
 	}
 	return nil
 }
 
-// convolve writes the causal conv of x over [state; x] with wt into y and returns that
-// concatenation as float32 rows, read in full first: the state may alias its update. The
-// rows are pooled scratch (a decode step's are 128 KiB: allocated per call, they cost more
-// than the convolution, in the collector's work and its preemptions), valid until release.
-func convolve(env *Env, x, state, wt, out *Tensor) (X []float32, release func(), err error) {
+// convRows are the rows of [state; x] a convolution reads: the state's hist rows and x's
+// first ones (up to hist) copied into float32 scratch, read in full first (the state may
+// alias its update), and x's rows after those in place, not copied (a 512-token chunk's
+// 16 MB copy was a fifth of the op's time).
+type convRows struct {
+	head     []float32 // rows [0, hist+min(T, hist)): the state, then x's first rows
+	x        []float32
+	hist, ch int
+}
+
+// row is row r of [state; x].
+func (c convRows) row(r int) []float32 {
+	if r < len(c.head)/c.ch {
+		return c.head[r*c.ch : (r+1)*c.ch]
+	}
+	return c.x[(r-c.hist)*c.ch : (r-c.hist+1)*c.ch]
+}
+
+// convolve writes the causal conv of x over [state; x] with wt into y and returns those
+// rows (convRows), valid until release: the head is pooled scratch (a decode step's is 128
+// KiB: allocated per call, it cost more than the convolution, in the collector's work and
+// its preemptions).
+func convolve(env *Env, x, state, wt, out *Tensor) (rows convRows, release func(), err error) {
 	T, Ch := x.Shape[0], x.Shape[1]
 	K := wt.Shape[1]
 	// A bf16 weight is read as it is: decoding its Ch·K taps into a new float32 copy
@@ -85,23 +103,28 @@ func convolve(env *Env, x, state, wt, out *Tensor) (X []float32, release func(),
 		w16 = u16(wt.Data)[:Ch*K]
 	} else {
 		if w, err = floats(wt); err != nil {
-			return nil, nil, fmt.Errorf("conv1d weight: %w", err)
+			return convRows{}, nil, fmt.Errorf("conv1d weight: %w", err)
 		}
 	}
 	hist := K - 1
-	rows, release := scratchF32(hist+T, Ch)
-	X = rows.F32()
+	head := min(T, hist)
+	scratch, release := scratchF32(hist+head, Ch)
+	xs := x.F32()
+	rows = convRows{head: scratch.F32(), x: xs, hist: hist, ch: Ch}
 	srows := stateRows{t: state, cols: Ch}
 	for r := 0; r < hist; r++ {
-		srows.read(r, X[r*Ch:(r+1)*Ch])
+		srows.read(r, rows.head[r*Ch:(r+1)*Ch])
 	}
-	copy(X[hist*Ch:], x.F32())
+	copy(rows.head[hist*Ch:], xs[:head*Ch])
 	y := out.F32()
+	fast := conv4Rows != nil && !env.referenceKernels() && T >= conv4RowsMinTokens
 	parallelRange(env, Ch, func(lo, hi int) {
 		if K == 4 && w16 != nil {
+			if fast {
+				lo = conv4Tokens(y, rows, w16, T, lo, hi)
+			}
 			for t := 0; t < T; t++ {
-				xt := X[t*Ch:] // rows t..t+3 of [state; x]: the token's four taps
-				conv4Step(y[t*Ch+lo:t*Ch+hi], w16[lo*4:hi*4], xt[lo:hi], xt[Ch+lo:Ch+hi], xt[2*Ch+lo:2*Ch+hi], xt[3*Ch+lo:3*Ch+hi])
+				conv4Step(y[t*Ch+lo:t*Ch+hi], w16[lo*4:hi*4], rows.row(t)[lo:hi], rows.row(t + 1)[lo:hi], rows.row(t + 2)[lo:hi], rows.row(t + 3)[lo:hi])
 			}
 			return
 		}
@@ -109,20 +132,62 @@ func convolve(env *Env, x, state, wt, out *Tensor) (X []float32, release func(),
 			yr := y[t*Ch : (t+1)*Ch]
 			for c := lo; c < hi; c++ {
 				var s float32
-				if w16 != nil {
-					for j := 0; j < K; j++ {
-						s += BF16ToF32(w16[c*K+j]) * X[(t+j)*Ch+c]
-					}
-				} else {
-					for j := 0; j < K; j++ {
-						s += w[c*K+j] * X[(t+j)*Ch+c]
+				for j := 0; j < K; j++ {
+					xj := rows.row(t + j)[c]
+					if w16 != nil {
+						s += BF16ToF32(w16[c*K+j]) * xj
+					} else {
+						s += w[c*K+j] * xj
 					}
 				}
 				yr[c] = s
 			}
 		}
 	})
-	return X, release, nil
+	return rows, release, nil
+}
+
+// conv4Rows, where the machine has it, is conv4Step for T tokens in assembly
+// (conv_amd64.s), over n channels (a multiple of 8) of rows stride floats apart: token t's
+// taps are rows t..t+3 from x, its result row t of y, the taps' weights in blocks of eight
+// channels (conv4Weights). The same sums in the same order: the same bits.
+var conv4Rows func(y, x []float32, stride int, w []float32, n, T int)
+
+// conv4RowsMinTokens is the fewest tokens conv4Rows takes: it needs the weights laid out
+// per block first, which a decode step's one token does not repay.
+const conv4RowsMinTokens = 4
+
+// conv4Tokens runs channels [lo, lo+n) of every token in conv4Rows, n the multiple of 8
+// that fits in [lo, hi), and returns lo+n, where conv4Step takes the rest.
+func conv4Tokens(y []float32, rows convRows, w16 []uint16, T, lo, hi int) int {
+	n := (hi - lo) &^ 7
+	if n == 0 {
+		return lo
+	}
+	wt, done := scratchF32(4 * n)
+	defer done()
+	w := wt.F32()
+	conv4Weights(w, w16[lo*4:(lo+n)*4])
+	Ch := rows.ch
+	// Tokens whose taps reach into the head (the state's rows), then those whose taps are
+	// all x's rows, read in place: token t's first tap is x's row t-hist.
+	head := min(T, rows.hist)
+	conv4Rows(y[lo:], rows.head[lo:], Ch, w, n, head)
+	if T > head {
+		conv4Rows(y[head*Ch+lo:], rows.x[lo:], Ch, w, n, T-head)
+	}
+	return lo + n
+}
+
+// conv4Weights lays bf16 taps w16 (channel-major, four a channel) out as conv4Rows reads
+// them: per block of eight channels, tap 0 of the eight, then tap 1, 2 and 3, as float32.
+func conv4Weights(w []float32, w16 []uint16) {
+	for c := 0; c < len(w16)/4; c++ {
+		block, lane := c/8*32, c%8
+		for j := 0; j < 4; j++ {
+			w[block+8*j+lane] = BF16ToF32(w16[4*c+j])
+		}
+	}
 }
 
 // conv4Step is convolve's loop for one token and four bf16 taps (the Gated DeltaNet's

@@ -3,6 +3,7 @@ package ops
 import (
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"pistil/graph"
@@ -33,16 +34,22 @@ func benchConv1D(b *testing.B, T int) {
 	}
 }
 
-// The four-tap bf16 conv (conv4Step, every token of decode and prefill) gives the general
-// loop's bits: every channel of every token against s = Σ_j w[c,j]·X[t+j,c] summed in tap
-// order from zero, for one token and several, channel counts that split unevenly over 1-3
-// workers, with a bf16 state as well.
+// The four-tap bf16 conv (conv4Step, and conv4Rows for runs of tokens where the machine
+// has it) gives the general loop's bits: every channel of every token against
+// s = Σ_j w[c,j]·X[t+j,c] summed in tap order from zero, for one token, fewer tokens than
+// the state's rows, and more (whose taps then come from x in place), channel counts that
+// split unevenly over 1-3 workers, under the fast and the reference kernels, with a bf16
+// state as well and zero inputs (a -0 product must still sum to +0). The rows convolve
+// returns are [state; x], which the state update reads.
 func TestConv1DFourTapsMatchGeneralLoop(t *testing.T) {
 	rng := rand.New(rand.NewSource(43))
-	for _, T := range []int{1, 5} {
-		for _, Ch := range []int{1, 7, 8192 + 3} {
+	for _, T := range []int{1, 3, 5, 37} {
+		for _, Ch := range []int{1, 7, 64, 8192 + 3} {
 			const K = 4
 			x := randTensor(rng, 1, T, Ch)
+			for i := 0; i < len(x.F32()); i += 5 {
+				x.F32()[i] = 0
+			}
 			w := toBF16(randTensor(rng, 0.5, Ch, K))
 			for _, state := range []*Tensor{randTensor(rng, 1, K-1, Ch), toBF16(randTensor(rng, 1, K-1, Ch))} {
 				X := make([]float32, (K-1+T)*Ch)
@@ -60,17 +67,24 @@ func TestConv1DFourTapsMatchGeneralLoop(t *testing.T) {
 					}
 					want[i] = s
 				}
-				for _, workers := range []int{1, 2, 3} {
-					y := NewTensor(graph.F32, T, Ch)
-					_, release, err := convolve(&Env{Workers: workers}, x, state, w, y)
-					if err != nil {
-						t.Fatal(err)
-					}
-					release()
-					for i, v := range y.F32() {
-						if math.Float32bits(v) != math.Float32bits(want[i]) {
-							t.Fatalf("T=%d Ch=%d state %v workers=%d: token %d channel %d = %v, the general loop's %v",
-								T, Ch, state.DType, workers, i/Ch, i%Ch, v, want[i])
+				for _, kernels := range []string{KernelsFast, KernelsReference} {
+					for _, workers := range []int{1, 2, 3} {
+						y := NewTensor(graph.F32, T, Ch)
+						rows, release, err := convolve(&Env{Workers: workers, Kernels: kernels}, x, state, w, y)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for r := 0; r < K-1+T; r++ {
+							if !slices.Equal(rows.row(r), X[r*Ch:(r+1)*Ch]) {
+								t.Fatalf("T=%d Ch=%d: row %d of [state; x] differs", T, Ch, r)
+							}
+						}
+						release()
+						for i, v := range y.F32() {
+							if math.Float32bits(v) != math.Float32bits(want[i]) {
+								t.Fatalf("T=%d Ch=%d state %v %s workers=%d: token %d channel %d = %v, the general loop's %v",
+									T, Ch, state.DType, kernels, workers, i/Ch, i%Ch, v, want[i])
+							}
 						}
 					}
 				}

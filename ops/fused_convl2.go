@@ -49,7 +49,7 @@ func refConv1DSiLUL2(env *Env, v *graph.Value, in, out []*Tensor) error {
 		name string
 		dst  *Tensor
 	}{{"q", q}, {"k", k}} {
-		if err := l2NormPart(y, p.dst, v.Attrs.Int(p.name+"_start"), v.Attrs.Int(p.name+"_end"),
+		if err := l2NormPart(env, y, p.dst, v.Attrs.Int(p.name+"_start"), v.Attrs.Int(p.name+"_end"),
 			float32(v.Attrs.Float(p.name+"_eps")), float32(v.Attrs.Float(p.name+"_scale"))); err != nil {
 			return fmt.Errorf("conv1d_silu_l2 %s heads: %w", p.name, err)
 		}
@@ -57,9 +57,11 @@ func refConv1DSiLUL2(env *Env, v *graph.Value, in, out []*Tensor) error {
 	return nil
 }
 
-// l2NormPart copies channels [start, end) of every row of y [T, Ch] into dst [T, H, D]
-// and norms each head of D in place.
-func l2NormPart(y, dst *Tensor, start, end int, eps, scale float32) error {
+// l2NormPart writes channels [start, end) of every row of y [T, Ch] into dst [T, H, D]
+// with each head of D normed: the copy and the norm in one pass over each head (the same
+// values summed by the same dot as a norm over the copied head, so the same bits), the
+// heads of a prefill chunk split over the workers.
+func l2NormPart(env *Env, y, dst *Tensor, start, end int, eps, scale float32) error {
 	T, Ch := y.Shape[0], y.Shape[1]
 	D := dst.Shape[len(dst.Shape)-1]
 	if start < 0 || end > Ch || end <= start || D <= 0 || (end-start)%D != 0 || len(dst.F32()) != T*(end-start) {
@@ -67,15 +69,25 @@ func l2NormPart(y, dst *Tensor, start, end int, eps, scale float32) error {
 	}
 	ys, d := y.F32(), dst.F32()
 	w := end - start
-	for t := 0; t < T; t++ {
-		copy(d[t*w:(t+1)*w], ys[t*Ch+start:t*Ch+end])
-	}
-	for r := 0; r+D <= len(d); r += D {
-		hr := d[r : r+D]
-		inv := float32(1 / math.Sqrt(float64(dot(hr, hr)+eps)))
-		for i, x := range hr {
-			hr[i] = x * inv * scale
+	H := w / D
+	norm := func(lo, hi int) {
+		for h := lo; h < hi; h++ {
+			t, i := h/H, h%H
+			src := ys[t*Ch+start+i*D : t*Ch+start+(i+1)*D]
+			hr := d[h*D : (h+1)*D]
+			inv := float32(1 / math.Sqrt(float64(dot(src, src)+eps)))
+			for k, x := range src {
+				hr[k] = x * inv * scale
+			}
 		}
 	}
+	if T < l2NormParallelTokens {
+		norm(0, T*H) // a decode step's few heads: a parallel region would cost more
+		return nil
+	}
+	parallelRange(env, T*H, norm)
 	return nil
 }
+
+// l2NormParallelTokens is the fewest tokens whose heads l2NormPart splits over the workers.
+const l2NormParallelTokens = 8

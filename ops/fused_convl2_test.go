@@ -64,8 +64,10 @@ func TestConvSiLUL2MatchesTheUnfusedOps(t *testing.T) {
 		{T: 1, Ch: 8192, K: 4, H: 16, D: 128, qStart: 0, kStart: 2048, state: graph.F32}, // the model's decode step
 		{T: 1, Ch: 8192, K: 4, H: 16, D: 128, qStart: 0, kStart: 2048, state: graph.BF16},
 		{T: 3, Ch: 200, K: 4, H: 3, D: 32, qStart: 0, kStart: 96, state: graph.BF16},
-		{T: 1, Ch: 77, K: 2, H: 2, D: 7, qStart: 5, kStart: 40, state: graph.F32},  // heads unaligned to anything
-		{T: 2, Ch: 64, K: 3, H: 2, D: 16, qStart: 32, kStart: 0, state: graph.F32}, // k before q
+		{T: 37, Ch: 200, K: 4, H: 3, D: 32, qStart: 0, kStart: 96, state: graph.BF16},    // a prefill run: conv4Rows, the heads over the workers
+		{T: 9, Ch: 8192, K: 4, H: 16, D: 128, qStart: 0, kStart: 2048, state: graph.F32}, // the model's, a short chunk
+		{T: 1, Ch: 77, K: 2, H: 2, D: 7, qStart: 5, kStart: 40, state: graph.F32},        // heads unaligned to anything
+		{T: 2, Ch: 64, K: 3, H: 2, D: 16, qStart: 32, kStart: 0, state: graph.F32},       // k before q
 	} {
 		t.Run(fmt.Sprintf("T%d_Ch%d_K%d_H%dx%d_%s", c.T, c.Ch, c.K, c.H, c.D, c.state), func(t *testing.T) {
 			args := c.args(rng)
@@ -122,5 +124,33 @@ func TestConvSiLUL2Expansion(t *testing.T) {
 		if string(got[i].Data) != string(want[i].Data) {
 			t.Errorf("%s of the expansion differs from the unfused ops'", name)
 		}
+	}
+}
+
+// BenchmarkConvSiLUL2 is the whole conv1d_silu_l2 of a Gated DeltaNet layer at the
+// 35B-A3B's shapes (8,192 channels, q and k 16 heads of 128), on 2 workers: a decode step
+// and a 512-token prefill chunk.
+//
+//	go test ./ops/ -run X -bench ConvSiLUL2
+func BenchmarkConvSiLUL2(b *testing.B) {
+	rng := rand.New(rand.NewSource(1))
+	for _, T := range []int{1, 512} {
+		c := convL2Case{T: T, Ch: 8192, K: 4, H: 16, D: 128, qStart: 0, kStart: 2048, state: graph.F32}
+		args := c.args(rng)
+		g, err := opGraph("conv1d_silu_l2", c.attrs(), args...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		v := g.Values[len(args)]
+		info, _ := Default.Info(v.Op)
+		out := []*Tensor{NewTensor(graph.F32, T, 8192), NewTensor(graph.F32, T, 16, 128), NewTensor(graph.F32, T, 16, 128), NewTensor(graph.F32, 3, 8192)}
+		env := &Env{Workers: 2, Bind: graph.Bindings{T: T}}
+		b.Run(fmt.Sprintf("T=%d", T), func(b *testing.B) {
+			for b.Loop() {
+				if err := info.Ref(env, v, args, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -283,3 +283,19 @@ func TestFusedAttentionAndOutProjMatchExpansion(t *testing.T) {
 		}
 	}
 }
+
+// sigmoid_gate_matmul over enough rows that its gate runs on the workers
+// (sigmoidGateParallel) gives the expanded ops' bits, as a decode step's gate alone does.
+func TestSigmoidGateMatmulParallelGate(t *testing.T) {
+	rng := rand.New(rand.NewSource(59))
+	for _, T := range []int{1, 40} {
+		a, g := randTensor(rng, 1, T, 64), randTensor(rng, 2, T, 64)
+		if T == 40 && T*64 < sigmoidGateParallel {
+			t.Fatalf("%d gate elements do not reach the parallel gate", T*64)
+		}
+		for kind, w := range weightKinds(rng, 24, 64) {
+			f, e := runFusedAndExpanded(t, "sigmoid_gate_matmul", nil, graph.Bindings{T: T}, a, g, w)
+			sameResults(t, fmt.Sprintf("sigmoid_gate_matmul T=%d %s", T, kind), f, e)
+		}
+	}
+}

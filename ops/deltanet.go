@@ -151,6 +151,10 @@ type deltaHead struct {
 // false for shapes it does not take. The portable loop of recurrent is its oracle.
 var gdnStepFast func(S []float32, Dk, Dv int, decay, beta float32, q, k, v, o []float32) bool
 
+// gdnStepKernels are the machine's fast step kernels by name (the tests hold them to each
+// other's bits); gdnStepFast is the widest.
+var gdnStepKernels = map[string]func(S []float32, Dk, Dv int, decay, beta float32, q, k, v, o []float32) bool{}
+
 func (h *deltaHead) qk(t int) (q, k []float32) {
 	off := (t*h.d.Hk + h.kh) * h.d.Dk
 	return h.q[off : off+h.d.Dk], h.k[off : off+h.d.Dk]
@@ -170,8 +174,9 @@ func (h *deltaHead) recurrent() {
 }
 
 // gdnTileCols is the state columns recurrentTiled keeps in L1 at a time: the fast step's
-// own column tile (gdnStepAVX2), 16 KiB of state at Dk = 128.
-const gdnTileCols = 32
+// own column tile (32 for gdnStepAVX2, 64 for gdnStepAVX512: 16 and 32 KiB of state at
+// Dk = 128); 32 where the state's rows do not hold whole tiles of it.
+var gdnTileCols = 32
 
 // recurrentTiled is recurrent for several tokens under the fast step, with the loops the
 // other way round: each state column evolves on its own (column m's decay, retrieval,
@@ -183,7 +188,10 @@ const gdnTileCols = 32
 // the fast step does not take the tile.
 func (h *deltaHead) recurrentTiled() bool {
 	Dk, Dv, T := h.d.Dk, h.d.Dv, h.d.T
-	const w = gdnTileCols
+	w := gdnTileCols
+	if Dv%w != 0 {
+		w = 32
+	}
 	if Dv%w != 0 {
 		return false
 	}

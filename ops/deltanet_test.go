@@ -162,6 +162,41 @@ func TestGatedDeltaTiledMatchesByToken(t *testing.T) {
 	}
 }
 
+// Every fast step kernel of the machine gives the others' bits: the whole gated_delta op
+// (prefill runs through recurrentTiled with each kernel's own tile width, decode by
+// token), outputs and final state, over value dims of whole 64-column tiles, of 32-column
+// ones only (the AVX-512 kernel hands those to the AVX2 one) and the model's 128.
+func TestGatedDeltaStepKernelsAgree(t *testing.T) {
+	if len(gdnStepKernels) < 2 {
+		t.Skip("fewer than two fast gated delta steps on this machine")
+	}
+	defer func(f func(S []float32, Dk, Dv int, decay, beta float32, q, k, v, o []float32) bool, w int) {
+		gdnStepFast, gdnTileCols = f, w
+	}(gdnStepFast, gdnTileCols)
+	for _, sh := range []struct{ T, Hk, Hv, Dk, Dv int }{{1, 16, 32, 128, 128}, {37, 2, 4, 128, 128}, {5, 1, 2, 16, 64}, {6, 2, 2, 8, 96}} {
+		rng := rand.New(rand.NewSource(int64(7 * sh.T * sh.Dv)))
+		args := deltaInputs(rng, sh.T, sh.Hk, sh.Hv, sh.Dk, sh.Dv)
+		v := &graph.Value{Op: "gated_delta", Attrs: graph.Attrs{"form": "recurrent", "chunk": int64(64)}}
+		var want []byte
+		for _, name := range []string{"avx2", "avx512"} {
+			gdnStepFast, gdnTileCols = gdnStepKernels[name], map[string]int{"avx2": 32, "avx512": 64}[name]
+			state := *args[5]
+			state.Data = append([]byte(nil), args[5].Data...)
+			out := []*Tensor{NewTensor(graph.F32, sh.T, sh.Hv, sh.Dv), &state}
+			in := append(append([]*Tensor(nil), args[:5]...), &state)
+			if err := refGatedDelta(&Env{Workers: 2, Kernels: KernelsFast}, v, in, out); err != nil {
+				t.Fatal(err)
+			}
+			got := append(append([]byte(nil), out[0].Data...), state.Data...)
+			if want == nil {
+				want = got
+			} else if string(got) != string(want) {
+				t.Errorf("%+v: the %s step's outputs or state differ from avx2's (bits)", sh, name)
+			}
+		}
+	}
+}
+
 // BenchmarkGatedDeltaPrefill is one Gated DeltaNet layer's recurrence over a 512-token
 // prefill chunk at the 35B-A3B's shapes, on 2 workers.
 func BenchmarkGatedDeltaPrefill(b *testing.B) {

@@ -25,15 +25,28 @@ func silenceBench(t *testing.T) *bytes.Buffer {
 // TestBenchWritesEveryMeasurement runs the command on the golden tiny model with tiny
 // sizes and checks the table and the JSON's structure; speeds are only checked to be
 // positive and consistent with their raw runs, never against a time.
-func TestBenchWritesEveryMeasurement(t *testing.T) {
+// runBenchJSON runs the command with args and --json, and returns its output, the JSON's
+// path and bytes, and the report they decode to.
+func runBenchJSON(t *testing.T, args ...string) (text, file string, data []byte, rep benchReport) {
+	t.Helper()
 	out := silenceBench(t)
-	file := filepath.Join(t.TempDir(), "bench.json")
-	err := runBench([]string{"--model", goldenMLX, "--prompts", "3,16", "--contexts", "0, 8",
-		"--decode-tokens", "4", "--repeats", "3", "--warmup", "1", "--chunk", "8", "--json", file})
+	file = filepath.Join(t.TempDir(), "bench.json")
+	if err := runBench(append(args, "--json", file)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := out.String()
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatalf("the JSON does not decode: %v\n%s", err, data)
+	}
+	return out.String(), file, data, rep
+}
+
+func TestBenchWritesEveryMeasurement(t *testing.T) {
+	text, file, data, rep := runBenchJSON(t, "--model", goldenMLX, "--prompts", "3,16", "--contexts", "0, 8",
+		"--decode-tokens", "4", "--repeats", "3", "--warmup", "1", "--chunk", "8")
 	for _, want := range []string{"backend cpu", "GOMAXPROCS", "model mlx-q4", "optional passes on:",
 		"near uniform", "16 prompt", "4 at context 8", "session capacity 16 tokens", file,
 		"streaming read bandwidth", "GFLOP/s", "% of bandwidth"} {
@@ -42,14 +55,6 @@ func TestBenchWritesEveryMeasurement(t *testing.T) {
 		}
 	}
 
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatalf("the JSON does not decode: %v\n%s", err, data)
-	}
 	if rep.Machine.Backend != "cpu" || rep.Machine.GOMAXPROCS <= 0 || rep.Model.Name != "mlx-q4" ||
 		rep.Pipeline.Chunk != 8 || !strings.Contains(rep.Pipeline.Passes, "fuse-dequant") || !strings.Contains(rep.Note, "near uniform") {
 		t.Errorf("setup fields: %+v %+v %+v note %q", rep.Machine, rep.Model, rep.Pipeline, rep.Note)
@@ -108,27 +113,13 @@ func TestBenchWritesEveryMeasurement(t *testing.T) {
 // TestBenchOpProfile: --op-profile prints each measurement's time by op after the table
 // and writes it into the JSON (bench.TestMeasureOpProfile checks its numbers).
 func TestBenchOpProfile(t *testing.T) {
-	out := silenceBench(t)
-	file := filepath.Join(t.TempDir(), "bench.json")
-	err := runBench([]string{"--model", goldenMLX, "--prompts", "8", "--contexts", "4", "--decode-tokens", "2",
-		"--repeats", "1", "--chunk", "8", "--bandwidth-mib", "0", "--op-profile", "--json", file})
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := out.String()
+	text, _, _, rep := runBenchJSON(t, "--model", goldenMLX, "--prompts", "8", "--contexts", "4", "--decode-tokens", "2",
+		"--repeats", "1", "--chunk", "8", "--bandwidth-mib", "0", "--op-profile")
 	for _, want := range []string{"prefill 8 prompt, by op", "decode 2 at context 4, by op", "dispatches  ms a token",
 		"expert_matmul_swiglu_shared", "(outside the dispatches)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatal(err)
 	}
 	for _, m := range append(rep.Prefill, rep.Decode...) {
 		if len(m.Ops) == 0 || m.Ops[0].Op == "" || m.Ops[0].Dispatches <= 0 || m.Ops[0].SecondsPerToken <= 0 {

@@ -91,8 +91,9 @@ func stepsOf(meas *Measurement, decode bool, chunk int) []planSteps {
 
 // opProfile turns a measurement's dispatch times into its per-op table, with the bytes and
 // flops of each dispatch from plans (at contexts 1 and 2, linear in between as
-// planCosts; nil: times only). It checks that every plan ran as many steps as the
-// measurement's runs imply, so a profile never silently mixes in other work.
+// planCosts; Measure requires them with an op profile). It checks that every plan ran as
+// many steps as the measurement's runs imply, so a profile never silently mixes in other
+// work.
 func opProfile(meas *Measurement, decode bool, chunk int, times *exec.DispatchTimes, plans func(tokens, context int) (*plan.Plan, error)) ([]OpTime, error) {
 	runs := len(meas.Runs)
 	wall := 0.0

@@ -201,26 +201,48 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 		}
 		res.Decode = append(res.Decode, meas)
 	}
-	if spec.Plans != nil {
-		if err := addRoofline(spec.Plans, m.Chunk(), res, spec.DecodeTokens); err != nil {
+	// The roofline and the op profile read the same plans (each token count at contexts 1
+	// and 2): compile each once.
+	plans := compiledOnce(spec.Plans)
+	if plans != nil {
+		if err := addRoofline(plans, m.Chunk(), res, spec.DecodeTokens); err != nil {
 			return nil, fmt.Errorf("bytes and flops from the plans: %w", err)
 		}
 	}
 	if spec.OpProfile {
 		for i := range res.Prefill {
 			meas := &res.Prefill[i]
-			if meas.Ops, err = opProfile(meas, false, m.Chunk(), meas.times, spec.Plans); err != nil {
+			if meas.Ops, err = opProfile(meas, false, m.Chunk(), meas.times, plans); err != nil {
 				return nil, fmt.Errorf("prefill of %d tokens at depth %d: %w", meas.Tokens, meas.Context, err)
 			}
 		}
 		for i := range res.Decode {
 			meas := &res.Decode[i]
-			if meas.Ops, err = opProfile(meas, true, m.Chunk(), meas.times, spec.Plans); err != nil {
+			if meas.Ops, err = opProfile(meas, true, m.Chunk(), meas.times, plans); err != nil {
 				return nil, fmt.Errorf("decode at context %d: %w", meas.Context, err)
 			}
 		}
 	}
 	return res, nil
+}
+
+// compiledOnce is plans remembering each plan it compiled (nil for nil).
+func compiledOnce(plans func(tokens, context int) (*plan.Plan, error)) func(tokens, context int) (*plan.Plan, error) {
+	if plans == nil {
+		return nil
+	}
+	type key struct{ tokens, context int }
+	done := map[key]*plan.Plan{}
+	return func(tokens, context int) (*plan.Plan, error) {
+		if p, ok := done[key{tokens, context}]; ok {
+			return p, nil
+		}
+		p, err := plans(tokens, context)
+		if err == nil {
+			done[key{tokens, context}] = p
+		}
+		return p, err
+	}
 }
 
 // measurePrefill times every prompt length prefilled on top of depth tokens: the depth

@@ -108,9 +108,14 @@ func refRouter(env *Env, v *graph.Value, in, out []*Tensor) error {
 const routerParallelFrom = 16
 
 // routeTokens routes tokens [lo, hi) (refRouter) and returns the first of them whose
-// logits are not finite, or -1.
+// logits are not finite, or -1. The top k are kept in one pass, a list sorted by
+// probability (ties: the lower expert first) that a candidate enters only by beating its
+// last: the experts and weights of k passes that each take the largest left, lowest id
+// first (routeTokensByPasses, the test's oracle): about 4.3-5.5 against 6.3-7.3 us a
+// token at E = 256, k = 8, the rest being the 256 exponentials.
 func routeTokens(logits, weights []float32, ids []int32, E, k, lo, hi int) int {
 	p := make([]float32, E)
+	topP, topE := make([]float32, k), make([]int32, k)
 	for t := lo; t < hi; t++ {
 		row := logits[t*E : (t+1)*E]
 		maxL := float32(math.Inf(-1))
@@ -122,21 +127,31 @@ func routeTokens(logits, weights []float32, ids []int32, E, k, lo, hi int) int {
 			p[e] = float32(math.Exp(float64(l - maxL)))
 			sum += p[e]
 		}
+		n := 0 // entries of the list so far
+		for e, pe := range p {
+			if !(pe >= 0) || (n == k && pe <= topP[k-1]) {
+				continue // NaN (non-finite logits), or not in the top k
+			}
+			// After every entry at least as likely: equal ones stay in id order.
+			at := n
+			for at > 0 && topP[at-1] < pe {
+				at--
+			}
+			if n < k {
+				n++
+			}
+			copy(topP[at+1:n], topP[at:n-1])
+			copy(topE[at+1:n], topE[at:n-1])
+			topP[at], topE[at] = pe, int32(e)
+		}
+		if n < k {
+			return t
+		}
 		var picked float32
 		for j := 0; j < k; j++ {
-			best := -1
-			for e, pe := range p {
-				if pe >= 0 && (best < 0 || pe > p[best]) {
-					best = e
-				}
-			}
-			if best < 0 {
-				return t
-			}
-			ids[t*k+j] = int32(best)
-			weights[t*k+j] = p[best] / sum
-			picked += p[best] / sum
-			p[best] = -1 // taken
+			ids[t*k+j] = topE[j]
+			weights[t*k+j] = topP[j] / sum
+			picked += topP[j] / sum
 		}
 		for j := 0; j < k; j++ {
 			weights[t*k+j] /= picked

@@ -73,15 +73,21 @@ func refConv1D(env *Env, v *graph.Value, in, out []*Tensor) error {
 // convRows are the rows of [state; x] a convolution reads: the state's hist rows and x's
 // first ones (up to hist) copied into float32 scratch, read in full first (the state may
 // alias its update), and x's rows after those in place, not copied (a 512-token chunk's
-// 16 MB copy was a fifth of the op's time).
+// 16 MB copy was a fifth of the op's time). A decode step's one token over a float32
+// state reads the state in place too (state set, head nil): the convolution is done
+// before its caller writes the state's update.
 type convRows struct {
 	head     []float32 // rows [0, hist+min(T, hist)): the state, then x's first rows
+	state    []float32 // with no head: the state's hist rows
 	x        []float32
 	hist, ch int
 }
 
 // row is row r of [state; x].
 func (c convRows) row(r int) []float32 {
+	if c.head == nil && r < c.hist {
+		return c.state[r*c.ch : (r+1)*c.ch]
+	}
 	if r < len(c.head)/c.ch {
 		return c.head[r*c.ch : (r+1)*c.ch]
 	}
@@ -107,21 +113,30 @@ func convolve(env *Env, x, state, wt, out *Tensor) (rows convRows, release func(
 		}
 	}
 	hist := K - 1
-	head := min(T, hist)
-	scratch, release := scratchF32(hist+head, Ch)
 	xs := x.F32()
-	rows = convRows{head: scratch.F32(), x: xs, hist: hist, ch: Ch}
-	srows := stateRows{t: state, cols: Ch}
-	for r := 0; r < hist; r++ {
-		srows.read(r, rows.head[r*Ch:(r+1)*Ch])
+	if T == 1 && state.DType == graph.F32 {
+		rows, release = convRows{state: state.F32()[:hist*Ch], x: xs, hist: hist, ch: Ch}, func() {}
+	} else {
+		head := min(T, hist)
+		var scratch *Tensor
+		scratch, release = scratchF32(hist+head, Ch)
+		rows = convRows{head: scratch.F32(), x: xs, hist: hist, ch: Ch}
+		srows := stateRows{t: state, cols: Ch}
+		for r := 0; r < hist; r++ {
+			srows.read(r, rows.head[r*Ch:(r+1)*Ch])
+		}
+		copy(rows.head[hist*Ch:], xs[:head*Ch])
 	}
-	copy(rows.head[hist*Ch:], xs[:head*Ch])
 	y := out.F32()
 	fast := conv4Rows != nil && !env.referenceKernels() && T >= conv4RowsMinTokens
+	fastStep := conv4StepFast != nil && !env.referenceKernels() && T == 1
 	parallelRange(env, Ch, func(lo, hi int) {
 		if K == 4 && w16 != nil {
 			if fast {
 				lo = conv4Tokens(y, rows, w16, T, lo, hi)
+			}
+			if fastStep {
+				lo += conv4StepFast(y[lo:hi], w16[lo*4:hi*4], rows.row(0)[lo:hi], rows.row(1)[lo:hi], rows.row(2)[lo:hi], rows.row(3)[lo:hi])
 			}
 			for t := 0; t < T; t++ {
 				conv4Step(y[t*Ch+lo:t*Ch+hi], w16[lo*4:hi*4], rows.row(t)[lo:hi], rows.row(t + 1)[lo:hi], rows.row(t + 2)[lo:hi], rows.row(t + 3)[lo:hi])
@@ -189,6 +204,12 @@ func conv4Weights(w []float32, w16 []uint16) {
 		}
 	}
 }
+
+// conv4StepFast, where the machine has it, is conv4Step in assembly over the first
+// channels of y, a multiple of 16, reading the bf16 taps as stored (conv_amd64.s), and
+// returns how many it did: the same sums in the same order, the same bits. A decode
+// step's one token takes it; a run of tokens takes conv4Rows.
+var conv4StepFast func(y []float32, w []uint16, x0, x1, x2, x3 []float32) int
 
 // conv4Step is convolve's loop for one token and four bf16 taps (the Gated DeltaNet's
 // conv, decode and prefill alike) over channels y[c] = Σ_j w[4c+j]·xj[c], in the general

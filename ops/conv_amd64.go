@@ -5,7 +5,23 @@ import "golang.org/x/sys/cpu"
 //go:noescape
 func conv4RowsAVX(y, x *float32, stride int, w *float32, n, T int)
 
+//go:noescape
+func conv4StepAVX512(y, x0, x1, x2, x3 *float32, w *uint16, n int)
+
 func init() {
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW {
+		conv4StepFast = func(y []float32, w []uint16, x0, x1, x2, x3 []float32) int {
+			n := len(y) &^ 15
+			if n == 0 {
+				return 0
+			}
+			if len(w) < 4*n || len(x0) < n || len(x1) < n || len(x2) < n || len(x3) < n {
+				panic("ops: conv4StepFast called with short rows or weights")
+			}
+			conv4StepAVX512(&y[0], &x0[0], &x1[0], &x2[0], &x3[0], &w[0], n)
+			return n
+		}
+	}
 	if !cpu.X86.HasAVX {
 		return
 	}

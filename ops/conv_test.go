@@ -51,7 +51,20 @@ func TestConv1DFourTapsMatchGeneralLoop(t *testing.T) {
 				x.F32()[i] = 0
 			}
 			w := toBF16(randTensor(rng, 0.5, Ch, K))
-			for _, state := range []*Tensor{randTensor(rng, 1, K-1, Ch), toBF16(randTensor(rng, 1, K-1, Ch))} {
+			// Every seventh channel all zero, state and x: its four products are zeros,
+			// some of them -0, whose sum from +0 must still be +0.
+			st := randTensor(rng, 1, K-1, Ch)
+			for i := 0; i < len(st.F32()); i++ {
+				if i%Ch%7 == 0 {
+					st.F32()[i] = 0
+				}
+			}
+			for i := 0; i < len(x.F32()); i++ {
+				if i%Ch%7 == 0 {
+					x.F32()[i] = 0
+				}
+			}
+			for _, state := range []*Tensor{st, toBF16(st)} {
 				X := make([]float32, (K-1+T)*Ch)
 				for i := 0; i < (K-1)*Ch; i++ {
 					X[i] = state.Float(i)
@@ -88,6 +101,54 @@ func TestConv1DFourTapsMatchGeneralLoop(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// A decode step reads a float32 state in place (no copy) and its caller then writes the
+// update over it, as the CPU program does with a state that is its own update: the result
+// and the new state [state rows 1..K-2; x] are those of a run into a separate state, for
+// a float32 and a bf16 state, fast and reference kernels.
+func TestConv1DDecodeUpdatesItsStateInPlace(t *testing.T) {
+	rng := rand.New(rand.NewSource(44))
+	const Ch, K = 8192 + 5, 4
+	x := randTensor(rng, 1, 1, Ch)
+	w := toBF16(randTensor(rng, 0.5, Ch, K))
+	for _, st := range []*Tensor{randTensor(rng, 1, K-1, Ch), toBF16(randTensor(rng, 1, K-1, Ch))} {
+		g, err := opGraph("conv1d", nil, x, st, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := g.Values[3]
+		for _, kernels := range []string{KernelsFast, KernelsReference} {
+			env := &Env{Workers: 2, Kernels: kernels}
+			apart := clones([]*Tensor{st})[0]
+			wantY, wantState := NewTensor(graph.F32, 1, Ch), NewTensor(st.DType, K-1, Ch)
+			if err := refConv1D(env, v, []*Tensor{x, apart, w}, []*Tensor{wantY, wantState}); err != nil {
+				t.Fatal(err)
+			}
+			for r := 0; r < K-1; r++ {
+				for c := 0; c < Ch; c++ {
+					want := x.F32()[c]
+					if r < K-2 {
+						want = st.Float((r+1)*Ch + c)
+					}
+					if r == K-2 && st.DType == graph.BF16 {
+						want = BF16ToF32(F32ToBF16(want))
+					}
+					if got := wantState.Float(r*Ch + c); got != want {
+						t.Fatalf("%v state, %s: row %d channel %d of the new state = %v, want %v", st.DType, kernels, r, c, got, want)
+					}
+				}
+			}
+			inPlace := clones([]*Tensor{st})[0]
+			y := NewTensor(graph.F32, 1, Ch)
+			if err := refConv1D(env, v, []*Tensor{x, inPlace, w}, []*Tensor{y, inPlace}); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(y.Data, wantY.Data) || !slices.Equal(inPlace.Data, wantState.Data) {
+				t.Fatalf("%v state, %s: the step over its own state differs from the step into a separate one", st.DType, kernels)
 			}
 		}
 	}

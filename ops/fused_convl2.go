@@ -75,10 +75,7 @@ func l2NormPart(env *Env, y, dst *Tensor, start, end int, eps, scale float32) er
 			t, i := h/H, h%H
 			src := ys[t*Ch+start+i*D : t*Ch+start+(i+1)*D]
 			hr := d[h*D : (h+1)*D]
-			inv := float32(1 / math.Sqrt(float64(dot(src, src)+eps)))
-			for k, x := range src {
-				hr[k] = x * inv * scale
-			}
+			scaleRow(env, hr, src, nil, float32(1/math.Sqrt(float64(dot(src, src)+eps))), scale)
 		}
 	}
 	if T < l2NormParallelTokens {

@@ -89,9 +89,7 @@ func refAddRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 	if len(a) != len(b) || len(a)%D != 0 {
 		return fmt.Errorf("add_rms_norm: a %v and b %v must match and be rows of %d", in[0].Shape, in[1].Shape, D)
 	}
-	for i, av := range a {
-		s[i] = av + b[i]
-	}
+	addRow(env, s[:len(a)], a, b)
 	rmsNormRows(env, s, y, w, eps)
 	return nil
 }

@@ -65,7 +65,7 @@ func TestRouteTokensMatchesPasses(t *testing.T) {
 				}
 				w, ids := make([]float32, T*k), make([]int32, T*k)
 				wantW, wantIDs := make([]float32, T*k), make([]int32, T*k)
-				got := routeTokens(logits, w, ids, E, k, 0, T)
+				got := routeTokens(true, logits, w, ids, E, k, 0, T)
 				want := routeTokensByPasses(logits, wantW, wantIDs, E, k, 0, T)
 				name := fmt.Sprintf("E=%d k=%d distinct=%d", E, k, distinct)
 				if (E >= 8 && k == min(8, E)) != (want == 3) {

@@ -60,13 +60,13 @@ GLOBL expConst<>(SB), RODATA|NOPTR, $136
 // built as the biased exponent in place. Uses Z1-Z3, K1, K2.
 #define EXP8(bad) \
 	VCMPPD      $0x16, Z29, Z0, K1; \
-	KORTESTB    K1, K1; \
+	KORTESTW    K1, K1; \
 	JNZ         bad; \
 	VMULPD      Z16, Z0, Z1; \
 	VCVTPD2DQ   Z1, Y2; \
 	VPADDD      Y31, Y2, Y3; \
 	VPCMPUD     $6, Y15, Y3, K2; \
-	KORTESTB    K2, K2; \
+	KORTESTW    K2, K2; \
 	JNZ         bad; \
 	VCVTDQ2PD   Y2, Z1; \
 	VFNMADD231PD Z17, Z1, Z0; \

@@ -205,9 +205,7 @@ func refGatedRMSNorm(env *Env, v *graph.Value, in, out []*Tensor) error {
 		xr, zr, yr := x[r*D:(r+1)*D], z[r*D:(r+1)*D], y[r*D:(r+1)*D]
 		inv := invRMS(xr, eps)
 		if vector { // the SiLU in vector registers, over the normed row (y is not z)
-			for i, xv := range xr {
-				yr[i] = w[i] * (xv * inv)
-			}
+			scaleRow(env, yr, xr, w, inv, 0) // (x·inv)·w: the same product as w·(x·inv)
 			for i := siluMulFast(yr, zr, yr); i < D; i++ {
 				yr[i] *= act(zr[i])
 			}

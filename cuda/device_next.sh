@@ -42,10 +42,12 @@
 # whole, whose norm-matvec lines have not run yet (one call each: check alone takes up
 # to 420 s).
 # Twentieth session (landed, H100 only again): gated_delta and conv1d read their states
-# before the wait (+2.7% at context 0 in one call, not timed at 32K on its own); first on
-# an H200: STEPS="h200" with `BASE=52a4d69 bash cuda/device_pack.sh`, then STEPS="check"
-# (both ran on an H100 in the twenty-first session, at 643c5ed: cuda/README.md).
-# STEPS picks them (default "check attn floor"; "h200 sass" first next time: the sass
+# before the wait (+2.7% at context 0 in one call, not timed at 32K on its own). STEPS=
+# "check" and STEPS="h200" with `BASE=52a4d69 bash cuda/device_pack.sh` ran on an H100 in
+# the twenty-first session (643c5ed) and on an H200 in the twenty-third (97cf636): all
+# passed (cuda/README.md). The script's exit status is its last step's test, 1 when that
+# step is not selected: read each step's own "exit" line, not the call's rc.
+# STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u
 OUT=${OUT:-/tmp/cuda-out}

@@ -224,6 +224,49 @@ func TestDecodeAttentionMMA(t *testing.T) {
 	}
 }
 
+// attention_gqa_staged (the staged-decode-attention pass's mark) against the reference
+// over attention_gqa_mma's shapes for one token (the kernel's only case): head dims 64,
+// 128 and 256, 1 to 8 query heads per kv head, one and two kv heads, both cache dtypes,
+// contexts inside one key tile and past many; whole (one group walks 291 keys, 19 tiles
+// through its four stages, each slot refilled four times), split into the plan's equal
+// ranges and into 3 (7 tiles a range, the appended key in the last), and the fixed-block
+// split. The caches hold NaN past the keys in use (no copy reaches them: a key past a
+// range must read as zero, whatever an earlier group left in its slot). Under cuda/emu the
+// kernel checks that no copy before the programmatic-launch wait reads the key the step
+// appends (PZ_EMU_CHECK).
+func TestDecodeAttentionStaged(t *testing.T) {
+	g := openGPU(t)
+	r := rand.New(rand.NewPCG(23, 24))
+	n := 0
+	for _, D := range []int{64, 128, 256} {
+		for _, G := range []int{1, 2, 4, 8} {
+			for _, dt := range []graph.DType{graph.F32, graph.BF16} {
+				for ci, ctx := range []int{0, 40, 290} {
+					if D > 64 && (ci+G+n)%2 != 0 {
+						continue // a rotation at the larger head dims, which cost the emulator most
+					}
+					n++
+					kvh := 1 + n%2
+					cache := func() *ops.Tensor {
+						c := randtensor.F32(r, 300, kvh, D)
+						if dt == graph.BF16 {
+							c = randtensor.BF16(r, 300, kvh, D)
+						}
+						poisonPast(c, ctx+1)
+						return c
+					}
+					c := opCase{name: fmt.Sprintf("staged/D%d/G%d/kvh%d/%s/C%d", D, G, kvh, dt, ctx), op: "attention",
+						attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(D)), gpu.AttrMMADecodeAttention: true, gpu.AttrStagedDecodeAttention: true},
+						in:    []*ops.Tensor{randtensor.F32(r, 1, G*kvh, D), cache(), cache()}, C: ctx}
+					runAttentionSplits(t, g, c, gpu.CUDA.AttentionSplits(1, G*kvh, kvh, D))
+					c.splits, c.name = 3, c.name+"/split3"
+					t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+				}
+			}
+		}
+	}
+}
+
 // poisonPast fills the cache rows from row n on with NaN: keys no query of the case sees.
 func poisonPast(c *ops.Tensor, n int) {
 	nan := []byte{0x00, 0x00, 0xc0, 0x7f} // float32 NaN, little-endian; its upper half is bf16's
@@ -612,7 +655,7 @@ func runOnGPU(g *device, c opCase, in []gpu.Operand, alloc func(graph.Type) (gpu
 	case c.splits > 0:
 		attrs := c.blocks.Attrs()
 		attrs["scale"], attrs["splits"], attrs["key_block"] = c.attrs.Float("scale"), int64(c.splits), int64(kernels.AttnKeyBlock)
-		for _, mark := range []string{gpu.AttrPrefillTiled, gpu.AttrMMAAttention, gpu.AttrMMADecodeAttention} {
+		for _, mark := range []string{gpu.AttrPrefillTiled, gpu.AttrMMAAttention, gpu.AttrMMADecodeAttention, gpu.AttrStagedDecodeAttention} {
 			if v, ok := c.attrs[mark]; ok {
 				attrs[mark] = v // as split-attention carries the one and mma-attention sets the other
 			}

@@ -729,18 +729,42 @@ func mmaDecodeAttentionShape(t *Target, NH, KVH, D int) bool {
 	return t.TensorCores && gqaKernel(NH, KVH) && NH/KVH <= kernels.AttnGQAMMAHeads && D%32 == 0 && D <= kernels.AttnMaxD
 }
 
+// AttrStagedDecodeAttention (bool) runs a decode step's attention marked
+// AttrMMADecodeAttention on attention_gqa_staged: the same grid, group and outputs, its
+// key tiles copied into group memory four ahead (the staged-decode-attention pass;
+// StagedDecodeAttentionShape).
+const AttrStagedDecodeAttention = "staged_decode_attention"
+
+// StagedDecodeAttentionShape says whether attention_gqa_staged serves attention over T
+// tokens of NH query heads of head dim D, over KVH kv heads of a cache of this dtype: one
+// token (the rows before the step's own are read before the programmatic-launch wait)
+// on attention_gqa_mma's shapes.
+func (t *Target) StagedDecodeAttentionShape(T, NH, KVH, D int, cache graph.DType) bool {
+	return T == 1 && (cache == graph.F32 || cache == graph.BF16) && mmaDecodeAttentionShape(t, NH, KVH, D)
+}
+
 // gqaAttentionLaunch is attention_gqa's launch (grid kv heads x tokens x key ranges), on
 // the tensor cores when the dispatch is marked AttrMMADecodeAttention (attention_gqa_mma
 // takes the same grid and writes the same outputs, in groups of D threads: a warp per 32
-// head dims).
+// head dims), staged when it is also marked AttrStagedDecodeAttention.
 func gqaAttentionLaunch(c *ctx, d *plan.Dispatch, args kernels.AttentionArgs, splits int) (*Launch, error) {
 	grid := [3]int{int(args.KVH), int(args.T), splits}
+	staged := d.Attrs.Bool(AttrStagedDecodeAttention)
 	if !d.Attrs.Bool(AttrMMADecodeAttention) {
+		if staged {
+			return nil, fmt.Errorf("%s: marked %s without %s, whose kernel it stages", d.Op, AttrStagedDecodeAttention, AttrMMADecodeAttention)
+		}
 		return newKernel(kernels.KernelAttentionGQA, grid, 256, args)
 	}
 	if !mmaDecodeAttentionShape(c.t, int(args.NH), int(args.KVH), int(args.D)) {
 		return nil, fmt.Errorf("%s: marked %s, which needs tensor cores, up to %d query heads per kv head and head dims a multiple of 32 (target %s, %d query heads over %d kv heads, head dim %d)",
 			d.Op, AttrMMADecodeAttention, kernels.AttnGQAMMAHeads, c.t.Name, args.NH, args.KVH, args.D)
+	}
+	if staged {
+		if args.T != 1 {
+			return nil, fmt.Errorf("%s: marked %s, which serves one token a step (its early copies are the rows before the step's), not %d", d.Op, AttrStagedDecodeAttention, args.T)
+		}
+		return newKernel(kernels.KernelAttentionGQAStaged, grid, int(args.D), args)
 	}
 	return newKernel(kernels.KernelAttentionGQAMMA, grid, int(args.D), args) // a warp per 32 head dims
 }

@@ -83,6 +83,21 @@ func replaceExpanded(r *rewriter, v *graph.Value, elems []*graph.Value, users []
 	return nil
 }
 
+// stagedDecode says whether a decode attention will run on attention_gqa_staged
+// (mma-decode-attention and staged-decode-attention on, a shape it serves): its groups
+// stream a range of any length with four key tiles in flight, so the equal ranges that
+// fill the GPU once serve every context, where the fixed-block split would launch a grid
+// of kernels.AttnMaxRanges ranges, most returning at once, at one group per
+// multiprocessor (its group memory).
+func stagedDecode(u *Unit, t *Target, v *graph.Value) bool {
+	if !u.passOn("mma-decode-attention") || !u.passOn("staged-decode-attention") {
+		return false
+	}
+	bind := graph.Bindings{T: u.Phase.Tokens, N: 1}
+	q, k := v.Args[0].Type.Shape.Eval(bind), v.Args[1].Type.Shape.Eval(bind)
+	return t.GPU.StagedDecodeAttentionShape(q[0], q[1], k[1], q[2], v.Args[1].Type.DType)
+}
+
 // splitAttention, for a GPU target, cuts the keys of attention steps with few (kv head,
 // token) pairs (decode) into ranges that separate groups compute concurrently: attention
 // becomes attention_partial then attention_merge, two planned dispatches. Off, every
@@ -115,7 +130,7 @@ func splitAttention(u *Unit) error {
 			continue
 		}
 		ranges := ops.KeyRanges{Splits: splits, Block: kernels.AttnKeyBlock}
-		if from := u.Config.keyBlockSplitFrom(); from > 0 && q[0] == 1 && !tiled {
+		if from := u.Config.keyBlockSplitFrom(); from > 0 && q[0] == 1 && !tiled && !stagedDecode(u, t, v) {
 			// Decode: a grid of kernels.AttnMaxRanges ranges (128K keys in blocks of 256),
 			// those a step does not use returning at once (a CUDA graph replays one grid
 			// at every context).

@@ -15,6 +15,8 @@ import (
 // kernels.AttnMaxRanges ranges, blocks of gpu.BlockSplitKeys, the equal split's count
 // below the switch, and attention_merge the same rule; a negative KeyBlockSplitFrom gives
 // the equal split alone (the plan before the switch existed); prefill never gets it.
+// On CUDA that is with staged-decode-attention off: on (the default), decode attention
+// runs on attention_gqa_staged, which keeps the equal split at every context (below).
 func TestSplitAttentionKeyBlocks(t *testing.T) {
 	cfg := qwen35moe.Default()
 	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
@@ -27,7 +29,8 @@ func TestSplitAttentionKeyBlocks(t *testing.T) {
 		for _, c := range []struct {
 			from, want, keys, wantKeys int
 		}{{0, passes.DefaultKeyBlockSplitFrom, 0, gpu.BlockSplitKeys}, {4096, 4096, 64, 64}, {1, 1, 0, gpu.BlockSplitKeys}, {-1, 0, 0, 0}} {
-			decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1, Backend: target}, passes.Config{KeyBlockSplitFrom: c.from, KeyBlockKeys: c.keys})
+			cfg := passes.Config{KeyBlockSplitFrom: c.from, KeyBlockKeys: c.keys, Off: map[string]bool{"staged-decode-attention": true}}
+			decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1, Backend: target}, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,6 +67,45 @@ func TestSplitAttentionKeyBlocks(t *testing.T) {
 			if d.Attrs.Int("block_from") != 0 {
 				t.Errorf("%s prefill: %s %s has the fixed-block rule", target, d.Op, d.Label)
 			}
+		}
+	}
+}
+
+// With staged-decode-attention on (the default), CUDA decode attention is
+// attention_gqa_staged on the equal split (64 ranges a kv head on the 35B-A3B's shapes)
+// whatever KeyBlockSplitFrom says, and attention_merge merges those: its groups stream a
+// range of any length, so the fixed-block split's grid of kernels.AttnMaxRanges ranges
+// would only add groups that return at once.
+func TestStagedDecodeAttentionKeepsEqualRanges(t *testing.T) {
+	cfg := qwen35moe.Default()
+	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := gpu.CUDA.AttentionSplits(1, 16, 2, 256)
+	for _, from := range []int{0, 1, 4096, -1} {
+		decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1, Backend: "cuda"}, passes.Config{KeyBlockSplitFrom: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts, merges := 0, 0
+		for _, d := range decode.Dispatches {
+			switch d.Op {
+			case "attention_partial":
+				parts++
+				r := ops.KeyRangesOf(d.Attrs)
+				if d.Kernel != kernels.KernelAttentionGQAStaged || r.Splits != short || r.BlockFrom != 0 || d.Grid != [3]int{2, 1, short} || d.Block != 256 {
+					t.Errorf("from %d: attention_partial %s %+v on grid %v x %d, want attention_gqa_staged, %d equal ranges on grid [2 1 %d] x 256", from, d.Kernel, r, d.Grid, d.Block, short, short)
+				}
+			case "attention_merge":
+				merges++
+				if got := d.Attrs.Int("block_from"); got != 0 {
+					t.Errorf("from %d: attention_merge block_from %d, want 0", from, got)
+				}
+			}
+		}
+		if parts != 10 || merges != 10 {
+			t.Errorf("from %d: %d attention_partial and %d attention_merge, want 10 each", from, parts, merges)
 		}
 	}
 }

@@ -180,6 +180,33 @@ func mmaDecodeAttention(u *Unit) error {
 	return nil
 }
 
+// stagedDecodeAttention marks, for a GPU target with tensor cores, every attention of one
+// token that mma-decode-attention marked with gpu.AttrStagedDecodeAttention, so
+// select-kernels launches attention_gqa_staged: the same products, the key tiles copied
+// into group memory by cp.async four ahead, the rows earlier steps wrote copied before
+// the programmatic-launch wait. split-attention gives these equal key ranges at every
+// context (a long range streams at full speed here), no fixed-block split.
+func stagedDecodeAttention(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || u.Plan == nil {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if !d.Attrs.Bool(gpu.AttrMMADecodeAttention) {
+			continue
+		}
+		in, _ := dispatchOperands(u.Plan, d)
+		q, k := in[0], in[1]
+		if !t.GPU.StagedDecodeAttentionShape(q.Shape[0], q.Shape[1], k.Shape[1], q.Shape[2], k.DType) {
+			continue
+		}
+		setAttr(d, gpu.AttrStagedDecodeAttention, true)
+		u.count("staged-decode-attention: "+d.Op, 1)
+	}
+	return nil
+}
+
 // expertTiles sizes the mma expert tiles by expert load: the height (routed rows per
 // tile) that holds the rows an expert receives on average, T·k/E (gpu.ExpertTileFor).
 // Off, every expert tile is 16 rows high.

@@ -40,7 +40,8 @@ func attentionKernels(t *testing.T, p *plan.Plan, NH, KVH int) map[string]int {
 // attention_prefill (split over key ranges for chunks of few query tiles) on Metal, and
 // as its tensor-core twin attention_prefill_mma (mma-attention) on CUDA; -pass=tile-attention/off gives back one group per (kv head, token):
 // attention_gqa, or on CUDA its tensor-core twin attention_gqa_mma (mma-decode-attention);
-// decode is the same plan either way; the CPU ignores the pass.
+// decode is the same plan either way (on CUDA attention_gqa_staged,
+// staged-decode-attention); the CPU ignores the pass.
 func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	cfg := qwen35moe.Default()
 	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
@@ -49,9 +50,9 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	}
 	off := passes.Config{Off: map[string]bool{"tile-attention": true}}
 	for _, target := range []string{"cuda", "metal"} {
-		tiled, untiled := kernels.KernelAttentionPrefill, kernels.KernelAttentionGQA
+		tiled, untiled, decode := kernels.KernelAttentionPrefill, kernels.KernelAttentionGQA, kernels.KernelAttentionGQA
 		if target == "cuda" {
-			tiled, untiled = kernels.KernelAttentionPrefillMMA, kernels.KernelAttentionGQAMMA
+			tiled, untiled, decode = kernels.KernelAttentionPrefillMMA, kernels.KernelAttentionGQAMMA, kernels.KernelAttentionGQAStaged
 		}
 		for _, T := range []int{2, 7, 64, 200, 512} {
 			t.Run(fmt.Sprintf("%s/T=%d", target, T), func(t *testing.T) {
@@ -85,8 +86,8 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 			if a, b := planKernels(on), planKernels(p); a != b {
 				t.Errorf("decode plans differ with tile-attention on and off")
 			}
-			if got := attentionKernels(t, on, 16, 2); got[untiled] != 10 {
-				t.Errorf("decode attention kernels %v, want %s (split) in all 10 layers", got, untiled)
+			if got := attentionKernels(t, on, 16, 2); got[decode] != 10 {
+				t.Errorf("decode attention kernels %v, want %s (split) in all 10 layers", got, decode)
 			}
 		})
 	}

@@ -24,6 +24,8 @@ extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigne
 extern "C" void emu_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b, const float* c);
 // mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 likewise (matvec_mma.k's integer twins).
 extern "C" void emu_mma_m16n8k32_u8s8(int* d, const unsigned* a, const unsigned* b, const int* c);
+// A kernel's PZ_EMU_CHECK that failed (prelude_cuda.h): prints what and the line, aborts.
+extern "C" void emu_check_failed(const char* what, int line);
 #define threadIdx emu_threadIdx
 #define blockIdx emu_blockIdx
 #define blockDim emu_blockDim

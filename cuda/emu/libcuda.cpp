@@ -207,6 +207,11 @@ extern "C" void emu_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned
 	}
 }
 
+extern "C" void emu_check_failed(const char* what, int line) {
+	std::fprintf(stderr, "emu: kernel check failed at line %d of the kernel source: %s\n", line, what);
+	std::abort();
+}
+
 // emu_mma_m16n8k32_u8s8 is mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32, D = A·B + C
 // ("Matrix Fragments for mma.m16n8k32", .u8/.s8; groupID = lane / 4, threadID_in_group =
 // lane % 4), four 8-bit elements per register, the lowest in the low byte:

@@ -91,11 +91,15 @@ const (
 	// attention_prefill on the tensor cores (attention_mma.k).
 	KernelAttentionPrefillMMA = "attention_prefill_mma"
 	// attention_gqa on the tensor cores (attention_mma.k): decode's, and any untiled step's.
-	KernelAttentionGQAMMA   = "attention_gqa_mma"
-	KernelExpertMMA16Q4     = "expert_mma16_q4"
-	KernelExpertMMA32Q4     = "expert_mma32_q4"
-	KernelExpertMMA64Q4     = "expert_mma64_q4"
-	KernelExpertMMASplitKQ4 = "expert_mma_splitk_q4"
+	KernelAttentionGQAMMA = "attention_gqa_mma"
+	// KernelAttentionGQAStaged is attention_gqa_mma for a decode step with its key tiles
+	// copied into group memory by cp.async, four tiles ahead, the rows earlier steps wrote
+	// before the programmatic-launch wait (the staged-decode-attention pass).
+	KernelAttentionGQAStaged = "attention_gqa_staged"
+	KernelExpertMMA16Q4      = "expert_mma16_q4"
+	KernelExpertMMA32Q4      = "expert_mma32_q4"
+	KernelExpertMMA64Q4      = "expert_mma64_q4"
+	KernelExpertMMASplitKQ4  = "expert_mma_splitk_q4"
 
 	// The decode matrix-vector products on the tensor cores (matvec_mma.k), each the twin
 	// of a SIMT kernel of the same arguments (MMAMatvecTwin).
@@ -209,14 +213,17 @@ var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
 	KernelMatvecIMMAQ4, KernelMatvecFusedIMMAQ4, KernelExpertMVSwiGLUIMMAQ4, KernelExpertMVSwiGLUSharedIMMAQ4,
 	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelMatvecFusedNormStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
-	KernelAttentionPrefillMMA, KernelAttentionGQAMMA, KernelRouterQ8}
+	KernelAttentionPrefillMMA, KernelAttentionGQAMMA, KernelAttentionGQAStaged, KernelRouterQ8}
 
 // DynamicGroupMemory is the group memory a CUDA-only kernel takes at launch instead of
 // declaring it (a static declaration holds at most 48 KB): the host raises each such
 // kernel's limit once and passes the bytes with every launch; 0 for the others.
 func DynamicGroupMemory(name string) int {
-	if name == KernelAttentionPrefillMMA {
+	switch name {
+	case KernelAttentionPrefillMMA:
 		return AttnMMAGroupMemory
+	case KernelAttentionGQAStaged:
+		return AttnStagedGroupMemory
 	}
 	return 0
 }
@@ -231,39 +238,40 @@ func NamesFor(backend string) []string {
 
 // Tuning constants the host needs to launch the kernels (they match the .k #defines).
 const (
-	MatmulMaxRows       = 8     // MM_MAX_ROWS: matmul_rows handles up to this many activation rows
-	TileM               = 64    // TILE_M
-	TileN               = 64    // TILE_N
-	TileK               = 32    // TILE_K: matmul_tiled needs K % TileK == 0
-	ExpertTileM         = 128   // ETILE_M: expert_tiled's weight rows per group
-	MMAThreads          = 128   // MMA_THREADS: the mma kernels' group size
-	AttnMMAHalves       = 2     // AM_HALVES: attention_prefill_mma's group is AttnMMAHalves·D threads
-	AttnMMAGroupMemory  = 91904 // AM_SMEM_FLOATS·4: attention_prefill_mma's dynamic group memory
-	AttnGQAMMAHeads     = 8     // AD_HEADS: attention_gqa_mma serves up to this many query heads per kv head
-	MMATileM            = 64    // MMA_TM: matmul_mma's weight rows per group
-	MMATileN            = 64    // MMA_TN: matmul_mma's activation rows per group
-	MMASplitKTileM      = 32    // MMA_SK_M: matmul_mma_splitk's weight rows per group
-	MMASplitKTileN      = 16    // MMA_SK_N: matmul_mma_splitk's activation rows per group
-	MMAMatvecRows       = 16    // MVM_ROWS: the tensor-core matrix-vector kernels' weight rows per group
-	MMAMatvecMaxThreads = 512   // MVM_MAX_WARPS · 32: their largest group (MMAThreads the smallest)
-	AttnMaxD            = 256   // ATT_MAX_D
-	AttnSIMDs           = 8     // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
-	AttnMaxSplits       = 64    // attention_gqa's most key ranges of the equal-length split
-	AttnMaxRanges       = 512   // ATT_MAX_RANGES: attention_merge's most ranges (the fixed-block split's)
-	AttnKeyBlock        = 16    // ATT_KEY_BLOCK: attention_gqa's key ranges are whole blocks of this many keys
-	ConvMaxK            = 8     // CONV_MAX_K
-	ConvTokenSlices     = 8     // conv1d's most SIMD groups per group, each over a slice of the tokens
-	SIMDWidth           = 32    // SIMD_WIDTH
-	DeltaMaxDk          = 128   // DELTA_LANES * DELTA_MAX_ROWS
-	DeltaLanes          = 8     // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
-	DeltaNormMaxDv      = 128   // DELTA_NORM_MAX_DV: gated_delta_norm's group is 32·ceil(Dv/4) threads, at most 1,024
-	MatvecThreads       = 128   // MV_THREADS: the q4 matrix-vector kernels' group size
-	MatvecRows          = 4     // MV_ROWS: rows per row group of the q4 matrix-vector kernels
-	MatvecQ8Rows        = 2     // MV8_ROWS: rows per group of matvec_q8
-	MatvecQ8NormMaxK    = 2048  // MV8_NORM_MAX_K: matvec_q8_norm's widest row, one 16-element chunk per thread
-	MatvecBatchRows     = 8     // MVB_ROWS: activation rows per weight load of matvec_q4_rows and expert_matvec_gather_q4
-	RouterMaxE          = 512   // ROUTER_MAX_E
-	RouterMaxK          = 32    // ROUTER_MAX_K
+	MatmulMaxRows         = 8      // MM_MAX_ROWS: matmul_rows handles up to this many activation rows
+	TileM                 = 64     // TILE_M
+	TileN                 = 64     // TILE_N
+	TileK                 = 32     // TILE_K: matmul_tiled needs K % TileK == 0
+	ExpertTileM           = 128    // ETILE_M: expert_tiled's weight rows per group
+	MMAThreads            = 128    // MMA_THREADS: the mma kernels' group size
+	AttnMMAHalves         = 2      // AM_HALVES: attention_prefill_mma's group is AttnMMAHalves·D threads
+	AttnMMAGroupMemory    = 91904  // AM_SMEM_FLOATS·4: attention_prefill_mma's dynamic group memory
+	AttnGQAMMAHeads       = 8      // AD_HEADS: attention_gqa_mma serves up to this many query heads per kv head
+	AttnStagedGroupMemory = 139264 // AS_SMEM_BYTES: attention_gqa_staged's dynamic group memory (four float32 key tiles and the partial scores)
+	MMATileM              = 64     // MMA_TM: matmul_mma's weight rows per group
+	MMATileN              = 64     // MMA_TN: matmul_mma's activation rows per group
+	MMASplitKTileM        = 32     // MMA_SK_M: matmul_mma_splitk's weight rows per group
+	MMASplitKTileN        = 16     // MMA_SK_N: matmul_mma_splitk's activation rows per group
+	MMAMatvecRows         = 16     // MVM_ROWS: the tensor-core matrix-vector kernels' weight rows per group
+	MMAMatvecMaxThreads   = 512    // MVM_MAX_WARPS · 32: their largest group (MMAThreads the smallest)
+	AttnMaxD              = 256    // ATT_MAX_D
+	AttnSIMDs             = 8      // ATT_SIMDS: attention_gqa serves up to this many query heads per kv head
+	AttnMaxSplits         = 64     // attention_gqa's most key ranges of the equal-length split
+	AttnMaxRanges         = 512    // ATT_MAX_RANGES: attention_merge's most ranges (the fixed-block split's)
+	AttnKeyBlock          = 16     // ATT_KEY_BLOCK: attention_gqa's key ranges are whole blocks of this many keys
+	ConvMaxK              = 8      // CONV_MAX_K
+	ConvTokenSlices       = 8      // conv1d's most SIMD groups per group, each over a slice of the tokens
+	SIMDWidth             = 32     // SIMD_WIDTH
+	DeltaMaxDk            = 128    // DELTA_LANES * DELTA_MAX_ROWS
+	DeltaLanes            = 8      // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
+	DeltaNormMaxDv        = 128    // DELTA_NORM_MAX_DV: gated_delta_norm's group is 32·ceil(Dv/4) threads, at most 1,024
+	MatvecThreads         = 128    // MV_THREADS: the q4 matrix-vector kernels' group size
+	MatvecRows            = 4      // MV_ROWS: rows per row group of the q4 matrix-vector kernels
+	MatvecQ8Rows          = 2      // MV8_ROWS: rows per group of matvec_q8
+	MatvecQ8NormMaxK      = 2048   // MV8_NORM_MAX_K: matvec_q8_norm's widest row, one 16-element chunk per thread
+	MatvecBatchRows       = 8      // MVB_ROWS: activation rows per weight load of matvec_q4_rows and expert_matvec_gather_q4
+	RouterMaxE            = 512    // ROUTER_MAX_E
+	RouterMaxK            = 32     // ROUTER_MAX_K
 	// SampleThreads (SAMPLE_THREADS) is the sample kernel's group size, and
 	// SampleCandidates (SAMPLE_CANDIDATES) the most candidates it sorts for top-p
 	// (exec.TopPCandidates).

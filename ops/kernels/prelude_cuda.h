@@ -79,6 +79,18 @@ static __device__ constexpr bool pz_listed(const char* list, const char* name) {
 	static __device__ __forceinline__ void name##_body(const struct Args a)
 #endif
 DEVICE void pz_grid_wait() { PZ_KERNEL_ENTRY(); }
+// PZ_EMU_CHECK(cond, what): under cuda/emu, stops the run naming the kernel's line when
+// cond is false; nothing on a GPU. For invariants the emulator cannot otherwise see: it
+// runs each launch after the one before, so a read before the programmatic-launch wait
+// of what the kernel before writes gets the written value there, never the stale one.
+#ifdef PISTIL_EMU
+#define PZ_EMU_CHECK(cond, what) \
+	do { \
+		if (!(cond)) emu_check_failed(what, __LINE__); \
+	} while (0)
+#else
+#define PZ_EMU_CHECK(cond, what) ((void)0)
+#endif
 // CUDA's thread position is global (threadIdx), so helpers need no thread context.
 #define CTX_
 #define CTX_ARG_
@@ -122,6 +134,7 @@ DEVICE u32 pz_dynamic_group_bytes() {
 // LOAD_COHERENT reads global memory another group wrote in this launch (skips L1).
 #define LOAD_COHERENT(p) __ldcg(p)
 #define UNROLL4 _Pragma("unroll 4")
+#define UNROLL8 _Pragma("unroll 8")
 
 // AS_F32 reinterprets the bits of a u32 as an f32.
 #define AS_F32(u) __uint_as_float(u)

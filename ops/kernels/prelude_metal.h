@@ -72,6 +72,7 @@ DEVICE void pz_grid_wait() {}
 #define NUM_SIMDS ((i32)pz_nsimd)
 #define UNROLL _Pragma("clang loop unroll(full)")
 #define UNROLL4 _Pragma("clang loop unroll_count(4)")
+#define UNROLL8 _Pragma("clang loop unroll_count(8)")
 #define ATOMIC_ADD_TG(p, v) atomic_fetch_add_explicit((threadgroup atomic_int*)(p), (v), memory_order_relaxed)
 // No ATOMIC_ADD_GLOBAL, FENCE_DEVICE or LOAD_COHERENT: MSL before 3.2 has no device-scope
 // fence, so no kernel may read what another threadgroup wrote in the same dispatch (the

@@ -37,17 +37,19 @@ for layout in mlx-q4 hf; do
 	# Every kernel waiting at entry ([cuda] early_loads off).
 	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/lateloads.toml
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=split-attention/off
-	# Decode attention on attention_gqa_mma, not staged (staged-decode-attention off).
-	check --model "$dir" --reference "$ref" --decode-from 40 -pass=staged-decode-attention/off
+	# Decode attention staged through group memory (attention_gqa_staged, off by default),
+	# with its early copies and with every kernel waiting at entry, and over a bf16 cache.
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=staged-decode-attention/on
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=staged-decode-attention/on --pipeline /tmp/lateloads.toml
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=staged-decode-attention/on --kv-cache bf16 --tolerance bf16-kv
 	# A bf16 KV cache, held to its own bound (verify's bf16-kv: the CPU measured max abs
 	# 0.036-0.0372, top-1 100%), whole, in chunks of 7 and decoding from 40.
 	check --model "$dir" --reference "$ref" --kv-cache bf16 --tolerance bf16-kv
 	check --model "$dir" --reference "$ref" --kv-cache bf16 --tolerance bf16-kv --chunk 7
 	check --model "$dir" --reference "$ref" --kv-cache bf16 --tolerance bf16-kv --decode-from 40
-	# The fixed-block key split inside the context, with both KV types, and never (the
-	# staged decode attention keeps equal ranges, so the split runs with it off).
-	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/blocks48.toml -pass=staged-decode-attention/off
-	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/blocks48.toml -pass=staged-decode-attention/off --kv-cache bf16 --tolerance bf16-kv
+	# The fixed-block key split inside the context, with both KV types, and never.
+	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/blocks48.toml
+	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/blocks48.toml --kv-cache bf16 --tolerance bf16-kv
 	check --model "$dir" --reference "$ref" --decode-from 40 --pipeline /tmp/noblocks.toml
 	# The SIMT tiles instead of the tensor-core GEMMs (on by default), whole and in
 	# chunks past the mma thresholds (more than 8 rows), and the mma expert kernels for

@@ -3,9 +3,9 @@
 # a GPU machine, from the repository root with .dev/pistil, .dev/cuda.test and, for the
 # timing, .dev/pistil-base carried (cuda/device_pack.sh with BASE=REV): the attention
 # tests of cuda.test, `pistil check --backend cuda` on both fixtures with the pass on
-# (whole, in chunks of 7, decoding from 40, with early loads off, with a bf16 cache) and
-# off, then decode at CONTEXTS (default 0,4096,32768), base against the tree with the
-# pass on and off (cuda/device_early_loads.sh, ROUNDS rounds, default 1). Logs in $OUT.
+# (decoding from 40, with early loads off, with a bf16 cache) and off (the default), then
+# decode at CONTEXTS (default 0,4096,32768), base against the tree with the pass off and
+# on (cuda/device_early_loads.sh, ROUNDS rounds, default 1). Logs in $OUT.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
@@ -16,9 +16,10 @@ echo "$(grep -c -- '--- PASS' "$OUT/staged_tests.log") tests and subtests passed
 sed 's/^early_loads = true/early_loads = false/' pipeline.toml > /tmp/lateloads.toml
 for layout in mlx-q4 hf; do
 	dir="testdata/golden/tiny-s1/$layout"
-	for args in "" "--chunk 7" "--decode-from 40" "--decode-from 40 --pipeline /tmp/lateloads.toml" "--decode-from 40 --kv-cache bf16 --tolerance bf16-kv" "--decode-from 40 -pass=staged-decode-attention/off"; do
+	for args in "--decode-from 40 -pass=staged-decode-attention/on" "--decode-from 40 -pass=staged-decode-attention/on --pipeline /tmp/lateloads.toml" \
+		"--decode-from 40 -pass=staged-decode-attention/on --kv-cache bf16 --tolerance bf16-kv" "--decode-from 40"; do
 		out=$(./.dev/pistil check --backend cuda --model "$dir" --reference "$dir/reference.safetensors" $args 2>&1)
 		echo "check $layout ${args:-whole}: $(echo "$out" | grep -E '^max abs error') $(echo "$out" | grep -E 'PASS|FAIL|rror' | tail -1)"
 	done
 done
-[ "${BENCH:-1}" = 0 ] || LATE=0 ROUNDS=${ROUNDS:-1} CONTEXTS=${CONTEXTS:-0,4096,32768} SWITCHES="staged-decode-attention/off" timeout 400 bash cuda/device_early_loads.sh
+[ "${BENCH:-1}" = 0 ] || LATE=0 ROUNDS=${ROUNDS:-1} CONTEXTS=${CONTEXTS:-0,4096,32768} SWITCHES="staged-decode-attention/on" timeout 400 bash cuda/device_early_loads.sh

@@ -17,7 +17,9 @@ import (
 // tolerances as `pistil check` holds them: decode's fixed-block key split switched on
 // inside the fixture's context (from 48 keys, blocks of 16: the decode steps after 40
 // prefilled tokens cross it and reach 8 blocks), with a float32 and a bf16 KV cache, and
-// the bf16 KV cache in prefill chunks of 7. Skips without a GPU (or cuda/emu).
+// the bf16 KV cache in prefill chunks of 7, and decode attention staged through group
+// memory (staged-decode-attention, which keeps equal key ranges) from 40 prefilled
+// tokens. Skips without a GPU (or cuda/emu).
 func TestLongContextOptionsKeepTheAnswer(t *testing.T) {
 	if _, err := loadDriver(); err != nil {
 		t.Skipf("no GPU: %v", err)
@@ -34,6 +36,7 @@ func TestLongContextOptionsKeepTheAnswer(t *testing.T) {
 		{"blocks/f32/decode-from-40", graph.F32, blocks, 0, 40, "exact"},
 		{"blocks/bf16/decode-from-40", graph.BF16, blocks, 0, 40, "bf16-kv"},
 		{"bf16/chunk-7", graph.BF16, passes.Config{}, 7, 0, "bf16-kv"},
+		{"staged/f32/decode-from-40", graph.F32, passes.Config{Off: map[string]bool{"staged-decode-attention": false}}, 0, 40, "exact"},
 	}
 	for _, layout := range []string{"mlx-q4", "hf"} {
 		ref, err := verify.LoadReference(fixtures.Golden(layout) + "/reference.safetensors")

@@ -56,21 +56,21 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 			}
 		})
 	}
-	if a, b := compile(f32, "cuda", 1, on), compile(f32, "cuda", 1, off); fmt.Sprint(a) != fmt.Sprint(b) || a[kernels.KernelAttentionGQAStaged] != 10 {
-		t.Errorf("decode attention kernels %v on, %v off: want attention_gqa_staged in all 10 layers both ways", a, b)
+	if a, b := compile(f32, "cuda", 1, on), compile(f32, "cuda", 1, off); fmt.Sprint(a) != fmt.Sprint(b) || a[kernels.KernelAttentionGQAMMA] != 10 {
+		t.Errorf("decode attention kernels %v on, %v off: want attention_gqa_mma in all 10 layers both ways", a, b)
 	}
 }
 
 // mma-decode-attention puts decode's attention (split over key ranges) of the 10
 // attention layers on attention_gqa_mma on the CUDA target with a float32 or a bf16
-// cache, staged (attention_gqa_staged) with staged-decode-attention, and off gives back
-// attention_gqa, staged-decode-attention or not; Metal (no tensor cores) keeps
+// cache, staged (attention_gqa_staged) with staged-decode-attention on too, and off gives
+// back attention_gqa, staged-decode-attention or not; Metal (no tensor cores) keeps
 // attention_gqa with both passes on; prefill keeps its tiled kernel either way.
 func TestMMADecodeAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 	cfg := qwen35moe.Default()
 	on := passes.Config{Off: map[string]bool{"mma-decode-attention": false}}
-	unstaged := passes.Config{Off: map[string]bool{"staged-decode-attention": true}}
-	off := passes.Config{Off: map[string]bool{"mma-decode-attention": true}}
+	staged := passes.Config{Off: map[string]bool{"mma-decode-attention": false, "staged-decode-attention": false}}
+	off := passes.Config{Off: map[string]bool{"mma-decode-attention": true, "staged-decode-attention": false}}
 	for _, kv := range []graph.DType{graph.F32, graph.BF16} {
 		g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg), KVDType: kv})
 		if err != nil {
@@ -88,11 +88,14 @@ func TestMMADecodeAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 			}
 			return attentionKernels(t, p, 16, 2)
 		}
-		if got := compile("cuda", 1, on); got[kernels.KernelAttentionGQAStaged] != 10 || len(got) != 1 {
-			t.Errorf("%s cache, cuda decode, on: attention kernels %v, want attention_gqa_staged in all 10 layers", kv, got)
+		if got := compile("cuda", 1, on); got[kernels.KernelAttentionGQAMMA] != 10 || len(got) != 1 {
+			t.Errorf("%s cache, cuda decode, on: attention kernels %v, want attention_gqa_mma in all 10 layers", kv, got)
 		}
-		if got := compile("cuda", 1, unstaged); got[kernels.KernelAttentionGQAMMA] != 10 || len(got) != 1 {
-			t.Errorf("%s cache, cuda decode, staged-decode-attention off: attention kernels %v, want attention_gqa_mma in all 10 layers", kv, got)
+		if got := compile("cuda", 1, staged); got[kernels.KernelAttentionGQAStaged] != 10 || len(got) != 1 {
+			t.Errorf("%s cache, cuda decode, staged-decode-attention on: attention kernels %v, want attention_gqa_staged in all 10 layers", kv, got)
+		}
+		if got := compile("metal", 1, staged); got[kernels.KernelAttentionGQA] != 10 || len(got) != 1 {
+			t.Errorf("%s cache, metal decode, staged-decode-attention on: attention kernels %v, want attention_gqa in all 10 layers", kv, got)
 		}
 		if got := compile("cuda", 1, off); got[kernels.KernelAttentionGQA] != 10 || len(got) != 1 {
 			t.Errorf("%s cache, cuda decode, off: attention kernels %v, want attention_gqa in all 10 layers", kv, got)

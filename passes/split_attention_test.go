@@ -15,7 +15,7 @@ import (
 // kernels.AttnMaxRanges ranges, blocks of gpu.BlockSplitKeys, the equal split's count
 // below the switch, and attention_merge the same rule; a negative KeyBlockSplitFrom gives
 // the equal split alone (the plan before the switch existed); prefill never gets it.
-// On CUDA that is with staged-decode-attention off: on (the default), decode attention
+// On CUDA that is with staged-decode-attention off (the default): on, decode attention
 // runs on attention_gqa_staged, which keeps the equal split at every context (below).
 func TestSplitAttentionKeyBlocks(t *testing.T) {
 	cfg := qwen35moe.Default()
@@ -71,7 +71,7 @@ func TestSplitAttentionKeyBlocks(t *testing.T) {
 	}
 }
 
-// With staged-decode-attention on (the default), CUDA decode attention is
+// With staged-decode-attention on, CUDA decode attention is
 // attention_gqa_staged on the equal split (64 ranges a kv head on the 35B-A3B's shapes)
 // whatever KeyBlockSplitFrom says, and attention_merge merges those: its groups stream a
 // range of any length, so the fixed-block split's grid of kernels.AttnMaxRanges ranges
@@ -84,7 +84,8 @@ func TestStagedDecodeAttentionKeepsEqualRanges(t *testing.T) {
 	}
 	short := gpu.CUDA.AttentionSplits(1, 16, 2, 256)
 	for _, from := range []int{0, 1, 4096, -1} {
-		decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1, Backend: "cuda"}, passes.Config{KeyBlockSplitFrom: from})
+		decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1, Backend: "cuda"},
+			passes.Config{KeyBlockSplitFrom: from, Off: map[string]bool{"staged-decode-attention": false}})
 		if err != nil {
 			t.Fatal(err)
 		}

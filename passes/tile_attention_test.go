@@ -40,8 +40,7 @@ func attentionKernels(t *testing.T, p *plan.Plan, NH, KVH int) map[string]int {
 // attention_prefill (split over key ranges for chunks of few query tiles) on Metal, and
 // as its tensor-core twin attention_prefill_mma (mma-attention) on CUDA; -pass=tile-attention/off gives back one group per (kv head, token):
 // attention_gqa, or on CUDA its tensor-core twin attention_gqa_mma (mma-decode-attention);
-// decode is the same plan either way (on CUDA attention_gqa_staged,
-// staged-decode-attention); the CPU ignores the pass.
+// decode is the same plan either way; the CPU ignores the pass.
 func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	cfg := qwen35moe.Default()
 	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
@@ -52,7 +51,7 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	for _, target := range []string{"cuda", "metal"} {
 		tiled, untiled, decode := kernels.KernelAttentionPrefill, kernels.KernelAttentionGQA, kernels.KernelAttentionGQA
 		if target == "cuda" {
-			tiled, untiled, decode = kernels.KernelAttentionPrefillMMA, kernels.KernelAttentionGQAMMA, kernels.KernelAttentionGQAStaged
+			tiled, untiled, decode = kernels.KernelAttentionPrefillMMA, kernels.KernelAttentionGQAMMA, kernels.KernelAttentionGQAMMA
 		}
 		for _, T := range []int{2, 7, 64, 200, 512} {
 			t.Run(fmt.Sprintf("%s/T=%d", target, T), func(t *testing.T) {

@@ -47,6 +47,13 @@
 # the twenty-first session (643c5ed) and on an H200 in the twenty-third (97cf636): all
 # passed (cuda/README.md). The script's exit status is its last step's test, 1 when that
 # step is not selected: read each step's own "exit" line, not the call's rc.
+# Twenty-fourth session (H100 only): attention_gqa_staged (staged-decode-attention, off)
+# checked and timed on an H100 (cuda/README.md, "Decode attention at 4,096 and 32,768
+# keys"); never on an H200. Next, with the tree of branch staged-attention-3 (three
+# stages, 132 equal ranges) packed: TESTS='TestDecodeAttentionStaged|
+# TestLongContextOptionsKeepTheAnswer' CONTEXTS=4096,32768 bash
+# cuda/device_staged_attention.sh, then PROMPTS="4096 32768" PASS=staged-decode-attention
+# bash cuda/device_attn_profile.sh (Nsight Compute with stall reasons, never run).
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u

@@ -194,34 +194,10 @@ func runAttentionSplits(t *testing.T, g *device, c opCase, splits int) {
 func TestDecodeAttentionMMA(t *testing.T) {
 	g := openGPU(t)
 	r := rand.New(rand.NewPCG(21, 22))
-	n := 0
-	for _, D := range []int{64, 128, 256} {
-		for _, G := range []int{1, 2, 4, 8} {
-			for _, dt := range []graph.DType{graph.F32, graph.BF16} {
-				for ci, ctx := range []int{0, 40, 290} {
-					for _, T := range []int{1, 3} {
-						if D > 64 && (ci+G+T+n)%3 != 0 {
-							continue // a rotation at the larger head dims, which cost the emulator most
-						}
-						n++
-						kvh := 1 + n%2
-						cache := func() *ops.Tensor {
-							c := randtensor.F32(r, 300, kvh, D)
-							if dt == graph.BF16 {
-								c = randtensor.BF16(r, 300, kvh, D)
-							}
-							poisonPast(c, ctx+T)
-							return c
-						}
-						c := opCase{name: fmt.Sprintf("mma/D%d/G%d/kvh%d/%s/C%d/T%d", D, G, kvh, dt, ctx, T), op: "attention",
-							attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(D)), gpu.AttrMMADecodeAttention: true},
-							in:    []*ops.Tensor{randtensor.F32(r, T, G*kvh, D), cache(), cache()}, C: ctx}
-						runAttentionSplits(t, g, c, gpu.CUDA.AttentionSplits(T, G*kvh, kvh, D))
-					}
-				}
-			}
-		}
-	}
+	eachDecodeAttentionShape([]int{1, 3}, 3, func(D, G, kvh int, dt graph.DType, ctx, T int) {
+		c := decodeAttentionCase(r, "mma", graph.Attrs{gpu.AttrMMADecodeAttention: true}, D, G, kvh, dt, ctx, T)
+		runAttentionSplits(t, g, c, gpu.CUDA.AttentionSplits(T, G*kvh, kvh, D))
+	})
 }
 
 // attention_gqa_staged (the staged-decode-attention pass's mark) against the reference
@@ -237,34 +213,56 @@ func TestDecodeAttentionMMA(t *testing.T) {
 func TestDecodeAttentionStaged(t *testing.T) {
 	g := openGPU(t)
 	r := rand.New(rand.NewPCG(23, 24))
+	eachDecodeAttentionShape([]int{1}, 2, func(D, G, kvh int, dt graph.DType, ctx, T int) {
+		c := decodeAttentionCase(r, "staged", graph.Attrs{gpu.AttrMMADecodeAttention: true, gpu.AttrStagedDecodeAttention: true}, D, G, kvh, dt, ctx, T)
+		runAttentionSplits(t, g, c, gpu.CUDA.AttentionSplits(1, G*kvh, kvh, D))
+		c.splits, c.name = 3, c.name+"/split3"
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	})
+}
+
+// eachDecodeAttentionShape calls f for the decode attention kernels' shapes: head dims 64,
+// 128 and 256, 1, 2, 4 and 8 query heads per kv head, a float32 and a bf16 cache, contexts
+// 0, 40 and 290, each token count of tokens, one or two kv heads in turn; at the larger
+// head dims, which cost the emulator most, only one in every `every` of them (a rotation).
+func eachDecodeAttentionShape(tokens []int, every int, f func(D, G, kvh int, dt graph.DType, ctx, T int)) {
 	n := 0
 	for _, D := range []int{64, 128, 256} {
 		for _, G := range []int{1, 2, 4, 8} {
 			for _, dt := range []graph.DType{graph.F32, graph.BF16} {
 				for ci, ctx := range []int{0, 40, 290} {
-					if D > 64 && (ci+G+n)%2 != 0 {
-						continue // a rotation at the larger head dims, which cost the emulator most
-					}
-					n++
-					kvh := 1 + n%2
-					cache := func() *ops.Tensor {
-						c := randtensor.F32(r, 300, kvh, D)
-						if dt == graph.BF16 {
-							c = randtensor.BF16(r, 300, kvh, D)
+					for _, T := range tokens {
+						if D > 64 && (ci+G+T+n)%every != 0 {
+							continue
 						}
-						poisonPast(c, ctx+1)
-						return c
+						n++
+						f(D, G, 1+n%2, dt, ctx, T)
 					}
-					c := opCase{name: fmt.Sprintf("staged/D%d/G%d/kvh%d/%s/C%d", D, G, kvh, dt, ctx), op: "attention",
-						attrs: graph.Attrs{"scale": 1 / math.Sqrt(float64(D)), gpu.AttrMMADecodeAttention: true, gpu.AttrStagedDecodeAttention: true},
-						in:    []*ops.Tensor{randtensor.F32(r, 1, G*kvh, D), cache(), cache()}, C: ctx}
-					runAttentionSplits(t, g, c, gpu.CUDA.AttentionSplits(1, G*kvh, kvh, D))
-					c.splits, c.name = 3, c.name+"/split3"
-					t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
 				}
 			}
 		}
 	}
+}
+
+// decodeAttentionCase is attention of T tokens after ctx cached keys, G query heads for
+// each of kvh kv heads of head dim D, the dispatch marked with marks; its caches (300 rows
+// of dtype dt) hold NaN past the keys in use, so a key past a range that is not masked to
+// zero fails.
+func decodeAttentionCase(r *rand.Rand, label string, marks graph.Attrs, D, G, kvh int, dt graph.DType, ctx, T int) opCase {
+	cache := func() *ops.Tensor {
+		c := randtensor.F32(r, 300, kvh, D)
+		if dt == graph.BF16 {
+			c = randtensor.BF16(r, 300, kvh, D)
+		}
+		poisonPast(c, ctx+T)
+		return c
+	}
+	attrs := graph.Attrs{"scale": 1 / math.Sqrt(float64(D))}
+	for k, v := range marks {
+		attrs[k] = v
+	}
+	name := fmt.Sprintf("%s/D%d/G%d/kvh%d/%s/C%d/T%d", label, D, G, kvh, dt, ctx, T)
+	return opCase{name: name, op: "attention", attrs: attrs, in: []*ops.Tensor{randtensor.F32(r, T, G*kvh, D), cache(), cache()}, C: ctx}
 }
 
 // poisonPast fills the cache rows from row n on with NaN: keys no query of the case sees.

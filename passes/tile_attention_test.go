@@ -49,9 +49,9 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	}
 	off := passes.Config{Off: map[string]bool{"tile-attention": true}}
 	for _, target := range []string{"cuda", "metal"} {
-		tiled, untiled, decode := kernels.KernelAttentionPrefill, kernels.KernelAttentionGQA, kernels.KernelAttentionGQA
+		tiled, untiled := kernels.KernelAttentionPrefill, kernels.KernelAttentionGQA
 		if target == "cuda" {
-			tiled, untiled, decode = kernels.KernelAttentionPrefillMMA, kernels.KernelAttentionGQAMMA, kernels.KernelAttentionGQAMMA
+			tiled, untiled = kernels.KernelAttentionPrefillMMA, kernels.KernelAttentionGQAMMA
 		}
 		for _, T := range []int{2, 7, 64, 200, 512} {
 			t.Run(fmt.Sprintf("%s/T=%d", target, T), func(t *testing.T) {
@@ -85,8 +85,8 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 			if a, b := planKernels(on), planKernels(p); a != b {
 				t.Errorf("decode plans differ with tile-attention on and off")
 			}
-			if got := attentionKernels(t, on, 16, 2); got[decode] != 10 {
-				t.Errorf("decode attention kernels %v, want %s (split) in all 10 layers", got, decode)
+			if got := attentionKernels(t, on, 16, 2); got[untiled] != 10 {
+				t.Errorf("decode attention kernels %v, want %s (split) in all 10 layers", got, untiled)
 			}
 		})
 	}

@@ -5,12 +5,13 @@
 # family of kernels at a time compiled as its entry alone (ops/kernels/prelude_cuda.h). The
 # differences say what each family adds to a step beyond its stages. Decode answers are
 # garbage in the skipping runs; only their time means anything.
-# SKIP_SETS overrides the families (name=kernel,kernel ...), ROUNDS the rounds (2). Logs in $OUT.
+# SKIP_SETS overrides the families (name=kernel,kernel ...), ROUNDS the rounds (2), CONTEXTS
+# the decode contexts (0,4096). Logs in $OUT.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
-B="bench --backend cuda --model /tmp/full --prompts 16 --contexts 0,4096 --decode-tokens 64 --repeats 3"
+B="bench --backend cuda --model /tmp/full --prompts 16 --contexts ${CONTEXTS:-0,4096} --decode-tokens 64 --repeats 3"
 SMALL=rms_norm,l2_norm,slice,gdn_gates,gated_rms_norm,rope,kv_append,embed,matvec_q8,router
 # The weight-reading kernels in each form of the twins (bf16, staged) and the down projections.
 DENSE=matvec_fused_mma_q4,matvec_mma_q4,matvec_fused_staged_q4,matvec_staged_q4

@@ -34,7 +34,15 @@ typedef float4 vec4f;
 // launches, grids and dependencies and loses those kernels' work. The step times with
 // every body, with none and with some say what the stages themselves cost and what each
 // family of kernels adds (cuda/README.md); the answers of such a step are garbage.
-#ifdef PZ_SKIP_KERNELS
+//
+// PISTIL_CUDA_DEFINES='PZ_REPEAT_KERNELS="a,b"' runs the bodies of the kernels named twice
+// in a row (a barrier between), for kernels whose second run writes what the first did
+// (no state updated in place: attention_merge, attention_gqa_mma, the matrix-vector
+// products). The answers stay right, so the step's routing and data stay those of a
+// real step, which a skipped body's garbage does not keep (NaN logits send every token
+// to the same experts); the time the second run adds is what the body costs on the step's
+// critical path.
+#if defined(PZ_SKIP_KERNELS) || defined(PZ_REPEAT_KERNELS)
 static __device__ constexpr bool pz_listed(const char* list, const char* name) {
 	if (list[0] == '*' && list[1] == 0) return true;
 	for (const char* p = list; *p;) {
@@ -46,21 +54,28 @@ static __device__ constexpr bool pz_listed(const char* list, const char* name) {
 	}
 	return false;
 }
+#endif
+#ifdef PZ_SKIP_KERNELS
 #define PZ_SKIP_BODY(name) if constexpr (pz_listed(PZ_SKIP_KERNELS, #name)) return;
 #else
 #define PZ_SKIP_BODY(name)
+#endif
+#ifdef PZ_REPEAT_KERNELS
+#define PZ_REPEAT_BODY(name) if constexpr (pz_listed(PZ_REPEAT_KERNELS, #name)) { name##_body(a); __syncthreads(); }
+#else
+#define PZ_REPEAT_BODY(name)
 #endif
 
 // A kernel takes one args struct by value; buffers are u64 device addresses in it. Its
 // body is an inlined function the entry point calls after PZ_KERNEL_ENTRY.
 #define KERNEL(name, Args) \
 	static __device__ __forceinline__ void name##_body(const struct Args a); \
-	extern "C" __global__ void name(const struct Args a) { PZ_KERNEL_ENTRY(); PZ_SKIP_BODY(name) name##_body(a); } \
+	extern "C" __global__ void name(const struct Args a) { PZ_KERNEL_ENTRY(); PZ_SKIP_BODY(name) PZ_REPEAT_BODY(name) name##_body(a); } \
 	static __device__ __forceinline__ void name##_body(const struct Args a)
 // KERNEL_BOUNDED also tells the compiler the most threads per group it is launched with.
 #define KERNEL_BOUNDED(name, Args, threads) \
 	static __device__ __forceinline__ void name##_body(const struct Args a); \
-	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_KERNEL_ENTRY(); PZ_SKIP_BODY(name) name##_body(a); } \
+	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_KERNEL_ENTRY(); PZ_SKIP_BODY(name) PZ_REPEAT_BODY(name) name##_body(a); } \
 	static __device__ __forceinline__ void name##_body(const struct Args a)
 #define DEVICE static __device__ __forceinline__
 // KERNEL_EARLY is KERNEL_BOUNDED without the programmatic-launch wait at entry: its body
@@ -75,7 +90,7 @@ static __device__ constexpr bool pz_listed(const char* list, const char* name) {
 #else
 #define KERNEL_EARLY(name, Args, threads) \
 	static __device__ __forceinline__ void name##_body(const struct Args a); \
-	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_SKIP_BODY(name) name##_body(a); } \
+	extern "C" __global__ void __launch_bounds__(threads) name(const struct Args a) { PZ_SKIP_BODY(name) PZ_REPEAT_BODY(name) name##_body(a); } \
 	static __device__ __forceinline__ void name##_body(const struct Args a)
 #endif
 DEVICE void pz_grid_wait() { PZ_KERNEL_ENTRY(); }

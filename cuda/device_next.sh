@@ -54,6 +54,11 @@
 # TestLongContextOptionsKeepTheAnswer' CONTEXTS=4096,32768 bash
 # cuda/device_staged_attention.sh, then PROMPTS="4096 32768" PASS=staged-decode-attention
 # bash cuda/device_attn_profile.sh (Nsight Compute with stall reasons, never run).
+# Twenty-fifth session (H100 only): main (d53ebd8) checked whole on the H100; the
+# three-stage branch lost (365.4 / 296.6 against 370.6 / 314.2 at 4,096 / 32,768) and
+# is not to be run again; cuda/device_repeat.sh (PZ_REPEAT_KERNELS) measures a body's
+# cost on the critical path without the skip's garbage routing. Still owed: "check" on an
+# H200 (the twenty-fourth session's kernels have run only on H100s).
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u

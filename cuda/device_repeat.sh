@@ -1,0 +1,23 @@
+#!/bin/bash
+# What a kernel's body costs on a decode step's critical path, from the repository root
+# with .dev/pistil carried (and any other binaries the variants name): the full synthetic
+# model's decode timed with the bodies of some kernels run twice (PZ_REPEAT_KERNELS,
+# ops/kernels/prelude_cuda.h), so the step's data and routing stay those of a real step,
+# against the same binary without. VARIANTS: "name:binary:kernel,kernel ..." (an empty
+# kernel list: the plain run), ROUNDS rounds (default 1) in alternating order, decode of
+# 64 tokens at CONTEXTS (default 0,4096,32768), medians of 3. Logs in $OUT.
+set -u
+OUT=${OUT:-/tmp/cuda-out}
+mkdir -p "$OUT"
+[ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
+VARIANTS=${VARIANTS:-"plain:.dev/pistil: merge2:.dev/pistil:attention_merge partial2:.dev/pistil:attention_gqa_mma"}
+for round in $(seq "${ROUNDS:-1}"); do
+	for v in $VARIANTS; do
+		IFS=: read -r name bin kernels <<< "$v"
+		defines=""
+		[ -n "$kernels" ] && defines="PZ_REPEAT_KERNELS=\"$kernels\""
+		PISTIL_CUDA_DEFINES="$defines" timeout 150 "$bin" bench --backend cuda --model /tmp/full --prompts= --contexts "${CONTEXTS:-0,4096,32768}" \
+			--decode-tokens 64 --repeats 3 --bandwidth-mib 0 > "$OUT/repeat_${round}_$name.txt" 2>&1
+		echo "round $round $name ($bin, twice: ${kernels:-none}): $(grep -E '^decode' "$OUT/repeat_${round}_$name.txt" | awk '{printf "ctx %s %s  ", $5, $6}')$(grep -E 'rror' "$OUT/repeat_${round}_$name.txt" | tail -1)"
+	done
+done

@@ -36,25 +36,50 @@ const DefaultBandwidthBytes = 256 << 20
 // pass that also faults the pages in, and keeps the fastest pass of each: the question
 // is what the memory can deliver, and slower passes are other load on the machine.
 func MeasureBandwidth(size int64, threads, passes int) (Bandwidth, error) {
+	m, err := newBandwidthMeter(size, threads, passes)
+	if err != nil {
+		return Bandwidth{}, err
+	}
+	return m.measure(), nil
+}
+
+// bandwidthMeter keeps MeasureBandwidth's buffer, so that the line can be measured again
+// beside each decode measurement: on a shared machine it moves by a third from one minute
+// to the next, and a share of a line measured long before the runs would say as much
+// about the neighbours as about the engine.
+type bandwidthMeter struct {
+	buf             []uint64
+	threads, passes int
+}
+
+func newBandwidthMeter(size int64, threads, passes int) (*bandwidthMeter, error) {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
 	size &^= 4095
 	if size < 1<<20 {
-		return Bandwidth{}, fmt.Errorf("bandwidth buffer of %d bytes is too small to measure memory (want at least 1 MiB)", size)
+		return nil, fmt.Errorf("bandwidth buffer of %d bytes is too small to measure memory (want at least 1 MiB)", size)
 	}
 	if passes < 1 {
-		return Bandwidth{}, fmt.Errorf("bandwidth passes %d must be positive", passes)
+		return nil, fmt.Errorf("bandwidth passes %d must be positive", passes)
 	}
 	buf := make([]uint64, size/8)
 	for i := range buf {
 		buf[i] = uint64(i) // written, so the pages are real memory, not the shared zero page
 	}
-	bw := Bandwidth{Threads: threads, BufferBytes: size, Passes: passes, Kernel: readKernel}
-	bw.BytesPerSec = bestPass(buf, threads, passes)
-	bw.SingleThread = bestPass(buf, 1, passes)
-	return bw, nil
+	return &bandwidthMeter{buf: buf, threads: threads, passes: passes}, nil
 }
+
+// measure is the line with every thread and with one.
+func (m *bandwidthMeter) measure() Bandwidth {
+	bw := Bandwidth{Threads: m.threads, BufferBytes: int64(len(m.buf)) * 8, Passes: m.passes, Kernel: readKernel}
+	bw.BytesPerSec = m.line()
+	bw.SingleThread = bestPass(m.buf, 1, m.passes)
+	return bw
+}
+
+// line is the line with every thread alone.
+func (m *bandwidthMeter) line() float64 { return bestPass(m.buf, m.threads, m.passes) }
 
 // sink keeps the sums of the read loops alive, so that no read is optimised away.
 var sink uint64
@@ -154,7 +179,7 @@ func prefillPieces(n, chunk int) []int {
 }
 
 // addRoofline fills in each measurement's bytes per token and flops from the plans, and
-// the share of the measured bandwidth a decode reached.
+// the share of the measured bandwidth a decode reached (of BandwidthLine).
 func addRoofline(plans func(tokens, context int) (*plan.Plan, error), chunk int, res *Result, decodeTokens int) error {
 	byTokens := map[int]costs{}
 	costsFor := func(t int) (costs, error) {
@@ -195,9 +220,21 @@ func addRoofline(plans func(tokens, context int) (*plan.Plan, error), chunk int,
 		b0, w0, _ := decode.at(meas.Context)
 		b1, w1, _ := decode.at(meas.Context + decodeTokens - 1)
 		meas.BytesPerToken, meas.WeightBytesPerToken = (b0+b1)/2, (w0+w1)/2
-		if res.Bandwidth != nil && res.Bandwidth.BytesPerSec > 0 {
-			meas.BandwidthShare = float64(meas.BytesPerToken) * meas.MedianTPS / res.Bandwidth.BytesPerSec
+		if line := meas.BandwidthLine(res.Bandwidth); line > 0 {
+			meas.BandwidthShare = float64(meas.BytesPerToken) * meas.MedianTPS / line
 		}
 	}
 	return nil
+}
+
+// BandwidthLine is the line a decode measurement's share is taken of: the higher of the
+// line measured at the start (start) and the one right after the measurement's timed
+// runs, so that a line the neighbours depressed for a moment never inflates the share
+// (0 when neither was measured).
+func (meas *Measurement) BandwidthLine(start *Bandwidth) float64 {
+	line := meas.BandwidthAfter
+	if start != nil {
+		line = max(line, start.BytesPerSec)
+	}
+	return line
 }

@@ -54,7 +54,16 @@ func TestMeasureRoofline(t *testing.T) {
 		t.Errorf("context 8 reads %d bytes more per token than context 0, want 8 KV rows = %d", got, want)
 	}
 	for _, d := range res.Decode {
-		want := float64(d.BytesPerToken) * d.MedianTPS / res.Bandwidth.BytesPerSec
+		// The share is of the higher of the line at the start and the one right after the
+		// decode's timed runs.
+		if d.BandwidthAfter <= 0 {
+			t.Errorf("context %d: no line measured after the runs", d.Context)
+		}
+		line := max(res.Bandwidth.BytesPerSec, d.BandwidthAfter)
+		if got := d.BandwidthLine(res.Bandwidth); got != line {
+			t.Errorf("context %d: share taken of %v, want the higher line %v", d.Context, got, line)
+		}
+		want := float64(d.BytesPerToken) * d.MedianTPS / line
 		if d.BandwidthShare <= 0 || d.BandwidthShare-want > 1e-12 || want-d.BandwidthShare > 1e-12 {
 			t.Errorf("context %d: bandwidth share %v, want %v", d.Context, d.BandwidthShare, want)
 		}

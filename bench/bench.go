@@ -146,6 +146,9 @@ type Measurement struct {
 	BytesPerToken       int64   `json:"bytes_per_token,omitempty"`
 	WeightBytesPerToken int64   `json:"weight_bytes_per_token,omitempty"`
 	BandwidthShare      float64 `json:"bandwidth_share,omitempty"`
+	// BandwidthAfter is the streaming read line (every thread) measured right after a
+	// decode measurement's timed runs, when the spec measures bandwidth.
+	BandwidthAfter float64 `json:"bandwidth_after_bytes_per_sec,omitempty"`
 	// Ops is the timed runs' wall time by op, longest first (Spec.OpProfile).
 	Ops []OpTime `json:"ops,omitempty"`
 	// times are the dispatch times Ops is made from.
@@ -182,11 +185,12 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 	}
 	ids := PromptIDs(capacity, m.Config().VocabSize)
 	res := &Result{Capacity: capacity}
+	var meter *bandwidthMeter
 	if spec.BandwidthBytes > 0 {
-		bw, err := MeasureBandwidth(spec.BandwidthBytes, 0, 5)
-		if err != nil {
+		if meter, err = newBandwidthMeter(spec.BandwidthBytes, 0, 5); err != nil {
 			return nil, err
 		}
+		bw := meter.measure()
 		res.Bandwidth = &bw
 	}
 	for _, depth := range spec.depths() {
@@ -198,6 +202,9 @@ func Measure(ctx context.Context, m *exec.Model, spec Spec) (*Result, error) {
 		meas, err := measureDecode(ctx, s, spec, ids[:c], prof)
 		if err != nil {
 			return nil, fmt.Errorf("decode at context %d: %w", c, err)
+		}
+		if meter != nil {
+			meas.BandwidthAfter = meter.line()
 		}
 		res.Decode = append(res.Decode, meas)
 	}

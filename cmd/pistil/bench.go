@@ -382,7 +382,8 @@ func printBenchTable(w io.Writer, rep *benchReport) {
 		if m.BytesPerToken > 0 {
 			share := "bandwidth not measured"
 			if m.BandwidthShare > 0 {
-				share = fmt.Sprintf("%.0f%% of bandwidth", 100*m.BandwidthShare)
+				// The share is of the higher of the two lines (bench.Measurement.BandwidthLine).
+				share = fmt.Sprintf("%.0f%% of %.1f GB/s (line %.1f after these runs)", 100*m.BandwidthShare, m.BandwidthLine(rep.Bandwidth)/1e9, m.BandwidthAfter/1e9)
 			}
 			roofline = fmt.Sprintf("%s/token (weights %s), %s", decimalBytes(m.BytesPerToken), decimalBytes(m.WeightBytesPerToken), share)
 		}

@@ -49,7 +49,7 @@ func TestBenchWritesEveryMeasurement(t *testing.T) {
 		"--decode-tokens", "4", "--repeats", "3", "--warmup", "1", "--chunk", "8")
 	for _, want := range []string{"backend cpu", "GOMAXPROCS", "model mlx-q4", "optional passes on:",
 		"near uniform", "16 prompt", "4 at context 8", "session capacity 16 tokens", file,
-		"streaming read bandwidth", "GFLOP/s", "% of bandwidth"} {
+		"streaming read bandwidth", "GFLOP/s", "GB/s (line ", "after these runs)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}

@@ -3,7 +3,8 @@
 # machine, from the repository root with .dev/pistil and .dev/cuda.test carried
 # (cuda/device_pack.sh). STEPS picks (default "tests regs check bench"):
 #  tests: the per-op cases (TestDecodeAttentionMMA, TestAttentionVariants, the lowering);
-#  regs:  registers and spills of attention_gqa_mma and attention_gqa (nvcc -Xptxas -v);
+#  regs:  registers and spills of attention_gqa_mma and attention_gqa (nvcc -Xptxas -v),
+#         with the defaults and each of REGS_DEFINES (e.g. "AD_CHAINS=2 AD_CHAINS=4");
 #  check: pistil check on both golden layouts, whole, --chunk 7, --decode-from 40, with
 #         the pass on and off, a bf16 cache, and decode's fixed-block split from 48 keys;
 #  bench: decode at CONTEXTS (default 0,4096,32768), 64 tokens, 3 repeats, the pass on and
@@ -30,8 +31,13 @@ if has tests; then
 fi
 if has regs; then
 	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
-	(cd "$OUT" && timeout 200 nvcc -arch=sm_90 -Xptxas -v -c -o /dev/null kernels.cu > ptxas.txt 2>&1; echo "nvcc exit $?")
-	grep -A3 -E "entry function '(attention_gqa_mma|attention_gqa)'" "$OUT/ptxas.txt" | grep -E "entry|registers|spill"
+	# REGS_DEFINES (space-separated; commas join several) compiles each variant too.
+	for d in default ${REGS_DEFINES:-}; do
+		flags=()
+		[ "$d" = default ] || for x in ${d//,/ }; do flags+=("-D$x"); done
+		(cd "$OUT" && timeout 200 nvcc -arch=sm_90 -Xptxas -v "${flags[@]}" -c -o /dev/null kernels.cu > "ptxas_$d.txt" 2>&1; echo "nvcc $d exit $?")
+		grep -A3 -E "entry function '(attention_gqa_mma|attention_gqa)'" "$OUT/ptxas_$d.txt" | grep -E "entry|registers|spill"
+	done
 fi
 if has check; then
 	printf '[attention]\nkey_block_split_from = 48\nkey_block_keys = 16\n' > /tmp/blocks48.toml

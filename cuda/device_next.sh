@@ -59,6 +59,15 @@
 # is not to be run again; cuda/device_repeat.sh (PZ_REPEAT_KERNELS) measures a body's
 # cost on the critical path without the skip's garbage routing. Still owed: "check" on an
 # H200 (the twenty-fourth session's kernels have run only on H100s).
+# Branch attn-chains (written in the twenty-fifth session, passes cuda/emu with AD_CHAINS
+# 1, 2 and 4, never run on a GPU): attention_gqa_mma's tile products in independent mma
+# chains (PISTIL_CUDA_DEFINES AD_CHAINS=2 or 4; 1, the default, is main's code). Its call,
+# with the branch's binaries packed: (cd cuda && for c in 2 4; do PISTIL_CUDA_DEFINES=
+# AD_CHAINS=$c ../.dev/cuda.test -test.run '^(TestDecodeAttentionMMA|TestDecodeAttentionStaged)$';
+# done), then STEPS="regs bench" REGS_DEFINES="AD_CHAINS=2 AD_CHAINS=4" VARIANTS=
+# "c2=AD_CHAINS=2 c4=AD_CHAINS=4" ROUNDS=2 BF16=0 bash cuda/device_decode_attention.sh
+# (wins only if it spills nothing and beats "on" in both rounds; then VARIANTS with
+# PZ_REPEAT_KERNELS=attention_gqa_mma beside it says how much of the partial it took).
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u

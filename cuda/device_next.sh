@@ -59,6 +59,13 @@
 # is not to be run again; cuda/device_repeat.sh (PZ_REPEAT_KERNELS) measures a body's
 # cost on the critical path without the skip's garbage routing. Still owed: "check" on an
 # H200 (the twenty-fourth session's kernels have run only on H100s).
+# repeat: where a decode step's time goes, without the skip floor's garbage routing:
+#           VARIANTS="plain:.dev/pistil: dense:.dev/pistil:matvec_fused_staged_q4,
+#           matvec_staged_q4 experts:.dev/pistil:expert_matvec_swiglu_shared_staged_q4
+#           down:.dev/pistil:expert_matvec_combine_shared_q4 q8:.dev/pistil:matvec_q8,
+#           matvec_q8_norm,router small:.dev/pistil:rms_norm,gated_rms_norm,gdn_gates,rope,
+#           slice,kv_append,embed" CONTEXTS=0 bash cuda/device_repeat.sh (every kernel but
+#           conv1d and gated_delta keeps the answer repeated: cuda/emu/repeatable.sh).
 # Branch attn-chains (written in the twenty-fifth session, passes cuda/emu with AD_CHAINS
 # 1, 2 and 4, never run on a GPU): attention_gqa_mma's tile products in independent mma
 # chains (PISTIL_CUDA_DEFINES AD_CHAINS=2 or 4; 1, the default, is main's code). Its call,

@@ -3,7 +3,9 @@
 # with .dev/pistil carried (and any other binaries the variants name): the full synthetic
 # model's decode timed with the bodies of some kernels run twice (PZ_REPEAT_KERNELS,
 # ops/kernels/prelude_cuda.h), so the step's data and routing stay those of a real step,
-# against the same binary without. VARIANTS: "name:binary:kernel,kernel ..." (an empty
+# against the same binary without. Every decode kernel but conv1d and gated_delta (their
+# state is updated in place) keeps the answer repeated (cuda/emu/repeatable.sh, twenty-
+# fifth session). VARIANTS: "name:binary:kernel,kernel ..." (an empty
 # kernel list: the plain run), ROUNDS rounds (default 1) in alternating order, decode of
 # 64 tokens at CONTEXTS (default 0,4096,32768), medians of 3. Logs in $OUT.
 set -u

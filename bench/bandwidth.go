@@ -78,7 +78,7 @@ func (m *bandwidthMeter) measure() Bandwidth {
 	return bw
 }
 
-// line is the line with every thread alone.
+// line is the line with every thread, without measure's one-thread passes.
 func (m *bandwidthMeter) line() float64 { return bestPass(m.buf, m.threads, m.passes) }
 
 // sink keeps the sums of the read loops alive, so that no read is optimised away.

@@ -37,8 +37,8 @@ typedef float4 vec4f;
 //
 // PISTIL_CUDA_DEFINES='PZ_REPEAT_KERNELS="a,b"' runs the bodies of the kernels named twice
 // in a row (a barrier between), for kernels whose second run writes what the first did
-// (no state updated in place: attention_merge, attention_gqa_mma, the matrix-vector
-// products). The answers stay right, so the step's routing and data stay those of a
+// (every decode kernel but conv1d and gated_delta, which update their state in place:
+// cuda/emu/repeatable.sh). The answers stay right, so the step's routing and data stay those of a
 // real step, which a skipped body's garbage does not keep (NaN logits send every token
 // to the same experts); the time the second run adds is what the body costs on the step's
 // critical path.

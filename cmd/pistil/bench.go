@@ -103,7 +103,7 @@ func runBench(args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurements to this file (go tool pprof)")
 	memProfile := fs.String("memprofile", "", "write a heap profile (every allocation of the measurements: go tool pprof -sample_index=alloc_space) to this file")
 	opProfile := fs.Bool("op-profile", false, "after the table, each measurement's time by op: ms a token, share of the timed runs, and GB/s and GFLOP/s by the plan's counts (the CPU backend, whose dispatches run one at a time)")
-	bandwidthMiB := fs.Int64("bandwidth-mib", bench.DefaultBandwidthBytes>>20, "buffer in MiB for measuring the streaming read bandwidth first (0: not measured)")
+	bandwidthMiB := fs.Int64("bandwidth-mib", bench.DefaultBandwidthBytes>>20, "buffer in MiB for measuring the streaming read bandwidth first and after each decode measurement (held for the run; 0: not measured)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

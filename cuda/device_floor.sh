@@ -4,7 +4,10 @@
 # the launches, grids and dependencies alone, the floor a plan's stages set), and with one
 # family of kernels at a time compiled as its entry alone (ops/kernels/prelude_cuda.h). The
 # differences say what each family adds to a step beyond its stages. Decode answers are
-# garbage in the skipping runs; only their time means anything.
+# garbage in the skipping runs; only their time means anything, and not all of it: once
+# the garbage reaches the router as NaN every token takes experts 0-7, whose weights lie
+# side by side, so the experts' reads change too (cuda/device_repeat.sh times a body
+# without that: twenty-fifth session, cuda/README.md).
 # SKIP_SETS overrides the families (name=kernel,kernel ...), ROUNDS the rounds (2), CONTEXTS
 # the decode contexts (0,4096). Logs in $OUT.
 set -u

@@ -5,9 +5,9 @@
 # ops/kernels/prelude_cuda.h), so the step's data and routing stay those of a real step,
 # against the same binary without. Every decode kernel but conv1d and gated_delta (their
 # state is updated in place) keeps the answer repeated (cuda/emu/repeatable.sh, twenty-
-# fifth session). VARIANTS: "name:binary:kernel,kernel ..." (an empty
-# kernel list: the plain run), ROUNDS rounds (default 1) in alternating order, decode of
-# 64 tokens at CONTEXTS (default 0,4096,32768), medians of 3. Logs in $OUT.
+# fifth session). VARIANTS: "name:binary:kernel,kernel ..." (an empty kernel list: the
+# plain run), ROUNDS rounds (default 1) of every variant in turn, decode of 64 tokens at
+# CONTEXTS (default 0,4096,32768), medians of 3. Logs in $OUT.
 set -u
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"

@@ -56,13 +56,19 @@ func expertSplitK(u *Unit) error {
 // markTensorCoreKernel sets attr on the dispatches marked for the tensor cores that want
 // it (a choice among their kernels), counting them under the pass's name.
 func markTensorCoreKernel(u *Unit, pass, attr string, wants func(t *gpu.Target, d *plan.Dispatch, in []gpu.Operand) bool) error {
+	return markKernelChoice(u, pass, gpu.AttrTensorCores, attr, wants)
+}
+
+// markKernelChoice sets attr on the dispatches already marked with marked (an earlier
+// pass's choice) that want it, counting them under the pass's name: for a GPU target only.
+func markKernelChoice(u *Unit, pass, marked, attr string, wants func(t *gpu.Target, d *plan.Dispatch, in []gpu.Operand) bool) error {
 	t, err := TargetFor(u.Phase.Backend)
 	if err != nil || t.GPU == nil || u.Plan == nil {
 		return err
 	}
 	for i := range u.Plan.Dispatches {
 		d := &u.Plan.Dispatches[i]
-		if !d.Attrs.Bool(gpu.AttrTensorCores) {
+		if !d.Attrs.Bool(marked) {
 			continue
 		}
 		if in, _ := dispatchOperands(u.Plan, d); wants(t.GPU, d, in) {
@@ -189,24 +195,11 @@ func mmaDecodeAttention(u *Unit) error {
 // by default: on the H100 it was 1% faster at 4,096 keys and 3.7% slower at 32,768
 // (cuda/README.md).
 func stagedDecodeAttention(u *Unit) error {
-	t, err := TargetFor(u.Phase.Backend)
-	if err != nil || t.GPU == nil || u.Plan == nil {
-		return err
-	}
-	for i := range u.Plan.Dispatches {
-		d := &u.Plan.Dispatches[i]
-		if !d.Attrs.Bool(gpu.AttrMMADecodeAttention) {
-			continue
-		}
-		in, _ := dispatchOperands(u.Plan, d)
-		q, k := in[0], in[1]
-		if !t.GPU.StagedDecodeAttentionShape(q.Shape[0], q.Shape[1], k.Shape[1], q.Shape[2], k.DType) {
-			continue
-		}
-		setAttr(d, gpu.AttrStagedDecodeAttention, true)
-		u.count("staged-decode-attention: "+d.Op, 1)
-	}
-	return nil
+	return markKernelChoice(u, "staged-decode-attention", gpu.AttrMMADecodeAttention, gpu.AttrStagedDecodeAttention,
+		func(t *gpu.Target, _ *plan.Dispatch, in []gpu.Operand) bool {
+			q, k := in[0], in[1]
+			return t.StagedDecodeAttentionShape(q.Shape[0], q.Shape[1], k.Shape[1], q.Shape[2], k.DType)
+		})
 }
 
 // expertTiles sizes the mma expert tiles by expert load: the height (routed rows per

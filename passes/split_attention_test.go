@@ -1,6 +1,7 @@
 package passes_test
 
 import (
+	"fmt"
 	"testing"
 
 	"pistil/gpu"
@@ -8,6 +9,7 @@ import (
 	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/passes"
+	"pistil/plan"
 )
 
 // On the 35B-A3B's shapes, split-attention gives GPU decode the fixed-block split from
@@ -34,29 +36,22 @@ func TestSplitAttentionKeyBlocks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			parts, merges := 0, 0
-			for _, d := range decode.Dispatches {
-				switch d.Op {
-				case "attention_partial":
-					parts++
-					splits, grid := short, [3]int{2, 1, short}
-					if c.want > 0 {
-						splits, grid = kernels.AttnMaxRanges, [3]int{2, 1, kernels.AttnMaxRanges}
-					}
-					r := ops.KeyRangesOf(d.Attrs)
-					if r.Splits != splits || r.BlockFrom != c.want || d.Grid != grid ||
-						r.BlockKeys != c.wantKeys || c.want > 0 && r.ShortSplits != short {
-						t.Errorf("%s from %d: attention_partial %+v on grid %v, want %d ranges from %d keys on grid %v", target, c.from, r, d.Grid, splits, c.want, grid)
-					}
-				case "attention_merge":
-					merges++
-					if got := d.Attrs.Int("block_from"); got != c.want {
-						t.Errorf("%s from %d: attention_merge block_from %d, want %d", target, c.from, got, c.want)
-					}
+			parts, merges := splitAttention(t, fmt.Sprintf("%s from %d", target, c.from), decode)
+			for _, d := range parts {
+				splits, grid := short, [3]int{2, 1, short}
+				if c.want > 0 {
+					splits, grid = kernels.AttnMaxRanges, [3]int{2, 1, kernels.AttnMaxRanges}
+				}
+				r := ops.KeyRangesOf(d.Attrs)
+				if r.Splits != splits || r.BlockFrom != c.want || d.Grid != grid ||
+					r.BlockKeys != c.wantKeys || c.want > 0 && r.ShortSplits != short {
+					t.Errorf("%s from %d: attention_partial %+v on grid %v, want %d ranges from %d keys on grid %v", target, c.from, r, d.Grid, splits, c.want, grid)
 				}
 			}
-			if parts != 10 || merges != 10 {
-				t.Errorf("%s from %d: %d attention_partial and %d attention_merge, want 10 each", target, c.from, parts, merges)
+			for _, d := range merges {
+				if got := d.Attrs.Int("block_from"); got != c.want {
+					t.Errorf("%s from %d: attention_merge block_from %d, want %d", target, c.from, got, c.want)
+				}
 			}
 		}
 		prefill, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: 64, LastLogitsOnly: true, Backend: target}, passes.Config{KeyBlockSplitFrom: 1})
@@ -89,24 +84,36 @@ func TestStagedDecodeAttentionKeepsEqualRanges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		parts, merges := 0, 0
-		for _, d := range decode.Dispatches {
-			switch d.Op {
-			case "attention_partial":
-				parts++
-				r := ops.KeyRangesOf(d.Attrs)
-				if d.Kernel != kernels.KernelAttentionGQAStaged || r.Splits != short || r.BlockFrom != 0 || d.Grid != [3]int{2, 1, short} || d.Block != 256 {
-					t.Errorf("from %d: attention_partial %s %+v on grid %v x %d, want attention_gqa_staged, %d equal ranges on grid [2 1 %d] x 256", from, d.Kernel, r, d.Grid, d.Block, short, short)
-				}
-			case "attention_merge":
-				merges++
-				if got := d.Attrs.Int("block_from"); got != 0 {
-					t.Errorf("from %d: attention_merge block_from %d, want 0", from, got)
-				}
+		parts, merges := splitAttention(t, fmt.Sprintf("from %d", from), decode)
+		for _, d := range parts {
+			r := ops.KeyRangesOf(d.Attrs)
+			if d.Kernel != kernels.KernelAttentionGQAStaged || r.Splits != short || r.BlockFrom != 0 || d.Grid != [3]int{2, 1, short} || d.Block != 256 {
+				t.Errorf("from %d: attention_partial %s %+v on grid %v x %d, want attention_gqa_staged, %d equal ranges on grid [2 1 %d] x 256", from, d.Kernel, r, d.Grid, d.Block, short, short)
 			}
 		}
-		if parts != 10 || merges != 10 {
-			t.Errorf("from %d: %d attention_partial and %d attention_merge, want 10 each", from, parts, merges)
+		for _, d := range merges {
+			if got := d.Attrs.Int("block_from"); got != 0 {
+				t.Errorf("from %d: attention_merge block_from %d, want 0", from, got)
+			}
 		}
 	}
+}
+
+// splitAttention is a decode plan's attention_partial and attention_merge dispatches,
+// failing the test (what names the case) unless each of the model's ten attention layers
+// has one of each.
+func splitAttention(t *testing.T, what string, p *plan.Plan) (parts, merges []plan.Dispatch) {
+	t.Helper()
+	for _, d := range p.Dispatches {
+		switch d.Op {
+		case "attention_partial":
+			parts = append(parts, d)
+		case "attention_merge":
+			merges = append(merges, d)
+		}
+	}
+	if len(parts) != 10 || len(merges) != 10 {
+		t.Errorf("%s: %d attention_partial and %d attention_merge, want 10 each", what, len(parts), len(merges))
+	}
+	return parts, merges
 }

@@ -66,15 +66,12 @@
 #           matvec_q8_norm,router small:.dev/pistil:rms_norm,gated_rms_norm,gdn_gates,rope,
 #           slice,kv_append,embed" CONTEXTS=0 bash cuda/device_repeat.sh (every kernel but
 #           conv1d and gated_delta keeps the answer repeated: cuda/emu/repeatable.sh).
-# Branch attn-chains (written in the twenty-fifth session, passes cuda/emu with AD_CHAINS
-# 1, 2 and 4, never run on a GPU): attention_gqa_mma's tile products in independent mma
-# chains (PISTIL_CUDA_DEFINES AD_CHAINS=2 or 4; 1, the default, is main's code). Its call,
-# with the branch's binaries packed: (cd cuda && for c in 2 4; do PISTIL_CUDA_DEFINES=
-# AD_CHAINS=$c ../.dev/cuda.test -test.run '^(TestDecodeAttentionMMA|TestDecodeAttentionStaged)$';
-# done), then STEPS="regs bench" REGS_DEFINES="AD_CHAINS=2 AD_CHAINS=4" VARIANTS=
-# "c2=AD_CHAINS=2 c4=AD_CHAINS=4" ROUNDS=2 BF16=0 bash cuda/device_decode_attention.sh
-# (wins only if it spills nothing and beats "on" in both rounds; then VARIANTS with
-# PZ_REPEAT_KERNELS=attention_gqa_mma beside it says how much of the partial it took).
+# Branch attn-chains ran in the twenty-sixth session (H100): level with main at every
+# context (cuda/README.md), not to be run again.
+# Twenty-sixth session (H100 only): matmul_mma.k's tiles without bounds tests around the
+# mma (MMA_FULL_TILES, MMA_UNGUARDED; prefill +20.5% / +13.7%) passed the mma, kernel,
+# plan and grid tests (153) and 14 check lines on an H100, not the whole check: "check"
+# on an H200 covers it with the twenty-fourth and twenty-fifth sessions' kernels.
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u

@@ -78,6 +78,12 @@
 #           wide kernels with MMA_WIDE_MIN_GROUPS 4 / 3 / 0, four check lines, then prefill
 #           512 and 4,096 with the pass on and off alternating (two rounds) and on with 3
 #           groups. Wins only if it spills nothing and beats off in both rounds.
+# tile48: branch expert-tile-headroom (written in the twenty-sixth session, passes cuda/emu,
+#           never run on a GPU; pack that branch's binaries): the routed experts' tiles
+#           sized for 1.5x their average rows (48 at a 1,024-token chunk, expert_mma48)
+#           against the average's 32: the per-op tests, four check lines, prefill 512 and
+#           4,096 on and off alternating (two rounds), and on with MMA_UNGUARDED=0 (a 48-row
+#           tile with 32 rows multiplies a third padding when unguarded).
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u
@@ -112,6 +118,20 @@ has wide && {
 		echo "== round $r mma-wide-rows $v"; timeout 100 ./.dev/pistil $B -pass=mma-wide-rows/$v 2>&1 | grep -E '^prefill'
 	done; done
 	echo "== mma-wide-rows on, MMA_WIDE_MIN_GROUPS=3"; PISTIL_CUDA_DEFINES=MMA_WIDE_MIN_GROUPS=3 timeout 100 ./.dev/pistil $B -pass=mma-wide-rows/on 2>&1 | grep -E '^prefill'
+}
+has tile48 && {
+	(cd cuda && timeout 200 ../.dev/cuda.test -test.count=1 -test.v -test.run '^(TestMMAKernelsMatchReferences|TestMMACasesLowerToTensorCores)$' > "$OUT/next_tile48_tests.txt" 2>&1; echo "tile48 tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_tile48_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_tile48_tests.txt")")
+	for layout in mlx-q4 hf; do M=testdata/golden/tiny-s1/$layout
+		for args in "" "--chunk 32"; do
+			timeout 60 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors -pass=expert-tile-headroom/on -pass=expert-per-slot/off $args > /tmp/c.txt 2>&1
+			echo "tile48 check $layout $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
+		done
+	done
+	B="bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3"
+	for r in 1 2; do for v in off on; do
+		echo "== round $r expert-tile-headroom $v"; timeout 100 ./.dev/pistil $B -pass=expert-tile-headroom/$v 2>&1 | grep -E '^prefill'
+	done; done
+	echo "== expert-tile-headroom on, MMA_UNGUARDED=0"; PISTIL_CUDA_DEFINES=MMA_UNGUARDED=0 timeout 100 ./.dev/pistil $B -pass=expert-tile-headroom/on 2>&1 | grep -E '^prefill'
 }
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

@@ -8,6 +8,7 @@
 # At 4,096 keys the default cuts each kv head's keys into 64 ranges (ShortSplits) of 64
 # keys; from 32,768 into blocks of 256 keys.
 set -u
+. "$(dirname "$0")/device_lib.sh"
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
@@ -16,9 +17,7 @@ for round in $(seq "${ROUNDS:-1}"); do
 	for v in $VARIANTS; do
 		IFS=: read -r name from keys ctxs <<< "$v"
 		sed -e "s/^key_block_split_from = .*/key_block_split_from = $from/" -e "s/^key_block_keys = .*/key_block_keys = $keys/" pipeline.toml > "/tmp/split_$name.toml"
-		timeout 200 ./.dev/pistil bench --backend cuda --model /tmp/full --pipeline "/tmp/split_$name.toml" --prompts= --contexts "$ctxs" \
-			--decode-tokens 64 --repeats 3 --bandwidth-mib 0 > "$OUT/split_${round}_$name.txt" 2>&1
-		echo "round $round $name (from $from, keys $keys): $(grep -E '^decode' "$OUT/split_${round}_$name.txt" | awk '{printf "ctx %s %s  ", $5, $6}')$(grep -E 'rror' "$OUT/split_${round}_$name.txt" | tail -1)"
+		decode_bench "round $round $name (from $from, keys $keys)" "$OUT/split_${round}_$name.txt" 200 "$ctxs" ./.dev/pistil --pipeline "/tmp/split_$name.toml"
 	done
 done
 [ "${PROFILE:-1}" = 0 ] || PROMPTS=${PROMPTS:-4096} SWITCHES=on timeout 300 bash cuda/device_attn_profile.sh

@@ -5,6 +5,7 @@
 # --backend cuda` on the full synthetic model, decode of 64 tokens at CONTEXTS (default
 # 0,4096), medians of 3, ROUNDS rounds (default 2) alternating. Logs in $OUT.
 set -u
+. "$(dirname "$0")/device_lib.sh"
 OUT=${OUT:-/tmp/cuda-out}
 CONTEXTS=${CONTEXTS:-0,4096}
 ROUNDS=${ROUNDS:-2}
@@ -15,8 +16,6 @@ for round in $(seq "$ROUNDS"); do
 	for sw in default $SWITCHES; do
 		flag=""
 		[ "$sw" = default ] || flag="-pass=$sw"
-		timeout 120 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts= --contexts "$CONTEXTS" \
-			--decode-tokens 64 --repeats 3 --bandwidth-mib 0 $flag > "$OUT/switch_${round}_${sw%%/*}.txt" 2>&1
-		echo "round $round $sw: $(grep -E '^decode' "$OUT/switch_${round}_${sw%%/*}.txt" | awk '{printf "ctx %s %s  ", $5, $6}')$(grep -E 'rror' "$OUT/switch_${round}_${sw%%/*}.txt" | tail -1)"
+		decode_bench "round $round $sw" "$OUT/switch_${round}_${sw%%/*}.txt" 120 "$CONTEXTS" ./.dev/pistil $flag
 	done
 done

@@ -9,6 +9,7 @@
 # "MVM_STEPS=2 MMA_XPARTS=2"; a comma joins several into one variant).
 # LATE=0 leaves out the early-loads-off variant.
 set -u
+. "$(dirname "$0")/device_lib.sh"
 OUT=${OUT:-/tmp/cuda-out}
 CONTEXTS=${CONTEXTS:-0,4096}
 ROUNDS=${ROUNDS:-2}
@@ -20,9 +21,7 @@ sed 's/^early_loads = true/early_loads = false/' pipeline.toml > /tmp/lateloads.
 bench() { # name binary args...
 	local name=$1 bin=$2
 	shift 2
-	timeout 150 "$bin" bench --backend cuda --model /tmp/full --prompts= --contexts "$CONTEXTS" \
-		--decode-tokens 64 --repeats 3 --bandwidth-mib 0 "$@" > "$OUT/early_${round}_${name}.txt" 2>&1
-	echo "round $round $name: $(grep -E '^decode' "$OUT/early_${round}_${name}.txt" | awk '{printf "ctx %s %s  ", $5, $6}')$(grep -E 'rror' "$OUT/early_${round}_${name}.txt" | tail -1)"
+	decode_bench "round $round $name" "$OUT/early_${round}_${name}.txt" 150 "$CONTEXTS" "$bin" "$@"
 }
 for round in $(seq "$ROUNDS"); do
 	[ -x .dev/pistil-base ] && bench base .dev/pistil-base --pipeline .dev/pipeline-base.toml

@@ -9,6 +9,7 @@
 # plain run), ROUNDS rounds (default 1) of every variant in turn, decode of 64 tokens at
 # CONTEXTS (default 0,4096,32768), medians of 3. Logs in $OUT.
 set -u
+. "$(dirname "$0")/device_lib.sh"
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
@@ -18,8 +19,7 @@ for round in $(seq "${ROUNDS:-1}"); do
 		IFS=: read -r name bin kernels <<< "$v"
 		defines=""
 		[ -n "$kernels" ] && defines="PZ_REPEAT_KERNELS=\"$kernels\""
-		PISTIL_CUDA_DEFINES="$defines" timeout 150 "$bin" bench --backend cuda --model /tmp/full --prompts= --contexts "${CONTEXTS:-0,4096,32768}" \
-			--decode-tokens 64 --repeats 3 --bandwidth-mib 0 > "$OUT/repeat_${round}_$name.txt" 2>&1
-		echo "round $round $name ($bin, twice: ${kernels:-none}): $(grep -E '^decode' "$OUT/repeat_${round}_$name.txt" | awk '{printf "ctx %s %s  ", $5, $6}')$(grep -E 'rror' "$OUT/repeat_${round}_$name.txt" | tail -1)"
+		PISTIL_CUDA_DEFINES="$defines" decode_bench "round $round $name ($bin, twice: ${kernels:-none})" "$OUT/repeat_${round}_$name.txt" 150 \
+			"${CONTEXTS:-0,4096,32768}" "$bin"
 	done
 done

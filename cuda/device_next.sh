@@ -78,6 +78,12 @@
 #           wide kernels with MMA_WIDE_MIN_GROUPS 4 / 3 / 0, four check lines, then prefill
 #           512 and 4,096 with the pass on and off alternating (two rounds) and on with 3
 #           groups. Wins only if it spills nothing and beats off in both rounds.
+# tile48: branch expert-tile-headroom (written in the twenty-sixth session, passes cuda/emu,
+#           never run on a GPU; pack that branch's binaries): the routed experts' tiles
+#           sized for 1.5x their average rows (48 at a 1,024-token chunk, expert_mma48)
+#           against the average's 32: the per-op tests, four check lines, prefill 512 and
+#           4,096 on and off alternating (two rounds), and on with MMA_UNGUARDED=0 (a 48-row
+#           tile with 32 rows multiplies a third padding when unguarded).
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u
@@ -94,24 +100,34 @@ has attn && { STEPS=regs bash cuda/device_decode_attention.sh 2>&1 | grep -E "en
 has pstalls && { KERNELS='regex:^attention_prefill_mma$' PROMPT=8192 SKIP=70 COUNT=3 timeout 500 bash cuda/device_stalls.sh > "$OUT/next_pstalls.txt" 2>&1; echo "pstalls exit $?"; tail -40 "$OUT/next_pstalls.txt"; }
 has switches && { timeout 400 bash cuda/device_decode_switches.sh 2>&1 | tee "$OUT/next_switches.txt"; }
 has h200 && { LATE=0 ROUNDS=2 CONTEXTS=0,4096,32768 timeout 500 bash cuda/device_early_loads.sh 2>&1 | tee "$OUT/next_h200.txt"; (cd cuda && timeout 300 ../.dev/cuda.test -test.run 'TestGrid' -test.count=1 -test.v > "$OUT/next_grid.txt" 2>&1; echo "TestGrid exit $?"; grep -cE -- "--- PASS: TestGrid/" "$OUT/next_grid.txt"); }
+# prefill_pass_trial NAME PASS DEFINES SWITCHES...: a prefill pass that is off by default,
+# tried: the mma per-op tests, pistil check on both fixtures (whole and in chunks of 32)
+# with the pass and SWITCHES on, prefill 512 and 4,096 with the pass off and on
+# alternating (two rounds), then on with PISTIL_CUDA_DEFINES=DEFINES.
+prefill_pass_trial() {
+	local name=$1 pass=$2 defines=$3
+	shift 3
+	(cd cuda && timeout 200 ../.dev/cuda.test -test.count=1 -test.v -test.run '^(TestMMAKernelsMatchReferences|TestMMACasesLowerToTensorCores)$' > "$OUT/next_${name}_tests.txt" 2>&1; echo "$name tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_${name}_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_${name}_tests.txt")")
+	for layout in mlx-q4 hf; do M=testdata/golden/tiny-s1/$layout
+		for args in "" "--chunk 32"; do
+			timeout 60 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors -pass=$pass/on "$@" $args > /tmp/c.txt 2>&1
+			echo "$name check $layout $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
+		done
+	done
+	local B="bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3"
+	for r in 1 2; do for v in off on; do
+		echo "== round $r $pass $v"; timeout 100 ./.dev/pistil $B -pass=$pass/$v 2>&1 | grep -E '^prefill'
+	done; done
+	echo "== $pass on, $defines"; PISTIL_CUDA_DEFINES=$defines timeout 100 ./.dev/pistil $B -pass=$pass/on 2>&1 | grep -E '^prefill'
+}
 has wide && {
-	(cd cuda && timeout 200 ../.dev/cuda.test -test.count=1 -test.v -test.run '^(TestMMAKernelsMatchReferences|TestMMACasesLowerToTensorCores)$' > "$OUT/next_wide_tests.txt" 2>&1; echo "wide tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_wide_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_wide_tests.txt")")
 	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
 	for g in 4 3 0; do
 		(cd "$OUT" && timeout 200 nvcc -arch=sm_90 -Xptxas -v -DMMA_WIDE_MIN_GROUPS=$g -c -o /dev/null kernels.cu > "ptxas_wide$g.txt" 2>&1)
 		echo "MMA_WIDE_MIN_GROUPS=$g:"; grep -A3 -E "entry function '(matmul_mma_wide_q4|expert_mma32w_q4|matmul_mma_q4|expert_mma32_q4)'" "$OUT/ptxas_wide$g.txt" | grep -E "entry|registers|spill"
 	done
-	for layout in mlx-q4 hf; do M=testdata/golden/tiny-s1/$layout
-		for args in "" "--chunk 32"; do
-			timeout 60 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors -pass=mma-wide-rows/on -pass=mma-split-k/off -pass=expert-per-slot/off $args > /tmp/c.txt 2>&1
-			echo "wide check $layout $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
-		done
-	done
-	B="bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3"
-	for r in 1 2; do for v in off on; do
-		echo "== round $r mma-wide-rows $v"; timeout 100 ./.dev/pistil $B -pass=mma-wide-rows/$v 2>&1 | grep -E '^prefill'
-	done; done
-	echo "== mma-wide-rows on, MMA_WIDE_MIN_GROUPS=3"; PISTIL_CUDA_DEFINES=MMA_WIDE_MIN_GROUPS=3 timeout 100 ./.dev/pistil $B -pass=mma-wide-rows/on 2>&1 | grep -E '^prefill'
+	prefill_pass_trial wide mma-wide-rows MMA_WIDE_MIN_GROUPS=3 -pass=mma-split-k/off -pass=expert-per-slot/off
 }
+has tile48 && prefill_pass_trial tile48 expert-tile-headroom MMA_UNGUARDED=0 -pass=expert-per-slot/off
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

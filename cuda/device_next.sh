@@ -73,8 +73,9 @@
 # plan and grid tests (153) and 14 check lines on an H100, not the whole check: "check"
 # on an H200 covers it with the twenty-fourth and twenty-fifth sessions' kernels.
 # wide: branch mma-wide (written in the twenty-sixth session, passes cuda/emu, never run on
-#           a GPU; pack that branch's binaries: main's have no mma-wide-rows pass): the prefill GEMMs in tiles of 128 weight rows x 32 tokens, two row
-#           blocks a warp (pass mma-wide-rows, off): the per-op tests, registers of the
+#           a GPU; pack that branch's binaries: main's have no mma-wide-rows pass): the
+#           prefill GEMMs in tiles of 128 weight rows x 32 tokens, two row blocks a warp
+#           (pass mma-wide-rows, off): the per-op tests, registers of the
 #           wide kernels with MMA_WIDE_MIN_GROUPS 4 / 3 / 0, four check lines, then prefill
 #           512 and 4,096 with the pass on and off alternating (two rounds) and on with 3
 #           groups. Wins only if it spills nothing and beats off in both rounds.

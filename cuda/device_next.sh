@@ -85,6 +85,12 @@
 #           against the average's 32: the per-op tests, four check lines, prefill 512 and
 #           4,096 on and off alternating (two rounds), and on with MMA_UNGUARDED=0 (a 48-row
 #           tile with 32 rows multiplies a third padding when unguarded).
+# delta: branch delta-ahead (written in the twenty-sixth session, passes cuda/emu, never
+#           run on a GPU; pack that branch's binaries): gated_delta (the prefill GDN
+#           recurrence, 11% of a 1,024-token chunk on the H100) with the inputs of 2 or 3
+#           tokens in flight instead of 1 (PISTIL_CUDA_DEFINES=DELTA_AHEAD=N, the same
+#           operations): TestKernelsMatchReferences and two check lines with each, then
+#           prefill 512 and 4,096 with 1, 2 and 3, two rounds.
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u
@@ -130,5 +136,18 @@ has wide && {
 	prefill_pass_trial wide mma-wide-rows MMA_WIDE_MIN_GROUPS=3 -pass=mma-split-k/off -pass=expert-per-slot/off
 }
 has tile48 && prefill_pass_trial tile48 expert-tile-headroom MMA_UNGUARDED=0 -pass=expert-per-slot/off
+has delta && {
+	for a in 2 3; do
+		(cd cuda && PISTIL_CUDA_DEFINES=DELTA_AHEAD=$a timeout 120 ../.dev/cuda.test -test.count=1 -test.v -test.run '^TestKernelsMatchReferences$' > "$OUT/next_delta_tests_$a.txt" 2>&1; echo "DELTA_AHEAD=$a tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_delta_tests_$a.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_delta_tests_$a.txt")")
+		for layout in mlx-q4 hf; do M=testdata/golden/tiny-s1/$layout
+			PISTIL_CUDA_DEFINES=DELTA_AHEAD=$a timeout 60 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors --chunk 32 > /tmp/c.txt 2>&1
+			echo "DELTA_AHEAD=$a check $layout --chunk 32: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
+		done
+	done
+	B="bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3"
+	for r in 1 2; do for a in 1 2 3; do
+		echo "== round $r DELTA_AHEAD=$a"; PISTIL_CUDA_DEFINES=DELTA_AHEAD=$a timeout 100 ./.dev/pistil $B 2>&1 | grep -E '^prefill'
+	done; done
+}
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

@@ -44,20 +44,30 @@ func mmaCases() []opCase {
 		{name: "matmul bf16 65x128 to 24", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 65, 128), randtensor.BF16(r, 24, 128)}},
 		{name: "matmul rows 3d", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 5, 4, 64), randtensor.BF16(r, 50, 64)}},
 	}
-	// Each dense case twice: on matmul_mma and on matmul_mma_splitk (the mma-split-k
-	// pass marks the small grids; here both kernels run every shape).
+	// Each dense case three times: on matmul_mma, on matmul_mma_splitk (the mma-split-k
+	// pass marks the small grids; here both kernels run every shape) and on the wide tiles
+	// of matmul_mma_wide (mma-wide-rows).
 	for i := range cases {
 		cases[i].attrs = on
-		split := cases[i]
+		split, wide := cases[i], cases[i]
 		split.name += ", split k"
 		split.attrs = graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrMMASplitK: true}
-		cases = append(cases, split)
+		wide.name += ", wide rows"
+		wide.attrs = graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrMMAWideRows: true}
+		cases = append(cases, split, wide)
 	}
-	// Each expert tile height, and the split-k tile (16 routed rows, 32 weight rows, the
-	// k-steps shared out among the warps: fewer steps than warps at K 64 and 128).
-	for _, tile := range append(slices.Clone(gpu.ExpertTiles), 0) {
+	// Each expert tile height, the split-k tile (16 routed rows, 32 weight rows, the
+	// k-steps shared out among the warps: fewer steps than warps at K 64 and 128) and the
+	// wide tile (-1: 32 routed rows, 128 weight rows, expert_mma32w).
+	for _, tile := range append(slices.Clone(gpu.ExpertTiles), 0, -1) {
 		at := graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(tile)}
 		name := fmt.Sprintf("tile %d", tile)
+		if tile == -1 {
+			name = "wide rows"
+			at = graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(kernels.MMAWideTileN), gpu.AttrMMAWideRows: true}
+			cases = append(cases, opCase{name: "expert q4 wide rows, 50 rows per expert, 300 weight rows, K 512", op: "expert_qmatmul", attrs: at,
+				in: []*ops.Tensor{randtensor.F32(r, 100, 512), randtensor.Quant(r, graph.Q4, 8, 300, 512), routed(100, 4, 8, 8)}})
+		}
 		if tile == 0 {
 			name = "split k"
 			at = graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(kernels.MMASplitKTileN), gpu.AttrExpertSplitK: true}
@@ -109,10 +119,16 @@ func TestMMACasesLowerToTensorCores(t *testing.T) {
 		if c.attrs.Bool(gpu.AttrMMASplitK) {
 			want = kernels.KernelMatmulMMASplitK
 		}
+		if c.attrs.Bool(gpu.AttrMMAWideRows) {
+			want = kernels.KernelMatmulMMAWide
+		}
 		if c.op == "expert_qmatmul" || c.op == "expert_matmul" {
 			want = map[int]string{16: kernels.KernelExpertMMA16, 32: kernels.KernelExpertMMA32, 64: kernels.KernelExpertMMA64}[c.attrs.Int(gpu.AttrExpertTile)]
 			if c.attrs.Bool(gpu.AttrExpertSplitK) {
 				want = kernels.KernelExpertMMASplitK
+			}
+			if c.attrs.Bool(gpu.AttrMMAWideRows) {
+				want = kernels.KernelExpertMMA32W
 			}
 		}
 		if q4, ok := kernels.MMAQ4Kernel[want]; ok && c.in[1].DType == graph.Q4 {
@@ -142,6 +158,19 @@ func TestMMACasesLowerToTensorCores(t *testing.T) {
 		}
 		if _, err := gpu.CUDA.Lower(&plan.Dispatch{Op: "matmul", Attrs: graph.Attrs{gpu.AttrTensorCores: true}}, in, in[:1], 0); err == nil {
 			t.Errorf("%s: a matmul marked for the tensor cores lowered", name)
+		}
+	}
+	// The wide expert tiles hold 32 routed rows: a wide mark on another tile is refused.
+	ex := []gpu.Operand{denseOperand(1<<40, graph.F32, []int{40, 128}), denseOperand(1<<40, graph.Q4, []int{16, 72, 128}), denseOperand(1<<40, graph.I32, []int{40, 4})}
+	if _, err := gpu.CUDA.Lower(&plan.Dispatch{Op: "expert_qmatmul", Attrs: graph.Attrs{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(16)}}, ex, ex[:1], 3<<40); err != nil {
+		t.Errorf("the expert tile of 16 routed rows did not lower: %v", err)
+	}
+	for _, at := range []graph.Attrs{
+		{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(16), gpu.AttrMMAWideRows: true},
+		{gpu.AttrTensorCores: true, gpu.AttrExpertTile: int64(kernels.MMASplitKTileN), gpu.AttrExpertSplitK: true, gpu.AttrMMAWideRows: true},
+	} {
+		if _, err := gpu.CUDA.Lower(&plan.Dispatch{Op: "expert_qmatmul", Attrs: at}, ex, ex[:1], 3<<40); err == nil {
+			t.Errorf("an expert tile of %d routed rows marked %s lowered", at.Int(gpu.AttrExpertTile), gpu.AttrMMAWideRows)
 		}
 	}
 }

@@ -281,6 +281,9 @@ func lowerMatmul(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		if d.Attrs.Bool(AttrMMASplitK) {
 			return newKernel(mmaKernelFor(kernels.KernelMatmulMMASplitK, w), [3]int{ceilDiv(M, kernels.MMASplitKTileM), ceilDiv(rows, kernels.MMASplitKTileN), 1}, kernels.MMAThreads, args)
 		}
+		if d.Attrs.Bool(AttrMMAWideRows) {
+			return newKernel(mmaKernelFor(kernels.KernelMatmulMMAWide, w), [3]int{ceilDiv(M, kernels.MMAWideTileM), ceilDiv(rows, kernels.MMAWideTileN), 1}, kernels.MMAThreads, args)
+		}
 		return newKernel(mmaKernelFor(kernels.KernelMatmulMMA, w), [3]int{ceilDiv(M, kernels.MMATileM), ceilDiv(rows, kernels.MMATileN), 1}, kernels.MMAThreads, args)
 	}
 	if rows == 1 && q4Matvec(w, K) {
@@ -358,6 +361,12 @@ func lowerExpert(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 			}
 			kernel, rowsPerGroup = kernels.KernelExpertMMASplitK, kernels.MMASplitKTileM
 		}
+		if d.Attrs.Bool(AttrMMAWideRows) {
+			if tile != kernels.MMAWideTileN || d.Attrs.Bool(AttrExpertSplitK) {
+				return nil, fmt.Errorf("%s: marked %s with an expert tile of %d routed rows (the wide tiles hold %d, not split)", d.Op, AttrMMAWideRows, tile, kernels.MMAWideTileN)
+			}
+			kernel, rowsPerGroup = kernels.KernelExpertMMA32W, kernels.MMAWideTileM
+		}
 		if E > 65535 {
 			return nil, fmt.Errorf("%s: %d experts exceed the grid", d.Op, E)
 		}
@@ -414,6 +423,10 @@ const (
 	// MMASplitKTileN routed rows on expert_mma_splitk: tiles of MMASplitKTileM weight rows,
 	// the k-steps shared out among a group's warps (expert-split-k; ExpertSplitKShape).
 	AttrExpertSplitK = "expert_split_k"
+	// AttrMMAWideRows (bool) runs a tensor-core matmul (not split-k) on matmul_mma_wide,
+	// or a routed-expert matmul whose tile is MMAWideTileN routed rows on expert_mma32w:
+	// tiles of MMAWideTileM weight rows, two row blocks a warp (mma-wide-rows).
+	AttrMMAWideRows = "mma_wide_rows"
 )
 
 // BatchedMatvecMaxRows is the most activation rows of a q4 qmatmul, and

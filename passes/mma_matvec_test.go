@@ -112,3 +112,52 @@ func TestExpertSplitKMarksSmallExpertTiles(t *testing.T) {
 		}
 	}
 }
+
+// On the 35B-A3B's prefill plans, mma-wide-rows gives the wide tiles to the dense matmuls
+// that run on matmul_mma (not the split-k ones) and to the routed experts' matmuls in
+// tiles of 32 routed rows: in a 1,024-token chunk (T·k/E = 32) the 150 of matmul_mma_q4
+// (the GDN's qkv, z and output projections, attention's q and output projections, the
+// shared experts' down projections) and the 120 routed gate, up and down projections;
+// at 512 tokens the experts' tiles hold 16 rows and stay, and of the dense matmuls only
+// the 70 of 8,192 and 4,096 rows (GDN qkv and z, attention's q) run on matmul_mma (the
+// rest fill too few 64 x 64 tiles and are split-k's); off, or on Metal, none.
+func TestMMAWideRowsMarksDenseAndTile32(t *testing.T) {
+	cfg := qwen35moe.Default()
+	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		backend           string
+		tokens            int
+		on                bool
+		wantDense, wantEx int
+	}{{"cuda", 1024, true, 150, 120}, {"cuda", 1024, false, 0, 0}, {"cuda", 512, true, 70, 0}, {"metal", 1024, true, 0, 0}} {
+		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: c.tokens, Backend: c.backend},
+			passes.Config{Off: map[string]bool{"mma-wide-rows": !c.on}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dense, experts := 0, 0
+		for _, d := range p.Dispatches {
+			switch d.Kernel {
+			case kernels.KernelMatmulMMAWide, kernels.KernelMatmulMMAWideQ4:
+				dense++
+			case kernels.KernelExpertMMA32W, kernels.KernelExpertMMA32WQ4:
+				experts++
+			default:
+				if d.Attrs.Bool(gpu.AttrMMAWideRows) {
+					t.Errorf("%s T=%d: %s %s marked %s runs %s", c.backend, c.tokens, d.Op, d.Label, gpu.AttrMMAWideRows, d.Kernel)
+				}
+				continue
+			}
+			if !d.Attrs.Bool(gpu.AttrMMAWideRows) {
+				t.Errorf("%s T=%d: %s %s runs %s unmarked", c.backend, c.tokens, d.Op, d.Label, d.Kernel)
+			}
+		}
+		if dense != c.wantDense || experts != c.wantEx {
+			t.Errorf("%s T=%d on=%v: %d dense and %d routed-expert dispatches on the wide tiles, want %d and %d",
+				c.backend, c.tokens, c.on, dense, experts, c.wantDense, c.wantEx)
+		}
+	}
+}

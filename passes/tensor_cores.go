@@ -53,6 +53,21 @@ func expertSplitK(u *Unit) error {
 	})
 }
 
+// mmaWideRows gives the tensor-core dense matmuls (those mma-split-k left on matmul_mma)
+// and the routed-expert matmuls in tiles of 32 routed rows the wide tiles: 128 weight rows
+// per group, two row blocks a warp (matmul_mma_wide, expert_mma32w), so each activation
+// fragment a warp loads feeds two mma and a k-step's staging serves half the tokens per
+// mma. The same products per stored value. Off by default until measured on a GPU.
+func mmaWideRows(u *Unit) error {
+	return markTensorCoreKernel(u, "mma-wide-rows", gpu.AttrMMAWideRows, func(_ *gpu.Target, d *plan.Dispatch, _ []gpu.Operand) bool {
+		switch d.Op {
+		case "expert_matmul", "expert_qmatmul":
+			return d.Attrs.Int(gpu.AttrExpertTile) == kernels.MMAWideTileN && !d.Attrs.Bool(gpu.AttrExpertSplitK)
+		}
+		return !d.Attrs.Bool(gpu.AttrMMASplitK)
+	})
+}
+
 // markTensorCoreKernel sets attr on the dispatches marked for the tensor cores that want
 // it (a choice among their kernels), counting them under the pass's name.
 func markTensorCoreKernel(u *Unit, pass, attr string, wants func(t *gpu.Target, d *plan.Dispatch, in []gpu.Operand) bool) error {

@@ -85,9 +85,15 @@ const (
 	KernelExpertMMA32     = "expert_mma32"
 	KernelExpertMMA64     = "expert_mma64"
 	KernelExpertMMASplitK = "expert_mma_splitk"
+	// The wide tiles (the mma-wide-rows pass): MMAWideTileM weight rows x MMAWideTileN
+	// tokens, or routed rows of one expert.
+	KernelMatmulMMAWide = "matmul_mma_wide"
+	KernelExpertMMA32W  = "expert_mma32w"
 	// The same for q4 weights alone (MMAQ4Kernel).
 	KernelMatmulMMAQ4       = "matmul_mma_q4"
 	KernelMatmulMMASplitKQ4 = "matmul_mma_splitk_q4"
+	KernelMatmulMMAWideQ4   = "matmul_mma_wide_q4"
+	KernelExpertMMA32WQ4    = "expert_mma32w_q4"
 	// attention_prefill on the tensor cores (attention_mma.k).
 	KernelAttentionPrefillMMA = "attention_prefill_mma"
 	// attention_gqa on the tensor cores (attention_mma.k): decode's, and any untiled step's.
@@ -133,6 +139,8 @@ var MMAQ4Kernel = map[string]string{
 	KernelExpertMMA32:     KernelExpertMMA32Q4,
 	KernelExpertMMA64:     KernelExpertMMA64Q4,
 	KernelExpertMMASplitK: KernelExpertMMASplitKQ4,
+	KernelMatmulMMAWide:   KernelMatmulMMAWideQ4,
+	KernelExpertMMA32W:    KernelExpertMMA32WQ4,
 }
 
 // MMAMatvecTwin maps each q4 matrix-vector kernel that has a tensor-core twin to it: the
@@ -210,6 +218,7 @@ var Names = []string{
 // CUDANames lists the kernels of CUDAFamilies.
 var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA16, KernelExpertMMA32, KernelExpertMMA64, KernelExpertMMASplitK,
 	KernelMatmulMMAQ4, KernelMatmulMMASplitKQ4, KernelExpertMMA16Q4, KernelExpertMMA32Q4, KernelExpertMMA64Q4, KernelExpertMMASplitKQ4,
+	KernelMatmulMMAWide, KernelExpertMMA32W, KernelMatmulMMAWideQ4, KernelExpertMMA32WQ4,
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
 	KernelMatvecIMMAQ4, KernelMatvecFusedIMMAQ4, KernelExpertMVSwiGLUIMMAQ4, KernelExpertMVSwiGLUSharedIMMAQ4,
 	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelMatvecFusedNormStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
@@ -250,6 +259,8 @@ const (
 	AttnStagedGroupMemory = 139264 // AS_SMEM_BYTES: attention_gqa_staged's dynamic group memory (four float32 key tiles and the partial scores)
 	MMATileM              = 64     // MMA_TM: matmul_mma's weight rows per group
 	MMATileN              = 64     // MMA_TN: matmul_mma's activation rows per group
+	MMAWideTileM          = 128    // MMA_WIDE_TM: matmul_mma_wide's and expert_mma32w's weight rows per group
+	MMAWideTileN          = 32     // MMA_WIDE_TN: their activation (routed) rows per group
 	MMASplitKTileM        = 32     // MMA_SK_M: matmul_mma_splitk's weight rows per group
 	MMASplitKTileN        = 16     // MMA_SK_N: matmul_mma_splitk's activation rows per group
 	MMAMatvecRows         = 16     // MVM_ROWS: the tensor-core matrix-vector kernels' weight rows per group

@@ -66,11 +66,12 @@ for layout in mlx-q4 hf; do
 	# The split-k expert tiles (expert-split-k, off by default since the fourteenth
 	# session): with expert-per-slot off the fixture's chunks of 32 give them its experts.
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=expert-split-k/on -pass=expert-per-slot/off
-	# The wide tiles (mma-wide-rows, off by default): with mma-split-k and expert-per-slot
+	# The wide tiles (mma-wide-rows, on by default): with mma-split-k and expert-per-slot
 	# off the fixture's matmuls run on matmul_mma_wide (its experts' tiles hold 16 rows, so
-	# expert_mma32w runs in the per-op tests only).
+	# expert_mma32w runs in the per-op tests only); with the pass off too, on matmul_mma.
 	check --model "$dir" --reference "$ref" -pass=mma-wide-rows/on -pass=mma-split-k/off -pass=expert-per-slot/off
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-wide-rows/on -pass=mma-split-k/off -pass=expert-per-slot/off
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-wide-rows/off -pass=mma-split-k/off -pass=expert-per-slot/off
 	# The decode matrix-vector products on the SIMT kernels instead of their tensor-core
 	# twins (mma-matvec, on by default).
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-matvec/off

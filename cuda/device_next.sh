@@ -129,11 +129,15 @@ prefill_pass_trial() {
 }
 has wide && {
 	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
+	# The three register reports compile on the host's cores while the GPU runs the trial.
 	for g in 4 3 0; do
-		(cd "$OUT" && timeout 200 nvcc -arch=sm_90 -Xptxas -v -DMMA_WIDE_MIN_GROUPS=$g -c -o /dev/null kernels.cu > "ptxas_wide$g.txt" 2>&1)
-		echo "MMA_WIDE_MIN_GROUPS=$g:"; grep -A3 -E "entry function '(matmul_mma_wide_q4|expert_mma32w_q4|matmul_mma_q4|expert_mma32_q4)'" "$OUT/ptxas_wide$g.txt" | grep -E "entry|registers|spill"
+		(cd "$OUT" && timeout 300 nvcc -arch=sm_90 -Xptxas -v -DMMA_WIDE_MIN_GROUPS=$g -c -o /dev/null kernels.cu > "ptxas_wide$g.txt" 2>&1) &
 	done
 	prefill_pass_trial wide mma-wide-rows MMA_WIDE_MIN_GROUPS=3 -pass=mma-split-k/off -pass=expert-per-slot/off
+	wait
+	for g in 4 3 0; do
+		echo "MMA_WIDE_MIN_GROUPS=$g:"; grep -A3 -E "entry function '(matmul_mma_wide_q4|expert_mma32w_q4|matmul_mma_q4|expert_mma32_q4)'" "$OUT/ptxas_wide$g.txt" | grep -E "entry|registers|spill"
+	done
 }
 has tile48 && prefill_pass_trial tile48 expert-tile-headroom MMA_UNGUARDED=0 -pass=expert-per-slot/off
 has delta && {

@@ -57,7 +57,7 @@ func expertSplitK(u *Unit) error {
 // and the routed-expert matmuls in tiles of 32 routed rows the wide tiles: 128 weight rows
 // per group, two row blocks a warp (matmul_mma_wide, expert_mma32w), so each activation
 // fragment a warp loads feeds two mma and a k-step's staging serves half the tokens per
-// mma. The same products per stored value. Off by default until measured on a GPU.
+// mma. The same products per stored value.
 func mmaWideRows(u *Unit) error {
 	return markTensorCoreKernel(u, "mma-wide-rows", gpu.AttrMMAWideRows, func(_ *gpu.Target, d *plan.Dispatch, _ []gpu.Operand) bool {
 		switch d.Op {

@@ -30,7 +30,7 @@ func init() {
 			return nil, err
 		}
 		var funcs map[string]uintptr
-		if err := g.do(func() (err error) { funcs, err = g.kernelsFor(o.LateLoads); return err }); err != nil {
+		if err := g.do(func() (err error) { funcs, err = g.kernelsFor(o.LateLoads, o.KernelDefines); return err }); err != nil {
 			return nil, err
 		}
 		return &Backend{dev: g, funcs: funcs, graphs: o.Graphs, programmatic: o.ProgrammaticLaunch, weights: map[string]*deviceWeight{}}, nil
@@ -41,8 +41,9 @@ func init() {
 // once and shared by every plan (decode, prefill chunk, remainder pieces).
 type Backend struct {
 	dev *device
-	// funcs are the kernels this backend launches: the device's default module, or its
-	// module without early loads (exec.BackendOptions.LateLoads).
+	// funcs are the kernels this backend launches: the device's default module, or a
+	// module without early loads (exec.BackendOptions.LateLoads) or with other tuning
+	// macros (KernelDefines).
 	funcs  map[string]uintptr
 	graphs bool
 	// programmatic: graph edges as programmatic dependencies, where the device and

@@ -9,6 +9,7 @@ import (
 
 	"pistil/exec"
 	"pistil/ops/kernels"
+	"pistil/passes"
 	"pistil/plan"
 )
 
@@ -181,5 +182,64 @@ func TestProgrammaticEdgesKeepTheAnswer(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestKernelDefinesKeepTheAnswer: the tuning macros of pipeline.toml [cuda]
+// kernel_defines switch kernel variants that compute the same values, so a model opened
+// with the prefill mma's bounds tests back (MMA_FULL_TILES=0, MMA_UNGUARDED=0) and every
+// token sub-tile of its partial tiles multiplied (MMA_PARTIAL_SUBTILES=0) gives the
+// default module's logits bit for bit over a prefill of 23 tokens in chunks of 32 (a
+// partial wide tile, mma-split-k and expert-per-slot off so the matmuls run on
+// matmul_mma_wide and the experts on expert_mma16) and decode steps; and a define that
+// is not a tuning macro is refused by name.
+func TestKernelDefinesKeepTheAnswer(t *testing.T) {
+	if _, err := loadDriver(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	cfg := passes.Config{Off: map[string]bool{"mma-split-k": true, "expert-per-slot": true}}
+	run := func(defines []string) [][]float32 {
+		m, err := exec.Open(fixtures.Golden("mlx-q4"), exec.Options{Backend: "cuda", Chunk: 32, Passes: cfg, KernelDefines: defines})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		b := m.Backend().(*Backend)
+		if variant := b.funcs[kernels.KernelMatmulMMAWideQ4] != b.dev.funcs[kernels.KernelMatmulMMAWideQ4]; variant != (len(defines) > 0) {
+			t.Fatalf("defines %q: the backend launches the default module's kernels: %v", defines, !variant)
+		}
+		s, err := m.NewSession(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		prompt := make([]int32, 23)
+		for i := range prompt {
+			prompt[i] = int32(5 * i % 50)
+		}
+		if err := s.Prefill(t.Context(), prompt, exec.PrefillOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		out := [][]float32{append([]float32(nil), s.Logits()...)}
+		for i := range 3 {
+			if err := s.Decode(t.Context(), int32(11+i)); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, append([]float32(nil), s.Logits()...))
+		}
+		return out
+	}
+	def := run(nil)
+	got := run([]string{"MMA_FULL_TILES=0", "MMA_UNGUARDED=0", "MMA_PARTIAL_SUBTILES=0"})
+	for step := range def {
+		for i := range def[step] {
+			if def[step][i] != got[step][i] {
+				t.Fatalf("step %d logit %d: %v with the tuning macros off, %v by default", step, i, got[step][i], def[step][i])
+			}
+		}
+	}
+	_, err := exec.Open(fixtures.Golden("mlx-q4"), exec.Options{Backend: "cuda", KernelDefines: []string{"MMA_UNGUARDED=0", "NO_SUCH_MACRO=1"}})
+	if err == nil || !strings.Contains(err.Error(), `"NO_SUCH_MACRO" is not one of the CUDA kernels' tuning macros`) {
+		t.Errorf("a define that is not a tuning macro: error %v", err)
 	}
 }

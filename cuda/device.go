@@ -25,10 +25,12 @@ type device struct {
 	sms     int
 	stream  uintptr
 	module  uintptr
-	funcs   map[string]uintptr // the default module's: early loads on
-	// lateFuncs is the module compiled with PZ_LATE_LOADS (every kernel waits for the
-	// kernels before it at entry), built on first use: pipeline.toml [cuda] early_loads = false.
-	lateFuncs map[string]uintptr
+	funcs   map[string]uintptr // the default module's: early loads on, tuning macros at their defaults
+	// variants are the modules compiled with other options, by their -D options joined:
+	// PZ_LATE_LOADS (every kernel waits for the kernels before it at entry: pipeline.toml
+	// [cuda] early_loads = false) and tuning macros ([cuda] kernel_defines), each built
+	// on first use.
+	variants map[string]map[string]uintptr
 
 	// mu serialises CUDA work: a context is current per OS thread and stream capture is
 	// thread-local, so every call runs on a locked OS thread under mu.
@@ -129,20 +131,36 @@ func (g *device) loadKernels() error {
 }
 
 // kernelsFor returns the functions of the module a backend launches: the default one,
-// or with lateLoads the one compiled with PZ_LATE_LOADS (compiled here the first time it
-// is asked for; the caller holds the device).
-func (g *device) kernelsFor(lateLoads bool) (map[string]uintptr, error) {
-	if !lateLoads {
+// or one compiled with PZ_LATE_LOADS (lateLoads) and the tuning macros of defines
+// (NAME=VALUE, kernels.ParseTuningDefine), compiled here the first time it is asked for.
+// The caller holds the device.
+func (g *device) kernelsFor(lateLoads bool, defines []string) (map[string]uintptr, error) {
+	var opts []string
+	for _, d := range defines {
+		if _, _, err := kernels.ParseTuningDefine(d); err != nil {
+			return nil, err
+		}
+		opts = append(opts, "-D"+d)
+	}
+	if lateLoads {
+		opts = append(opts, "-DPZ_LATE_LOADS")
+	}
+	if len(opts) == 0 {
 		return g.funcs, nil
 	}
-	if g.lateFuncs == nil {
-		_, funcs, err := g.compileModule([]string{"-DPZ_LATE_LOADS"})
-		if err != nil {
-			return nil, fmt.Errorf("the kernels without early loads (PZ_LATE_LOADS): %w", err)
-		}
-		g.lateFuncs = funcs
+	key := strings.Join(opts, " ")
+	if funcs, ok := g.variants[key]; ok {
+		return funcs, nil
 	}
-	return g.lateFuncs, nil
+	_, funcs, err := g.compileModule(opts)
+	if err != nil {
+		return nil, fmt.Errorf("the kernels compiled with %s: %w", key, err)
+	}
+	if g.variants == nil {
+		g.variants = map[string]map[string]uintptr{}
+	}
+	g.variants[key] = funcs
+	return funcs, nil
 }
 
 // compileModule compiles the dialect kernels with extra -D options (and

@@ -133,6 +133,8 @@ type BackendOptions struct {
 	// LateLoads: CUDA kernels wait for the kernels before them at entry, none reading
 	// its weights or state early (exec.Options).
 	LateLoads bool
+	// KernelDefines: CUDA kernel tuning macros, NAME=VALUE (exec.Options).
+	KernelDefines []string
 	// Metal is the Metal encoder's ablation switches (pipeline.toml [metal]); the zero
 	// value means the backend's fast defaults.
 	Metal MetalOptions

@@ -90,6 +90,9 @@ type Options struct {
 	// state nothing in the step writes before them) before waiting for the kernels they
 	// depend on wait at entry instead (pipeline.toml [cuda] early_loads = false).
 	LateLoads bool
+	// KernelDefines sets CUDA kernel tuning macros, each NAME=VALUE
+	// (kernels.ParseTuningDefine; pipeline.toml [cuda] kernel_defines).
+	KernelDefines []string
 	// Metal is the Metal encoder's switches (zero: its defaults).
 	Metal MetalOptions
 	// TokenHandoff lets Generate sample on the device where the backend's decode program

@@ -27,7 +27,7 @@ func Open(dir string, o Options) (*Model, error) {
 		return nil, err
 	}
 	o = pr.opts
-	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations, Int8Kernel: o.Int8Kernel, AttentionKernel: o.AttentionKernel, WorkerPool: o.WorkerPool, PrefaultWeights: o.PrefaultWeights, NoDecodeRegions: o.NoDecodeRegions, NoBalancedRegions: o.NoBalancedRegions, NoMultiRowKernels: o.NoMultiRowKernels, Graphs: o.Graphs, ProgrammaticLaunch: o.ProgrammaticLaunch, LateLoads: o.LateLoads, Metal: o.Metal})
+	backend, err := NewBackend(o.Backend, BackendOptions{Workers: o.Workers, Kernels: o.Kernels, Activations: o.Activations, Int8Kernel: o.Int8Kernel, AttentionKernel: o.AttentionKernel, WorkerPool: o.WorkerPool, PrefaultWeights: o.PrefaultWeights, NoDecodeRegions: o.NoDecodeRegions, NoBalancedRegions: o.NoBalancedRegions, NoMultiRowKernels: o.NoMultiRowKernels, Graphs: o.Graphs, ProgrammaticLaunch: o.ProgrammaticLaunch, LateLoads: o.LateLoads, KernelDefines: o.KernelDefines, Metal: o.Metal})
 	if err != nil {
 		pr.ck.Close()
 		return nil, err

@@ -126,6 +126,11 @@ type CUDA struct {
 	// phases.prefill_chunk: the tile shapes that make a chunk fast differ between backends
 	// (PrefillChunk(backend)).
 	PrefillChunk int `toml:"prefill_chunk"`
+	// KernelDefines sets the CUDA kernels' tuning macros (kernels.TuningMacros), each
+	// NAME=VALUE: the off switches of kernel variants that compute the same values
+	// (MMA_UNGUARDED=0, MMA_PARTIAL_SUBTILES=0, ...) and launch bounds, compiled into a
+	// module of their own (exec.Options.KernelDefines).
+	KernelDefines []string `toml:"kernel_defines"`
 }
 
 // State is the [state] table: the storage types of the session state a backend holds.
@@ -243,6 +248,11 @@ func (p *Pipeline) validate() error {
 	}
 	if p.CUDA.PrefillChunk < 0 {
 		return fmt.Errorf("cuda.prefill_chunk = %d: must not be negative (0: phases.prefill_chunk)", p.CUDA.PrefillChunk)
+	}
+	for _, d := range p.CUDA.KernelDefines {
+		if _, _, err := kernels.ParseTuningDefine(d); err != nil {
+			return fmt.Errorf("cuda.kernel_defines: %w", err)
+		}
 	}
 	if p.Phases.CostContext < 0 {
 		return fmt.Errorf("phases.cost_context = %d: must not be negative", p.Phases.CostContext)
@@ -376,7 +386,7 @@ func (p *Pipeline) ExecOptions(backend string, passFlags []string) (exec.Options
 		return exec.Options{}, err
 	}
 	return exec.Options{KVCache: kv, Backend: backend, Workers: p.CPU.Workers, Chunk: p.PrefillChunk(backend),
-		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoBalancedRegions: !p.CPU.BalancedRegions, NoMultiRowKernels: !p.CPU.MultiRowKernels, NoHugePageMaps: !p.CPU.MapHugePages, NoHugePageCache: !p.CPU.HugePageCache, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, LateLoads: !p.CUDA.EarlyLoads, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
+		Passes: cfg, Kernels: p.CPU.Kernels, Activations: p.CPU.Activations, Int8Kernel: p.CPU.Int8Kernel, AttentionKernel: p.CPU.AttentionKernel, WorkerPool: p.CPU.WorkerPool, PrefaultWeights: p.CPU.PrefaultWeights, NoDecodeRegions: !p.CPU.DecodeRegions, NoBalancedRegions: !p.CPU.BalancedRegions, NoMultiRowKernels: !p.CPU.MultiRowKernels, NoHugePageMaps: !p.CPU.MapHugePages, NoHugePageCache: !p.CPU.HugePageCache, Graphs: p.CUDA.Graphs, ProgrammaticLaunch: p.CUDA.ProgrammaticLaunch, LateLoads: !p.CUDA.EarlyLoads, KernelDefines: p.CUDA.KernelDefines, Metal: exec.MetalOptions(p.Metal), CostContext: p.Phases.CostContext,
 		TokenHandoff: backend == "cuda" && p.CUDA.TokenHandoff, HandoffInOrder: !p.CUDA.RunAhead}, nil
 }
 

@@ -19,7 +19,7 @@ func TestRepositoryFileEqualsDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Default()
-	if !reflect.DeepEqual(p.Phases, d.Phases) || !reflect.DeepEqual(p.Passes, d.Passes) || p.CPU != d.CPU || p.CUDA != d.CUDA {
+	if !reflect.DeepEqual(p.Phases, d.Phases) || !reflect.DeepEqual(p.Passes, d.Passes) || p.CPU != d.CPU || !reflect.DeepEqual(p.CUDA, d.CUDA) {
 		t.Errorf("pipeline.toml %+v %v %+v differs from Default %+v %v %+v", p.Phases, p.Passes, p.CPU, d.Phases, d.Passes, d.CPU)
 	}
 	if q, err := Parse([]byte("[metal]\ntoken_handoff = false\n")); err != nil {
@@ -51,27 +51,30 @@ func TestRepositoryFileEqualsDefault(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	cases := map[string]string{
-		"[phases]\nprefill_chunk = 0":            "prefill_chunk",
-		"[metal]\nencoder = \"fast\"":            "metal.encoder",
-		"[metal]\nbarriers = \"none\"":           "metal.barriers",
-		"[metal]\nin_flight = 3":                 "metal.in_flight",
-		"[phases]\ncompile = [\"train\"]":        "unknown phase",
-		"[phases]\nprefill_logits = \"some\"":    "prefill_logits",
-		"[passes]\nplan-memory = false":          "required",
-		"[passes]\nfuse-everything = true":       "unknown pass",
-		"[cpu]\nworkers = -1":                    "cpu.workers",
-		"[cpu]\nthreads = 4":                     "unknown keys: cpu.threads",
-		"[cpu]\nkernels = \"turbo\"":             "cpu.kernels",
-		"[cpu]\nactivations = \"int4\"":          "cpu.activations",
-		"[cpu]\nattention_kernel = \"avx9\"":     "cpu.attention_kernel",
-		"[phases]\nprefill_chunk = \"big\"":      "prefill_chunk",
-		"[state]\nkv_cache = \"fp8\"":            "state.kv_cache",
-		"[state]\nkv = \"bf16\"":                 "unknown keys: state.kv",
-		"[attention]\nkey_block_split_from = -1": "attention.key_block_split_from",
-		"[attention]\nsplit_from = 1":            "unknown keys: attention.split_from",
-		"[attention]\nkey_block_keys = 100":      "attention.key_block_keys",
-		"[attention]\nkey_block_keys = 0":        "attention.key_block_keys",
-		"[phases\n":                              "",
+		"[phases]\nprefill_chunk = 0":                      "prefill_chunk",
+		"[metal]\nencoder = \"fast\"":                      "metal.encoder",
+		"[metal]\nbarriers = \"none\"":                     "metal.barriers",
+		"[metal]\nin_flight = 3":                           "metal.in_flight",
+		"[phases]\ncompile = [\"train\"]":                  "unknown phase",
+		"[phases]\nprefill_logits = \"some\"":              "prefill_logits",
+		"[passes]\nplan-memory = false":                    "required",
+		"[passes]\nfuse-everything = true":                 "unknown pass",
+		"[cpu]\nworkers = -1":                              "cpu.workers",
+		"[cpu]\nthreads = 4":                               "unknown keys: cpu.threads",
+		"[cpu]\nkernels = \"turbo\"":                       "cpu.kernels",
+		"[cpu]\nactivations = \"int4\"":                    "cpu.activations",
+		"[cpu]\nattention_kernel = \"avx9\"":               "cpu.attention_kernel",
+		"[phases]\nprefill_chunk = \"big\"":                "prefill_chunk",
+		"[state]\nkv_cache = \"fp8\"":                      "state.kv_cache",
+		"[state]\nkv = \"bf16\"":                           "unknown keys: state.kv",
+		"[attention]\nkey_block_split_from = -1":           "attention.key_block_split_from",
+		"[attention]\nsplit_from = 1":                      "unknown keys: attention.split_from",
+		"[attention]\nkey_block_keys = 100":                "attention.key_block_keys",
+		"[attention]\nkey_block_keys = 0":                  "attention.key_block_keys",
+		"[cuda]\nkernel_defines = [\"MMA_UNGUARDED\"]":     "cuda.kernel_defines: kernel define \"MMA_UNGUARDED\": want NAME=VALUE",
+		"[cuda]\nkernel_defines = [\"MMA_UNGUARDD=0\"]":    "\"MMA_UNGUARDD\" is not one of the CUDA kernels' tuning macros",
+		"[cuda]\nkernel_defines = [\"MMA_UNGUARDED=off\"]": "the value of MMA_UNGUARDED must be an integer",
+		"[phases\n": "",
 	}
 	for text, want := range cases {
 		_, err := Parse([]byte(text))
@@ -85,7 +88,7 @@ func TestParseErrors(t *testing.T) {
 // rest, and an unknown key anywhere is an error that names it.
 func TestPartialFile(t *testing.T) {
 	d := Default()
-	for _, text := range []string{"", "[cpu]\nworkers = 1", "[cpu]\nint8_kernel = \"go\"", "[cpu]\nattention_kernel = \"go\"", "[cuda]\n", "[passes]\nfuse-dequant = false", "[phases]\nprefill_chunk = 64"} {
+	for _, text := range []string{"", "[cpu]\nworkers = 1", "[cpu]\nint8_kernel = \"go\"", "[cpu]\nattention_kernel = \"go\"", "[cuda]\n", "[cuda]\nkernel_defines = [\"MMA_UNGUARDED=0\", \"MMA_PARTIAL_SUBTILES=0\"]", "[passes]\nfuse-dequant = false", "[phases]\nprefill_chunk = 64"} {
 		p, err := Parse([]byte(text))
 		if err != nil {
 			t.Errorf("%q: %v", text, err)
@@ -105,12 +108,17 @@ func TestPartialFile(t *testing.T) {
 			if o, err := p.ExecOptions("cpu", nil); err != nil || o.AttentionKernel != "go" {
 				t.Errorf("%q: ExecOptions %+v, %v: want AttentionKernel go", text, o, err)
 			}
+		case "[cuda]\nkernel_defines = [\"MMA_UNGUARDED=0\", \"MMA_PARTIAL_SUBTILES=0\"]":
+			want.CUDA.KernelDefines = []string{"MMA_UNGUARDED=0", "MMA_PARTIAL_SUBTILES=0"}
+			if o, err := p.ExecOptions("cuda", nil); err != nil || !reflect.DeepEqual(o.KernelDefines, want.CUDA.KernelDefines) {
+				t.Errorf("%q: ExecOptions %+v, %v: want KernelDefines %v", text, o, err, want.CUDA.KernelDefines)
+			}
 		case "[passes]\nfuse-dequant = false":
 			want.Passes["fuse-dequant"] = false
 		case "[phases]\nprefill_chunk = 64":
 			want.Phases.PrefillChunk = 64
 		}
-		if !reflect.DeepEqual(p.Phases, want.Phases) || !reflect.DeepEqual(p.Passes, want.Passes) || p.CPU != want.CPU || p.CUDA != want.CUDA {
+		if !reflect.DeepEqual(p.Phases, want.Phases) || !reflect.DeepEqual(p.Passes, want.Passes) || p.CPU != want.CPU || !reflect.DeepEqual(p.CUDA, want.CUDA) {
 			t.Errorf("%q: got %+v %v %+v %+v, want %+v %v %+v %+v", text, p.Phases, p.Passes, p.CPU, p.CUDA, want.Phases, want.Passes, want.CPU, want.CUDA)
 		}
 	}

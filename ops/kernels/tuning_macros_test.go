@@ -1,0 +1,35 @@
+package kernels
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestTuningMacros: the declarations found in the CUDA source, with their defaults, and
+// the errors of [cuda] kernel_defines entries that are not NAME=integer of one of them.
+func TestTuningMacros(t *testing.T) {
+	m := TuningMacros()
+	for name, want := range map[string]string{"MMA_UNGUARDED": "1", "MMA_FULL_TILES": "1", "MMA_PARTIAL_SUBTILES": "1", "MMA_WIDE_MIN_GROUPS": "3", "MMA_XPARTS": "3"} {
+		if m[name] != want {
+			t.Errorf("tuning macro %s: default %q, want %q (all: %v)", name, m[name], want, m)
+		}
+	}
+	if _, ok := m["PZ_LATE_LOADS"]; ok {
+		t.Errorf("PZ_LATE_LOADS (an #ifdef feature, [cuda] early_loads) listed as a tuning macro")
+	}
+	if name, v, err := ParseTuningDefine("MMA_UNGUARDED=0"); err != nil || name != "MMA_UNGUARDED" || v != 0 {
+		t.Errorf("MMA_UNGUARDED=0: %q %d %v", name, v, err)
+	}
+	for def, want := range map[string]string{
+		"MMA_UNGUARDED":     "want NAME=VALUE",
+		"NO_SUCH_MACRO=1":   `"NO_SUCH_MACRO" is not one of`,
+		"MMA_UNGUARDED=off": "must be an integer",
+		"mma_unguarded=0":   "is not one of",
+		"MMA_UNGUARDED= 0":  "must be an integer",
+		"=1":                "is not one of",
+	} {
+		if _, _, err := ParseTuningDefine(def); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one containing %q", def, err, want)
+		}
+	}
+}

@@ -21,6 +21,10 @@ sed 's/^early_loads = true/early_loads = false/' pipeline.toml > /tmp/lateloads.
 # blocks of 16: up to 8 blocks by the last token), and never (the equal split only).
 sed -e 's/^key_block_split_from = .*/key_block_split_from = 48/' -e 's/^key_block_keys = .*/key_block_keys = 16/' pipeline.toml > /tmp/blocks48.toml
 sed 's/^key_block_split_from = .*/key_block_split_from = 0/' pipeline.toml > /tmp/noblocks.toml
+# [cuda] kernel_defines' example: the prefill mma's partial tiles unguarded off and every
+# token sub-tile multiplied (tuning macros that change no stored value).
+sed 's/^# kernel_defines = /kernel_defines = /' pipeline.toml > /tmp/defines.toml
+grep -q '^kernel_defines = ' /tmp/defines.toml || { echo "pipeline.toml has no kernel_defines example"; exit 1; }
 check() {
 	echo "== check $*" | tee -a "$OUT/check.log"
 	./.dev/pistil check --backend cuda "$@" 2>&1 | tee -a "$OUT/check.log" | grep -E "max abs|top-1|greedy|PASS|FAIL|rror"
@@ -72,6 +76,7 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" -pass=mma-wide-rows/on -pass=mma-split-k/off -pass=expert-per-slot/off
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-wide-rows/on -pass=mma-split-k/off -pass=expert-per-slot/off
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-wide-rows/off -pass=mma-split-k/off -pass=expert-per-slot/off
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-split-k/off -pass=expert-per-slot/off --pipeline /tmp/defines.toml
 	# The decode matrix-vector products on the SIMT kernels instead of their tensor-core
 	# twins (mma-matvec, on by default).
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-matvec/off

@@ -99,7 +99,7 @@ func TestProgramLaunchesExactlyThePlan(t *testing.T) {
 				}
 				// A kernel with dynamic group memory gets its bytes with the launch (and
 				// the graph node), the others none.
-				if want := uint32(kernels.DynamicGroupMemory(l.name)); l.shared != want {
+				if want := uint32(kernels.DynamicGroupMemory(l.name, cp.b.dev.groupMemoryLimit)); l.shared != want {
 					t.Errorf("%s T=%d dispatch %d (%s): %s launched with %d bytes of dynamic group memory, want %d", layout, tokens, i, d.Op, l.name, l.shared, want)
 				}
 				if l.shared > 0 {

@@ -23,9 +23,12 @@ type device struct {
 	name    string
 	arch    int // compute capability as 10*major+minor
 	sms     int
-	stream  uintptr
-	module  uintptr
-	funcs   map[string]uintptr // the default module's: early loads on, tuning macros at their defaults
+	// groupMemoryLimit is the most group memory a kernel may opt in to (bytes; 232,448 on
+	// the H100 and H200): which dynamic size kernels.DynamicGroupMemory picks.
+	groupMemoryLimit int
+	stream           uintptr
+	module           uintptr
+	funcs            map[string]uintptr // the default module's: early loads on, tuning macros at their defaults
 	// variants are the modules compiled with other options, by their -D options joined:
 	// PZ_LATE_LOADS (every kernel waits for the kernels before it at entry: pipeline.toml
 	// [cuda] early_loads = false) and tuning macros ([cuda] kernel_defines), each built
@@ -86,13 +89,14 @@ func newDevice() (*device, error) {
 	if d.cuDeviceGetName(&name[0], int32(len(name)), g.ordinal) == 0 {
 		g.name = cString(&name[0])
 	}
-	var major, minor, sms int32
+	var major, minor, sms, groupMemory int32
 	if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(&major, attrComputeMajor, g.ordinal)); err != nil {
 		return nil, err
 	}
 	d.cuDeviceGetAttribute(&minor, attrComputeMinor, g.ordinal)
 	d.cuDeviceGetAttribute(&sms, attrMultiprocessors, g.ordinal)
-	g.arch, g.sms = int(10*major+minor), int(sms)
+	d.cuDeviceGetAttribute(&groupMemory, attrMaxGroupMemoryOptIn, g.ordinal)
+	g.arch, g.sms, g.groupMemoryLimit = int(10*major+minor), int(sms), int(groupMemory)
 	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&g.ctx, g.ordinal)); err != nil {
 		return nil, err
 	}
@@ -189,7 +193,7 @@ func (g *device) compileModule(extra []string) (uintptr, map[string]uintptr, err
 			return 0, nil, err
 		}
 		funcs[name] = f
-		if n := kernels.DynamicGroupMemory(name); n > 0 {
+		if n := kernels.DynamicGroupMemory(name, g.groupMemoryLimit); n > 0 {
 			if err := g.d.check("cuFuncSetAttribute "+name, g.d.cuFuncSetAttribute(f, funcAttrMaxDynamicShared, int32(n))); err != nil {
 				return 0, nil, err
 			}
@@ -277,7 +281,7 @@ type launch struct {
 	fn     uintptr
 	grid   [3]uint32
 	block  uint32
-	shared uint32         // dynamic group memory, bytes (kernels.DynamicGroupMemory)
+	shared uint32         // dynamic group memory, bytes (kernels.DynamicGroupMemory for the device)
 	args   any            // the args struct value's owner (a pointer)
 	params unsafe.Pointer // void** with one entry: the args struct's address
 }
@@ -304,7 +308,7 @@ func (g *device) newLaunchFrom(funcs map[string]uintptr, name string, grid [3]in
 	params := make([]unsafe.Pointer, 1)
 	params[0] = argPtr
 	return &launch{name: name, fn: fn, grid: [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])},
-		block: uint32(block), shared: uint32(kernels.DynamicGroupMemory(name)), args: args, params: unsafe.Pointer(&params[0])}, nil
+		block: uint32(block), shared: uint32(kernels.DynamicGroupMemory(name, g.groupMemoryLimit)), args: args, params: unsafe.Pointer(&params[0])}, nil
 }
 
 // run launches l on the device's stream (the caller holds the device).

@@ -81,6 +81,7 @@ const (
 	attrComputeMajor         = 75
 	attrComputeMinor         = 76
 	attrMultiprocessors      = 16
+	attrMaxGroupMemoryOptIn  = 97 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 	attrMaxSharedPerBlockOpt = 97
 	funcAttrMaxDynamicShared = 8
 	streamNonBlocking        = 1

@@ -225,16 +225,33 @@ var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA
 	KernelAttentionPrefillMMA, KernelAttentionGQAMMA, KernelAttentionGQAStaged, KernelRouterQ8}
 
 // DynamicGroupMemory is the group memory a CUDA-only kernel takes at launch instead of
-// declaring it (a static declaration holds at most 48 KB): the host raises each such
-// kernel's limit once and passes the bytes with every launch; 0 for the others.
-func DynamicGroupMemory(name string) int {
+// declaring it (a static declaration holds at most 48 KB) on a GPU that gives a group at
+// most limit bytes: the host raises each such kernel's limit once and passes the bytes
+// with every launch; 0 for the others. attention_prefill_mma takes tiles of two m16 of
+// keys where the two-tile memory fits the limit, of one elsewhere (it reads which from
+// the bytes it is given).
+func DynamicGroupMemory(name string, limit int) int {
 	switch name {
 	case KernelAttentionPrefillMMA:
-		return AttnMMAGroupMemory
+		if two := AttnMMAGroupMemoryFor(2); two <= limit {
+			return two
+		}
+		return AttnMMAGroupMemoryFor(1)
 	case KernelAttentionGQAStaged:
 		return AttnStagedGroupMemory
 	}
 	return 0
+}
+
+// AttnMMAGroupMemoryFor is attention_prefill_mma's dynamic group memory with key tiles of
+// keyTiles m16 (AM_SMEM_FLOATS(KT)·4): two K and two V tiles of rows padded to the
+// widest head (ATT_MAX_D + AM_KPAD, + AM_VPAD), the warps' partial scores (rows of the
+// keys + 4), P (rows of AM_ROWS + 8) and each row's rescale factor and sum. 91,904
+// bytes for one, 179,456 for two.
+func AttnMMAGroupMemoryFor(keyTiles int) int {
+	const maxD, rows, warps = 256, 16 * AttnMMAHalves, 256 / 32
+	keys := 16 * keyTiles
+	return 4 * (2*keys*(maxD+16) + 2*keys*(maxD+8) + warps*rows*(keys+4) + keys*(rows+8) + 2*rows)
 }
 
 // NamesFor lists every kernel a backend's source declares.
@@ -254,7 +271,6 @@ const (
 	ExpertTileM           = 128    // ETILE_M: expert_tiled's weight rows per group
 	MMAThreads            = 128    // MMA_THREADS: the mma kernels' group size
 	AttnMMAHalves         = 2      // AM_HALVES: attention_prefill_mma's group is AttnMMAHalves·D threads
-	AttnMMAGroupMemory    = 91904  // AM_SMEM_FLOATS·4: attention_prefill_mma's dynamic group memory
 	AttnGQAMMAHeads       = 8      // AD_HEADS: attention_gqa_mma serves up to this many query heads per kv head
 	AttnStagedGroupMemory = 139264 // AS_SMEM_BYTES: attention_gqa_staged's dynamic group memory (four float32 key tiles and the partial scores)
 	MMATileM              = 64     // MMA_TM: matmul_mma's weight rows per group

@@ -33,3 +33,16 @@ func TestTuningMacros(t *testing.T) {
 		}
 	}
 }
+
+// attention_prefill_mma's group memory as the host computes it: the kernel's
+// static_assert holds the same two numbers, so the host's and the kernel's sizes agree.
+func TestAttnMMAGroupMemory(t *testing.T) {
+	if one, two := AttnMMAGroupMemoryFor(1), AttnMMAGroupMemoryFor(2); one != 91904 || two != 179456 {
+		t.Errorf("AttnMMAGroupMemoryFor: %d and %d bytes, want 91,904 and 179,456 (attention_mma.k's static_assert)", one, two)
+	}
+	for _, c := range []struct{ limit, want int }{{232448, 179456}, {179456, 179456}, {166912, 91904}, {101376, 91904}} {
+		if got := DynamicGroupMemory(KernelAttentionPrefillMMA, c.limit); got != c.want {
+			t.Errorf("attention_prefill_mma under a limit of %d bytes: %d, want %d", c.limit, got, c.want)
+		}
+	}
+}

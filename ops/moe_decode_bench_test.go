@@ -15,13 +15,24 @@ import (
 // random each step as a synthetic checkpoint routes them, on two workers. MB/s is weight
 // bytes read (the 8 experts' and the shared one's gate, up and down) per second.
 //
+// The shared expert (1.77 MB, 11% of the bytes) is one set of weights read every step,
+// so after the first step it comes from the caches; in the model each of the 40 layers
+// has its own, read once a token, from memory. The /cold-shared case reads the shared
+// expert of a different layer each step (40 sets, 71 MB, past the caches), as the
+// model does.
+//
 //	go test ./ops/ -run X -bench MoEDecodeStream
 func BenchmarkMoEDecodeStream(b *testing.B) {
 	rng := rand.New(rand.NewSource(1))
 	const E, M, K, k = 256, 512, 2048, 8
 	wg, wu := randQuantized(rng, 4, 64, E, M, K), randQuantized(rng, 4, 64, E, M, K)
 	wd := randQuantized(rng, 4, 64, E, K, M)
-	sg, su, sd := randQuantized(rng, 4, 64, M, K), randQuantized(rng, 4, 64, M, K), randQuantized(rng, 4, 64, K, M)
+	const layers = 40
+	var sgs, sus, sds [layers]*Tensor
+	for l := range layers {
+		sgs[l], sus[l], sds[l] = randQuantized(rng, 4, 64, M, K), randQuantized(rng, 4, 64, M, K), randQuantized(rng, 4, 64, K, M)
+	}
+	sg, su, sd := sgs[0], sus[0], sds[0]
 	x := randTensor(rng, 1, 1, K)
 	ids := NewTensor(graph.I32, 1, k)
 	weights := randTensor(rng, 0.1, 1, k)
@@ -45,20 +56,28 @@ func BenchmarkMoEDecodeStream(b *testing.B) {
 	per := func(t *Tensor) int { return (len(t.Data) + len(t.Scales) + len(t.Biases)) / E }
 	defer SetWorkerPool(WorkerPool())
 	for _, c := range []struct {
-		workers int
-		pool    bool
-	}{{1, false}, {2, false}, {2, true}} {
+		workers    int
+		pool, cold bool
+	}{{1, false, false}, {2, false, false}, {2, true, false}, {2, true, true}} {
 		env := &Env{Workers: c.workers, Kernels: KernelsFast, Activations: ActivationsInt8All}
 		name := fmt.Sprintf("workers=%d", c.workers)
 		if c.pool {
 			name += "/pool"
 		}
+		if c.cold {
+			name += "/cold-shared"
+		}
 		b.Run(name, func(b *testing.B) {
 			SetWorkerPool(c.pool)
 			b.SetBytes(int64(k*(per(wg)+per(wu)+per(wd)) + len(sg.Data)*3*9/8))
+			step := 0
 			for b.Loop() {
 				for j, e := range rng.Perm(E)[:k] {
 					ids.I32()[j] = int32(e)
+				}
+				if c.cold {
+					sg, su, sd = sgs[step%layers], sus[step%layers], sds[step%layers]
+					step++
 				}
 				if err := swiglu.Ref(env, v1, []*Tensor{x, wg, wu, ids, sg, su}, []*Tensor{routed, shared}); err != nil {
 					b.Fatal(err)

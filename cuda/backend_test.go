@@ -147,39 +147,51 @@ func TestProgrammaticEdgesKeepTheAnswer(t *testing.T) {
 		if got := m.Backend().(*Backend).programmaticEdges(); got != programmatic {
 			t.Fatalf("programmatic edges %v with programmatic_launch %v (the device or driver lacks them?)", got, programmatic)
 		}
-		s, err := m.NewSession(64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		prompt := make([]int32, 23)
-		for i := range prompt {
-			prompt[i] = int32(7 * i % 50)
-		}
-		var out [][]float32
-		if err := s.Prefill(t.Context(), prompt, exec.PrefillOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, append([]float32(nil), s.Logits()...))
-		for i := range 4 {
-			if err := s.Decode(t.Context(), int32(3+i)); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, append([]float32(nil), s.Logits()...))
-		}
-		return out
+		return stepLogits(t, m, 7, []int32{3, 4, 5, 6})
 	}
 	full := run(false, false)
 	for _, v := range []struct {
 		name      string
 		lateLoads bool
 	}{{"programmatic edges", false}, {"programmatic edges, early loads off", true}} {
-		got := run(true, v.lateLoads)
-		for step := range full {
-			for i := range full[step] {
-				if full[step][i] != got[step][i] {
-					t.Fatalf("step %d logit %d: %v with %s, %v with full edges", step, i, got[step][i], v.name, full[step][i])
-				}
+		requireSameLogits(t, full, run(true, v.lateLoads), v.name, "full edges")
+	}
+}
+
+// stepLogits prefills a session of m with a 23-token prompt (token i is stride·i mod 50)
+// and decodes tokens, and returns the logits after the prefill and after each step.
+func stepLogits(t *testing.T, m *exec.Model, stride int, tokens []int32) [][]float32 {
+	t.Helper()
+	s, err := m.NewSession(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prompt := make([]int32, 23)
+	for i := range prompt {
+		prompt[i] = int32(stride * i % 50)
+	}
+	if err := s.Prefill(t.Context(), prompt, exec.PrefillOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := [][]float32{append([]float32(nil), s.Logits()...)}
+	for _, tok := range tokens {
+		if err := s.Decode(t.Context(), tok); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, append([]float32(nil), s.Logits()...))
+	}
+	return out
+}
+
+// requireSameLogits stops t at the first logit of got (with what) that is not want's
+// (with base) to the bit.
+func requireSameLogits(t *testing.T, want, got [][]float32, what, base string) {
+	t.Helper()
+	for step := range want {
+		for i := range want[step] {
+			if want[step][i] != got[step][i] {
+				t.Fatalf("step %d logit %d: %v with %s, %v with %s", step, i, got[step][i], what, want[step][i], base)
 			}
 		}
 	}
@@ -208,36 +220,9 @@ func TestKernelDefinesKeepTheAnswer(t *testing.T) {
 		if variant := b.funcs[kernels.KernelMatmulMMAWideQ4] != b.dev.funcs[kernels.KernelMatmulMMAWideQ4]; variant != (len(defines) > 0) {
 			t.Fatalf("defines %q: the backend launches the default module's kernels: %v", defines, !variant)
 		}
-		s, err := m.NewSession(64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		prompt := make([]int32, 23)
-		for i := range prompt {
-			prompt[i] = int32(5 * i % 50)
-		}
-		if err := s.Prefill(t.Context(), prompt, exec.PrefillOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		out := [][]float32{append([]float32(nil), s.Logits()...)}
-		for i := range 3 {
-			if err := s.Decode(t.Context(), int32(11+i)); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, append([]float32(nil), s.Logits()...))
-		}
-		return out
+		return stepLogits(t, m, 5, []int32{11, 12, 13})
 	}
-	def := run(nil)
-	got := run([]string{"MMA_FULL_TILES=0", "MMA_UNGUARDED=0", "MMA_PARTIAL_SUBTILES=0"})
-	for step := range def {
-		for i := range def[step] {
-			if def[step][i] != got[step][i] {
-				t.Fatalf("step %d logit %d: %v with the tuning macros off, %v by default", step, i, got[step][i], def[step][i])
-			}
-		}
-	}
+	requireSameLogits(t, run(nil), run([]string{"MMA_FULL_TILES=0", "MMA_UNGUARDED=0", "MMA_PARTIAL_SUBTILES=0"}), "the tuning macros off", "the defaults")
 	_, err := exec.Open(fixtures.Golden("mlx-q4"), exec.Options{Backend: "cuda", KernelDefines: []string{"MMA_UNGUARDED=0", "NO_SUCH_MACRO=1"}})
 	if err == nil || !strings.Contains(err.Error(), `"NO_SUCH_MACRO" is not one of the CUDA kernels' tuning macros`) {
 		t.Errorf("a define that is not a tuning macro: error %v", err)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"pistil/gpu"
+	"pistil/graph"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/ops/kernels"
@@ -17,11 +18,7 @@ import (
 // imma-matvec is off, its staged form (every K of the model fits a group's memory); off,
 // nothing runs a twin (or another form); Metal, without tensor cores, never gets one.
 func TestMMAMatvecMarksDecodeMatvecs(t *testing.T) {
-	cfg := qwen35moe.Default()
-	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := fullModelGraph(t)
 	twins, integer, staged := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, twin := range kernels.MMAMatvecTwin {
 		for _, form := range []string{twin, kernels.IMMAMatvecTwin[twin], kernels.StagedMatvecTwin[twin]} {
@@ -81,11 +78,7 @@ func TestMMAMatvecMarksDecodeMatvecs(t *testing.T) {
 // split-k tile exactly when their experts receive at most 16 rows on average: chunks of
 // 512 tokens (T·k/E = 16) but not 4,096 (128); off, or on Metal, none.
 func TestExpertSplitKMarksSmallExpertTiles(t *testing.T) {
-	cfg := qwen35moe.Default()
-	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := fullModelGraph(t)
 	for _, c := range []struct {
 		backend string
 		tokens  int
@@ -122,11 +115,7 @@ func TestExpertSplitKMarksSmallExpertTiles(t *testing.T) {
 // the 70 of 8,192 and 4,096 rows (GDN qkv and z, attention's q) run on matmul_mma (the
 // rest fill too few 64 x 64 tiles and are split-k's); off, or on Metal, none.
 func TestMMAWideRowsMarksDenseAndTile32(t *testing.T) {
-	cfg := qwen35moe.Default()
-	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := fullModelGraph(t)
 	for _, c := range []struct {
 		backend           string
 		tokens            int
@@ -160,4 +149,16 @@ func TestMMAWideRowsMarksDenseAndTile32(t *testing.T) {
 				c.backend, c.tokens, c.on, dense, experts, c.wantDense, c.wantEx)
 		}
 	}
+}
+
+// fullModelGraph is the 35B-A3B's graph in its MLX 4-bit layout (the plans' shapes, no
+// weights).
+func fullModelGraph(t *testing.T) *graph.Graph {
+	t.Helper()
+	cfg := qwen35moe.Default()
+	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

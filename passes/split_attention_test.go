@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"pistil/gpu"
-	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/passes"
@@ -20,11 +19,7 @@ import (
 // On CUDA that is with staged-decode-attention off (the default): on, decode attention
 // runs on attention_gqa_staged, which keeps the equal split at every context (below).
 func TestSplitAttentionKeyBlocks(t *testing.T) {
-	cfg := qwen35moe.Default()
-	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := fullModelGraph(t)
 	for _, target := range []string{"cuda", "metal"} {
 		tg, _ := passes.TargetFor(target)
 		short := tg.GPU.AttentionSplits(1, 16, 2, 256)
@@ -72,11 +67,7 @@ func TestSplitAttentionKeyBlocks(t *testing.T) {
 // range of any length, so the fixed-block split's grid of kernels.AttnMaxRanges ranges
 // would only add groups that return at once.
 func TestStagedDecodeAttentionKeepsEqualRanges(t *testing.T) {
-	cfg := qwen35moe.Default()
-	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := fullModelGraph(t)
 	short := gpu.CUDA.AttentionSplits(1, 16, 2, 256)
 	for _, from := range []int{0, 1, 4096, -1} {
 		decode, err := passes.Compile(g, ops.Default, passes.Phase{Name: "decode", Tokens: 1, Backend: "cuda"},

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"pistil/gpu"
-	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/passes"
@@ -42,11 +41,7 @@ func attentionKernels(t *testing.T, p *plan.Plan, NH, KVH int) map[string]int {
 // attention_gqa, or on CUDA its tensor-core twin attention_gqa_mma (mma-decode-attention);
 // decode is the same plan either way; the CPU ignores the pass.
 func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
-	cfg := qwen35moe.Default()
-	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := fullModelGraph(t)
 	off := passes.Config{Off: map[string]bool{"tile-attention": true}}
 	for _, target := range []string{"cuda", "metal"} {
 		tiled, untiled := kernels.KernelAttentionPrefill, kernels.KernelAttentionGQA

@@ -28,6 +28,29 @@ func TestKernelsPrintsEachBackendsSource(t *testing.T) {
 	}
 }
 
+// --tuning lists the CUDA kernels' tuning macros as NAME=DEFAULT lines, each of which
+// [cuda] kernel_defines accepts as it is.
+func TestKernelsListsTheTuningMacros(t *testing.T) {
+	var out bytes.Buffer
+	if err := kernelsTo(&out, []string{"--tuning"}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != len(kernels.TuningMacros()) {
+		t.Errorf("%d lines for %d tuning macros:\n%s", len(lines), len(kernels.TuningMacros()), out.String())
+	}
+	for _, want := range []string{"MMA_UNGUARDED=1", "MMA_PARTIAL_SUBTILES=1", "AM_MAX_KEY_TILES=2"} {
+		if !strings.Contains("\n"+out.String(), "\n"+want+"\n") {
+			t.Errorf("--tuning lacks the line %s:\n%s", want, out.String())
+		}
+	}
+	for _, l := range lines {
+		if _, _, err := kernels.ParseTuningDefine(l); err != nil {
+			t.Errorf("--tuning line %q is not a kernel define: %v", l, err)
+		}
+	}
+}
+
 // Away from a Mac, the self-test says why it cannot run; a wrong backend is a usage error.
 func TestSelftestAnswersOffMac(t *testing.T) {
 	if runtime.GOOS == "darwin" {

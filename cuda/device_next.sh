@@ -80,6 +80,15 @@
 # wide:    the wide tiles (mma-wide-rows, on by default since the twenty-seventh session):
 #           registers with MMA_WIDE_MIN_GROUPS 4 / 3 / 0, the per-op tests, four check
 #           lines, prefill on and off alternating (two rounds), on with 3 groups.
+# Next, for issue 11 (suggested first: "check" if an H200 comes, then "pprofile splitk"):
+# pprofile: where a 1,024-token chunk goes with the twenty-seventh session's kernels, at
+#           depth 0 and 3,072 (cuda/device_prefill_profile.sh), and Nsight Compute's
+#           stall reasons for attention_prefill_mma in two-m16 key tiles (the last chunk
+#           of an 8,192-token prompt), never profiled.
+# splitk:   mma-split-k off against on, alternating (two rounds): the dense matmuls it
+#           gives split-k tiles (the shared experts' gate and up, k and v, 512 rows each)
+#           for their small grids run beside the routed experts in their stage, so the
+#           wide tiles (128 x 32, a quarter of the split per mma) may win there now.
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u
@@ -127,6 +136,16 @@ has wide && {
 	for g in 4 3 0; do
 		echo "MMA_WIDE_MIN_GROUPS=$g:"; grep -A3 -E "entry function '(matmul_mma_wide_q4|expert_mma32w_q4|matmul_mma_q4|expert_mma32_q4)'" "$OUT/ptxas_wide$g.txt" | grep -E "entry|registers|spill"
 	done
+}
+has pprofile && {
+	for depth in 0 3072; do TOKENS=1024 DEPTH=$depth CHUNK_TOKENS=1024 timeout 280 bash cuda/device_prefill_profile.sh 2>&1 | head -30 | tee "$OUT/next_pprofile_$depth.txt"; done
+	KERNELS='regex:^attention_prefill_mma$' PROMPT=8192 SKIP=70 COUNT=3 timeout 400 bash cuda/device_stalls.sh > "$OUT/next_pstalls.txt" 2>&1; echo "pstalls exit $?"; tail -40 "$OUT/next_pstalls.txt"
+}
+has splitk && {
+	B="bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3"
+	for r in 1 2; do for v in on off; do
+		echo "== round $r mma-split-k $v"; timeout 100 ./.dev/pistil $B -pass=mma-split-k/$v 2>&1 | grep -E '^prefill'
+	done; done
 }
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

@@ -136,14 +136,14 @@ func (g *device) loadKernels() error {
 
 // kernelsFor returns the functions of the module a backend launches: the default one,
 // or one compiled with PZ_LATE_LOADS (lateLoads) and the tuning macros of defines
-// (NAME=VALUE, kernels.ParseTuningDefine), compiled here the first time it is asked for.
+// (NAME=VALUE, kernels.CheckTuningDefines), compiled here the first time it is asked for.
 // The caller holds the device.
 func (g *device) kernelsFor(lateLoads bool, defines []string) (map[string]uintptr, error) {
+	if err := kernels.CheckTuningDefines(defines); err != nil {
+		return nil, err
+	}
 	var opts []string
 	for _, d := range defines {
-		if _, _, err := kernels.ParseTuningDefine(d); err != nil {
-			return nil, err
-		}
 		opts = append(opts, "-D"+d)
 	}
 	if lateLoads {

@@ -91,7 +91,7 @@ type Options struct {
 	// depend on wait at entry instead (pipeline.toml [cuda] early_loads = false).
 	LateLoads bool
 	// KernelDefines sets CUDA kernel tuning macros, each NAME=VALUE
-	// (kernels.ParseTuningDefine; pipeline.toml [cuda] kernel_defines).
+	// (kernels.CheckTuningDefines; pipeline.toml [cuda] kernel_defines).
 	KernelDefines []string
 	// Metal is the Metal encoder's switches (zero: its defaults).
 	Metal MetalOptions

@@ -249,10 +249,8 @@ func (p *Pipeline) validate() error {
 	if p.CUDA.PrefillChunk < 0 {
 		return fmt.Errorf("cuda.prefill_chunk = %d: must not be negative (0: phases.prefill_chunk)", p.CUDA.PrefillChunk)
 	}
-	for _, d := range p.CUDA.KernelDefines {
-		if _, _, err := kernels.ParseTuningDefine(d); err != nil {
-			return fmt.Errorf("cuda.kernel_defines: %w", err)
-		}
+	if err := kernels.CheckTuningDefines(p.CUDA.KernelDefines); err != nil {
+		return fmt.Errorf("cuda.kernel_defines: %w", err)
 	}
 	if p.Phases.CostContext < 0 {
 		return fmt.Errorf("phases.cost_context = %d: must not be negative", p.Phases.CostContext)

@@ -31,6 +31,23 @@ var tuningMacros = sync.OnceValue(func() map[string]string {
 // developer's PISTIL_CUDA_DEFINES) set them.
 func TuningMacros() map[string]string { return tuningMacros() }
 
+// CheckTuningDefines checks a list of NAME=VALUE ([cuda] kernel_defines): each one
+// ParseTuningDefine accepts, and no name set twice.
+func CheckTuningDefines(defs []string) error {
+	seen := map[string]string{}
+	for _, d := range defs {
+		name, _, err := ParseTuningDefine(d)
+		if err != nil {
+			return err
+		}
+		if first, dup := seen[name]; dup {
+			return fmt.Errorf("kernel define %q: %s is already set by %q", d, name, first)
+		}
+		seen[name] = d
+	}
+	return nil
+}
+
 // ParseTuningDefine checks one NAME=VALUE of [cuda] kernel_defines: NAME one of
 // TuningMacros, VALUE an integer (every tuning macro is one).
 func ParseTuningDefine(def string) (name string, value int, err error) {

@@ -20,6 +20,12 @@ func TestTuningMacros(t *testing.T) {
 	if name, v, err := ParseTuningDefine("MMA_UNGUARDED=0"); err != nil || name != "MMA_UNGUARDED" || v != 0 {
 		t.Errorf("MMA_UNGUARDED=0: %q %d %v", name, v, err)
 	}
+	if err := CheckTuningDefines([]string{"MMA_UNGUARDED=0", "MMA_PARTIAL_SUBTILES=0"}); err != nil {
+		t.Errorf("two defines: %v", err)
+	}
+	if err := CheckTuningDefines([]string{"MMA_UNGUARDED=0", "MMA_XPARTS=3", "MMA_UNGUARDED=1"}); err == nil || !strings.Contains(err.Error(), `kernel define "MMA_UNGUARDED=1": MMA_UNGUARDED is already set by "MMA_UNGUARDED=0"`) {
+		t.Errorf("a name set twice: error %v", err)
+	}
 	for def, want := range map[string]string{
 		"MMA_UNGUARDED":     "want NAME=VALUE",
 		"NO_SUCH_MACRO=1":   `"NO_SUCH_MACRO" is not one of`,

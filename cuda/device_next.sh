@@ -89,6 +89,12 @@
 #           gives split-k tiles (the shared experts' gate and up, k and v, 512 rows each)
 #           for their small grids run beside the routed experts in their stage, so the
 #           wide tiles (128 x 32, a quarter of the split per mma) may win there now.
+# Twenty-eighth session (no device came: every start failed): branch chunked-delta (the
+# chunked gated delta kernel, pass chunked-delta, off; cuda/README.md) passes cuda/emu and
+# has never run on a GPU. With that branch's binaries packed:
+# chunked:  TestGatedDeltaChunked and TestKernelsMatchReferences, pistil check on both
+#           layouts (whole, chunks of 7, from decode) with the pass on, prefill 512 /
+#           4,096 with it off and on (two rounds) and with GDC_PREFETCH=1.
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u
@@ -146,6 +152,20 @@ has splitk && {
 	for r in 1 2; do for v in on off; do
 		echo "== round $r mma-split-k $v"; timeout 100 ./.dev/pistil $B -pass=mma-split-k/$v 2>&1 | grep -E '^prefill'
 	done; done
+}
+has chunked && {
+	(cd cuda && timeout 120 ../.dev/cuda.test -test.run '^(TestGatedDeltaChunked|TestKernelsMatchReferences)$' -test.count=1 -test.v > "$OUT/next_chunked_tests.txt" 2>&1; echo "chunked tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_chunked_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_chunked_tests.txt")")
+	for layout in mlx-q4 hf; do M=testdata/golden/tiny-s1/$layout
+		for args in "" "--chunk 7" "--decode-from 40"; do
+			timeout 60 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors -pass=chunked-delta/on $args > /tmp/c.txt 2>&1
+			echo "chunked check $layout $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
+		done
+	done
+	B="bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3"
+	for r in 1 2; do for v in off on; do
+		echo "== round $r chunked-delta $v"; timeout 100 ./.dev/pistil $B -pass=chunked-delta/$v 2>&1 | grep -E '^prefill'
+	done; done
+	echo "== chunked-delta on, GDC_PREFETCH=1"; PISTIL_CUDA_DEFINES=GDC_PREFETCH=1 timeout 100 ./.dev/pistil $B -pass=chunked-delta/on 2>&1 | grep -E '^prefill'
 }
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

@@ -89,9 +89,10 @@
 #           gives split-k tiles (the shared experts' gate and up, k and v, 512 rows each)
 #           for their small grids run beside the routed experts in their stage, so the
 #           wide tiles (128 x 32, a quarter of the split per mma) may win there now.
-# Twenty-eighth session (no device came: every start failed): branch chunked-delta (the
-# chunked gated delta kernel, pass chunked-delta, off; cuda/README.md) passes cuda/emu and
-# has never run on a GPU. With that branch's binaries packed:
+# Twenty-eighth session (no device came: every start failed): pending/chunked-delta/ (the
+# chunked gated delta kernel, pass chunked-delta, off; cuda/README.md), a patch series
+# for main, passes cuda/emu and has never run on a GPU. With the patched tree's binaries
+# packed (git am pending/chunked-delta/*.patch, then cuda/device_pack.sh):
 # chunked:  TestGatedDeltaChunked and TestKernelsMatchReferences, pistil check on both
 #           layouts (whole, chunks of 7, from decode) with the pass on, prefill 512 /
 #           4,096 with it off and on (two rounds) and with GDC_PREFETCH=1.

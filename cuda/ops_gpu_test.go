@@ -134,6 +134,33 @@ func TestKernelsMatchReferences(t *testing.T) {
 	}
 }
 
+// gated_delta_chunked (the chunked-delta pass's kernel, or the graph's chunked form)
+// against both CPU forms on inputs shaped as a prefill step's (L2-normed q and k,
+// log-decays <= 0, beta in (0, 1)): the model's head dims with two value heads per key
+// head over three chunks, the last partial; one whole chunk of a value dim that leaves a
+// group's columns partly empty; a single partial chunk; a key dim that is a multiple of 4
+// but not of 8, over a chunk and one token. Against the chunked reference (the same rule
+// in the same chunks, its sums in another order) and the recurrent one (the form the
+// model's graph has; the mark makes the kernel chunked).
+func TestGatedDeltaChunked(t *testing.T) {
+	g := openGPU(t)
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, s := range []struct{ T, Hk, Hv, Dk, Dv int }{
+		{150, 2, 4, 128, 128}, {64, 3, 3, 64, 40}, {5, 1, 2, 32, 24}, {65, 2, 2, 36, 33},
+	} {
+		in := randtensor.GatedDeltaPrefillInputs(r, s.T, s.Hk, s.Hv, s.Dk, s.Dv)
+		name := fmt.Sprintf("T%d/Hk%d/Hv%d/Dk%d/Dv%d", s.T, s.Hk, s.Hv, s.Dk, s.Dv)
+		chunked := graph.Attrs{"form": "chunked", "chunk": int64(kernels.DeltaChunk)}
+		marked := graph.Attrs{"form": "recurrent", "chunk": int64(kernels.DeltaChunk), gpu.AttrChunkedDelta: true}
+		t.Run(name+"/chunked", func(t *testing.T) {
+			runOpCase(t, g, opCase{name: name, op: "gated_delta", attrs: chunked, in: in, alias: map[int]int{1: 5}, tol: 2e-5})
+		})
+		t.Run(name+"/recurrent", func(t *testing.T) {
+			runOpCase(t, g, opCase{name: name, op: "gated_delta", attrs: marked, in: in, alias: map[int]int{1: 5}, tol: 2e-5})
+		})
+	}
+}
+
 // attention_gqa over the shapes that matter: head dims, kv heads, cache dtypes, query
 // heads per kv head, and contexts that fill many key ranges (the merge).
 func TestAttentionVariants(t *testing.T) {

@@ -57,6 +57,9 @@ type Target struct {
 	// CombineRows is the output rows a group of the experts' down-projection combines
 	// takes: the kernels' MVC_ROWS for this backend (kernels.Tuning.CombineRows).
 	CombineRows int
+	// ChunkedDelta says the target has gated_delta_chunked (ops/kernels/deltanet_cuda.k,
+	// CUDA only: 130,560 bytes of group memory, which Metal's groups do not have).
+	ChunkedDelta bool
 	// DeviceFence says the target's dialect has a device-scope fence and global atomics
 	// (FENCE_DEVICE, ATOMIC_ADD_GLOBAL), so a launch's groups can hand their results to the
 	// last of them to finish (router_q8). Metal's has not.
@@ -67,7 +70,7 @@ type Target struct {
 // plan compiled on a machine without the GPU is the plan the GPU runs.
 var (
 	// CUDA is tuned for the H200 (132 multiprocessors).
-	CUDA = &Target{Name: "cuda", ParallelGroups: 264, TensorCores: true, CombineRows: int(kernels.CUDA.CombineRows), DeviceFence: true}
+	CUDA = &Target{Name: "cuda", ParallelGroups: 264, TensorCores: true, CombineRows: int(kernels.CUDA.CombineRows), DeviceFence: true, ChunkedDelta: true}
 	// Metal is sized for the larger Apple GPUs (up to 40 cores).
 	Metal = &Target{Name: "metal", ParallelGroups: 80, CombineRows: int(kernels.Metal.CombineRows)}
 )
@@ -982,23 +985,50 @@ func lowerConv1D(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
 		X: x.Addr, State: out[1].Addr, Y: out[0].Addr, W: w.W, T: int32(T), Ch: int32(Ch), K: int32(K), StateDType: dt, Slices: slices})
 }
 
+// AttrChunkedDelta (bool) runs a gated_delta dispatch of a prefill step in chunks
+// (gated_delta_chunked: the chunked-delta pass sets it) on a target whose ChunkedDelta
+// is set, whatever the graph's form: both forms compute the same rule, the chunked one
+// with a chain of T / DeltaChunk chunk steps instead of T token steps.
+const AttrChunkedDelta = "chunked_delta"
+
 func lowerGatedDelta(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {
-	if f := d.Attrs.String("form"); f != "" && f != "recurrent" {
-		return nil, fmt.Errorf("gated_delta: form %q has no CUDA kernel (only recurrent; compile with DeltaRule recurrent)", f)
-	}
 	q, v := in[0], in[2]
 	T, Hk, Dk := q.Shape[0], q.Shape[1], q.Shape[2]
 	Hv, Dv := v.Shape[1], v.Shape[2]
-	if Dk%kernels.DeltaLanes != 0 || Dk > kernels.DeltaMaxDk {
-		return nil, fmt.Errorf("gated_delta: key dim %d must be a multiple of %d and at most %d", Dk, kernels.DeltaLanes, kernels.DeltaMaxDk)
-	}
 	if Hv > 65535 {
 		return nil, fmt.Errorf("gated_delta: %d value heads exceed the grid", Hv)
 	}
-	return newKernel(kernels.KernelGatedDelta, [3]int{ceilDiv(Dv, 32/kernels.DeltaLanes), Hv, 1}, 32, kernels.GatedDeltaArgs{
+	args := kernels.GatedDeltaArgs{
 		Q: q.Addr, K: in[1].Addr, V: v.Addr, G: in[3].Addr, Beta: in[4].Addr, S: out[1].Addr, O: out[0].Addr,
-		T: int32(T), Hk: int32(Hk), Hv: int32(Hv), Dk: int32(Dk), Dv: int32(Dv)})
+		T: int32(T), Hk: int32(Hk), Hv: int32(Hv), Dk: int32(Dk), Dv: int32(Dv)}
+	form := d.Attrs.String("form")
+	if form == "chunked" || d.Attrs.Bool(AttrChunkedDelta) {
+		if !c.t.ChunkedDelta {
+			return nil, fmt.Errorf("gated_delta: target %s has no chunked kernel (compile with DeltaRule recurrent, or without the chunked-delta pass)", c.t.Name)
+		}
+		if form == "chunked" && d.Attrs.Int("chunk") != kernels.DeltaChunk {
+			return nil, fmt.Errorf("gated_delta: chunks of %d tokens; gated_delta_chunked takes %d", d.Attrs.Int("chunk"), kernels.DeltaChunk)
+		}
+		if !ChunkedDeltaShape(Dk) {
+			return nil, fmt.Errorf("gated_delta: key dim %d: gated_delta_chunked takes a multiple of 4 up to %d", Dk, kernels.DeltaMaxDk)
+		}
+		if q.Addr%16 != 0 || in[1].Addr%16 != 0 {
+			return nil, fmt.Errorf("gated_delta: q and k must start 16-byte aligned for gated_delta_chunked (at %#x and %#x)", q.Addr, in[1].Addr)
+		}
+		return newKernel(kernels.KernelGatedDeltaChunked, [3]int{ceilDiv(Dv, kernels.DeltaChunkColumns), Hv, 1}, kernels.DeltaChunkThreads, args)
+	}
+	if form != "" && form != "recurrent" {
+		return nil, fmt.Errorf("gated_delta: form %q has no kernel (recurrent or chunked)", form)
+	}
+	if Dk%kernels.DeltaLanes != 0 || Dk > kernels.DeltaMaxDk {
+		return nil, fmt.Errorf("gated_delta: key dim %d must be a multiple of %d and at most %d", Dk, kernels.DeltaLanes, kernels.DeltaMaxDk)
+	}
+	return newKernel(kernels.KernelGatedDelta, [3]int{ceilDiv(Dv, 32/kernels.DeltaLanes), Hv, 1}, 32, args)
 }
+
+// ChunkedDeltaShape says gated_delta_chunked takes key heads of Dk: whole 16-byte rows
+// that fit its group memory.
+func ChunkedDeltaShape(Dk int) bool { return Dk%4 == 0 && Dk > 0 && Dk <= kernels.DeltaMaxDk }
 
 func lowerUnary(op int32) lowering {
 	return func(c *ctx, d *plan.Dispatch, in, out []Operand) (*Launch, error) {

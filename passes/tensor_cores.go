@@ -305,3 +305,26 @@ func setAttr(d *plan.Dispatch, key string, v any) {
 	a[key] = v
 	d.Attrs = a
 }
+
+// chunkedDelta marks, for a target with the chunked gated delta kernel (CUDA), every
+// gated_delta of a step of more than one token whose key heads the kernel takes with
+// gpu.AttrChunkedDelta, so select-kernels launches gated_delta_chunked
+// (ops/kernels/deltanet_cuda.k) instead of the recurrent gated_delta: the same rule, its
+// chain T / 64 chunk steps long instead of T token steps.
+func chunkedDelta(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || !t.GPU.ChunkedDelta || u.Plan == nil || u.Plan.Tokens < 2 {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if d.Op != "gated_delta" {
+			continue
+		}
+		if in, _ := dispatchOperands(u.Plan, d); len(in) == 6 && len(in[0].Shape) == 3 && gpu.ChunkedDeltaShape(in[0].Shape[2]) {
+			setAttr(d, gpu.AttrChunkedDelta, true)
+			u.count("chunked-delta: gated_delta_chunked", 1)
+		}
+	}
+	return nil
+}

@@ -111,3 +111,39 @@ func GatedDeltaNormInputs(r *rand.Rand, Hk, Hv, Dk, Dv int, normDType graph.DTyp
 		F32(r, 1, Hv, Dv), Scaled(F32(r, 1, Hv), 0.1), F32(r, 1, Hv),
 		Scaled(F32(r, Hv, Dk, Dv), 0.3), F32(r, 1, Hv, Dv), norm}
 }
+
+// GatedDeltaPrefillInputs are a gated_delta's arguments for T tokens as a prefill step
+// of the model sees them: q and k of Hk heads of Dk L2-normed (q then scaled by Dk^-1/2,
+// as the model's q_scale does), v of Hv heads of Dv, the log-decay g <= 0 (most near
+// 0, some far below, as exp(A_log)·softplus(...) gives), beta in (0, 1) (a sigmoid), and
+// the state S [Hv, Dk, Dv].
+func GatedDeltaPrefillInputs(r *rand.Rand, T, Hk, Hv, Dk, Dv int) []*ops.Tensor {
+	q, k := F32(r, T, Hk, Dk), F32(r, T, Hk, Dk)
+	for _, x := range []*ops.Tensor{q, k} {
+		scale := 1.0
+		if x == q {
+			scale = 1 / math.Sqrt(float64(Dk))
+		}
+		xs := x.F32()
+		for h := 0; h < T*Hk; h++ {
+			row := xs[h*Dk : (h+1)*Dk]
+			var ss float64
+			for _, v := range row {
+				ss += float64(v) * float64(v)
+			}
+			f := float32(scale / math.Sqrt(ss+1e-6))
+			for i := range row {
+				row[i] *= f
+			}
+		}
+	}
+	g, beta := ops.NewTensor(graph.F32, T, Hv), ops.NewTensor(graph.F32, T, Hv)
+	for i := range g.F32() {
+		g.F32()[i] = float32(-0.2 * math.Abs(r.NormFloat64()))
+		if r.IntN(16) == 0 {
+			g.F32()[i] *= 20
+		}
+		beta.F32()[i] = float32(1 / (1 + math.Exp(-r.NormFloat64())))
+	}
+	return []*ops.Tensor{q, k, F32(r, T, Hv, Dv), g, beta, Scaled(F32(r, Hv, Dk, Dv), 0.3)}
+}

@@ -34,7 +34,7 @@ var Families = []string{"common", "norm", "matmul", "attention", "conv", "deltan
 // CUDAFamilies are kernel files only the CUDA source carries, after the portable ones
 // (whose helpers they use): kernels for hardware the dialect does not abstract (the
 // tensor-core mma GEMM), each beside a portable kernel that does the same work.
-var CUDAFamilies = []string{"matmul_mma", "matvec_mma", "attention_mma", "moe_cuda"}
+var CUDAFamilies = []string{"matmul_mma", "matvec_mma", "attention_mma", "moe_cuda", "deltanet_cuda"}
 
 // Kernel names (the KERNEL declarations of the .k files).
 const (
@@ -127,6 +127,10 @@ const (
 	// The router's q8 projection of one token and its routing in one launch (moe_cuda.k,
 	// the router-matvec pass): the last group to finish routes.
 	KernelRouterQ8 = "router_q8"
+	// KernelGatedDeltaChunked is gated_delta in chunks of DeltaChunk tokens (the WY/UT
+	// form, deltanet_cuda.k): a prefill step's chain of T recurrent steps becomes T /
+	// DeltaChunk chunk steps of small matrix products (the chunked-delta pass).
+	KernelGatedDeltaChunked = "gated_delta_chunked"
 )
 
 // MMAQ4Kernel maps each tensor-core GEMM kernel to its twin for q4 weights: the same
@@ -222,7 +226,7 @@ var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
 	KernelMatvecIMMAQ4, KernelMatvecFusedIMMAQ4, KernelExpertMVSwiGLUIMMAQ4, KernelExpertMVSwiGLUSharedIMMAQ4,
 	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelMatvecFusedNormStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
-	KernelAttentionPrefillMMA, KernelAttentionGQAMMA, KernelAttentionGQAStaged, KernelRouterQ8}
+	KernelAttentionPrefillMMA, KernelAttentionGQAMMA, KernelAttentionGQAStaged, KernelRouterQ8, KernelGatedDeltaChunked}
 
 // DynamicGroupMemory is the group memory a CUDA-only kernel takes at launch instead of
 // declaring it (a static declaration holds at most 48 KB) on a GPU that gives a group at
@@ -239,6 +243,8 @@ func DynamicGroupMemory(name string, limit int) int {
 		return AttnMMAGroupMemoryFor(1)
 	case KernelAttentionGQAStaged:
 		return AttnStagedGroupMemory
+	case KernelGatedDeltaChunked:
+		return DeltaChunkGroupMemory
 	}
 	return 0
 }
@@ -291,6 +297,10 @@ const (
 	SIMDWidth             = 32     // SIMD_WIDTH
 	DeltaMaxDk            = 128    // DELTA_LANES * DELTA_MAX_ROWS
 	DeltaLanes            = 8      // DELTA_LANES: gated_delta columns per SIMD group = 32 / DeltaLanes
+	DeltaChunk            = 64     // GDC_C: gated_delta_chunked's tokens a chunk
+	DeltaChunkColumns     = 32     // GDC_DC: its state columns a group
+	DeltaChunkThreads     = 256    // GDC_THREADS: its group size
+	DeltaChunkGroupMemory = 130560 // GDC_SMEM_FLOATS·4: its dynamic group memory (the chunk's k and q rows, the state columns, A, Q Kᵀ, V' and T's diagonal blocks)
 	DeltaNormMaxDv        = 128    // DELTA_NORM_MAX_DV: gated_delta_norm's group is 32·ceil(Dv/4) threads, at most 1,024
 	MatvecThreads         = 128    // MV_THREADS: the q4 matrix-vector kernels' group size
 	MatvecRows            = 4      // MV_ROWS: rows per row group of the q4 matrix-vector kernels

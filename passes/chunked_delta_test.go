@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"testing"
 
+	"pistil/graph"
 	"pistil/models/qwen35moe"
 	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/passes"
+	"pistil/plan"
 )
 
 // On the 35B-A3B's shapes, chunked-delta puts the 30 GDN layers' gated_delta of a
@@ -25,14 +27,7 @@ func TestChunkedDeltaChoosesTheChunkedKernel(t *testing.T) {
 	on := passes.Config{Off: map[string]bool{"chunked-delta": false}}
 	kernelsOf := func(target string, T int, cfg passes.Config) map[string]int {
 		t.Helper()
-		name := "prefill"
-		if T == 1 {
-			name = "decode"
-		}
-		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: name, Tokens: T, LastLogitsOnly: true, Backend: target}, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := compileStep(t, g, target, T, cfg)
 		got := map[string]int{}
 		for _, d := range p.Dispatches {
 			if d.Op != "gated_delta" {
@@ -61,4 +56,19 @@ func TestChunkedDeltaChoosesTheChunkedKernel(t *testing.T) {
 	if got := kernelsOf("cuda", 1, on); got[kernels.KernelGatedDelta] != 30 || len(got) != 1 {
 		t.Errorf("decode, on: gated_delta kernels %v, want gated_delta in all 30 GDN layers", got)
 	}
+}
+
+// compileStep compiles g's step of T tokens (decode for 1, else prefill, last logits only)
+// for the target under cfg.
+func compileStep(t *testing.T, g *graph.Graph, target string, T int, cfg passes.Config) *plan.Plan {
+	t.Helper()
+	name := "prefill"
+	if T == 1 {
+		name = "decode"
+	}
+	p, err := passes.Compile(g, ops.Default, passes.Phase{Name: name, Tokens: T, LastLogitsOnly: true, Backend: target}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

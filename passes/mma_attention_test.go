@@ -6,7 +6,6 @@ import (
 
 	"pistil/graph"
 	"pistil/models/qwen35moe"
-	"pistil/ops"
 	"pistil/ops/kernels"
 	"pistil/passes"
 )
@@ -30,15 +29,7 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 	off := passes.Config{Off: map[string]bool{"mma-attention": true}}
 	compile := func(g *graph.Graph, target string, T int, cfg passes.Config) map[string]int {
 		t.Helper()
-		name := "prefill"
-		if T == 1 {
-			name = "decode"
-		}
-		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: name, Tokens: T, LastLogitsOnly: true, Backend: target}, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return attentionKernels(t, p, 16, 2)
+		return attentionKernels(t, compileStep(t, g, target, T, cfg), 16, 2)
 	}
 	for _, T := range []int{2, 64, 512, 1024} {
 		t.Run(fmt.Sprintf("T=%d", T), func(t *testing.T) {
@@ -78,15 +69,7 @@ func TestMMADecodeAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 		}
 		compile := func(target string, T int, c passes.Config) map[string]int {
 			t.Helper()
-			name := "prefill"
-			if T == 1 {
-				name = "decode"
-			}
-			p, err := passes.Compile(g, ops.Default, passes.Phase{Name: name, Tokens: T, LastLogitsOnly: true, Backend: target}, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return attentionKernels(t, p, 16, 2)
+			return attentionKernels(t, compileStep(t, g, target, T, c), 16, 2)
 		}
 		if got := compile("cuda", 1, on); got[kernels.KernelAttentionGQAMMA] != 10 || len(got) != 1 {
 			t.Errorf("%s cache, cuda decode, on: attention kernels %v, want attention_gqa_mma in all 10 layers", kv, got)

@@ -77,12 +77,13 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-wide-rows/on -pass=mma-split-k/off -pass=expert-per-slot/off
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-wide-rows/off -pass=mma-split-k/off -pass=expert-per-slot/off
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-split-k/off -pass=expert-per-slot/off --pipeline /tmp/defines.toml
-	# The chunked gated delta rule (chunked-delta, off by default): prefill steps' GDN
-	# recurrence on gated_delta_chunked, whole, in chunks of 7 (partial chunks of the
-	# kernel's 64) and decoding from 40.
-	check --model "$dir" --reference "$ref" -pass=chunked-delta/on
-	check --model "$dir" --reference "$ref" --chunk 7 -pass=chunked-delta/on
-	check --model "$dir" --reference "$ref" --decode-from 40 -pass=chunked-delta/on
+	# The chunked gated delta rule (chunked-delta) is on by default, so every line without
+	# it runs prefill steps' GDN recurrence on gated_delta_chunked (chunks of 7 and 32 are
+	# partial chunks of the kernel's 64); these keep the recurrent gated_delta's prefill
+	# path checked: whole, in chunks of 7 and decoding from 40.
+	check --model "$dir" --reference "$ref" -pass=chunked-delta/off
+	check --model "$dir" --reference "$ref" --chunk 7 -pass=chunked-delta/off
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=chunked-delta/off
 	# The decode matrix-vector products on the SIMT kernels instead of their tensor-core
 	# twins (mma-matvec, on by default).
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-matvec/off

@@ -89,13 +89,14 @@
 #           gives split-k tiles (the shared experts' gate and up, k and v, 512 rows each)
 #           for their small grids run beside the routed experts in their stage, so the
 #           wide tiles (128 x 32, a quarter of the split per mma) may win there now.
-# Twenty-eighth session (no device came: every start failed): pending/chunked-delta/ (the
-# chunked gated delta kernel, pass chunked-delta, off; cuda/README.md), a patch series
-# for main, passes cuda/emu and has never run on a GPU. With the patched tree's binaries
-# packed (git am pending/chunked-delta/*.patch, then cuda/device_pack.sh):
+# Twenty-eighth and twenty-ninth sessions: the chunked gated delta kernel
+# (gated_delta_chunked, pass chunked-delta) ran on an H100 in the twenty-ninth (tests,
+# checks, the whole device_check with it on, +2.7% at 4,096; cuda/README.md) and is on
+# by default. Not yet on an H200: "check" there covers it with sessions 24-27's kernels.
 # chunked:  TestGatedDeltaChunked and TestKernelsMatchReferences, pistil check on both
 #           layouts (whole, chunks of 7, from decode) with the pass on, prefill 512 /
-#           4,096 with it off and on (two rounds) and with GDC_PREFETCH=1.
+#           4,096 with it off and on (two rounds) and with GDC_PREFETCH=1: rerun after a
+#           change to the kernel (the next one: its products on the tensor cores).
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u

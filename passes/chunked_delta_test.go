@@ -12,9 +12,9 @@ import (
 	"pistil/plan"
 )
 
-// On the 35B-A3B's shapes, chunked-delta puts the 30 GDN layers' gated_delta of a
-// prefill step on gated_delta_chunked on the CUDA target, each on a grid of 4 groups of
-// 32 state columns for each of its 32 value heads; off (the default) they stay on the
+// On the 35B-A3B's shapes, chunked-delta (on by default) puts the 30 GDN layers'
+// gated_delta of a prefill step on gated_delta_chunked on the CUDA target, each on a grid
+// of 4 groups of 32 state columns for each of its 32 value heads; off, they stay on the
 // recurrent gated_delta; Metal, which has no chunked kernel, keeps the recurrent one
 // with the pass on; and a decode step keeps the recurrent kernel (one token: nothing to
 // chunk).
@@ -24,7 +24,8 @@ func TestChunkedDeltaChoosesTheChunkedKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	on := passes.Config{Off: map[string]bool{"chunked-delta": false}}
+	on := passes.Config{}
+	off := passes.Config{Off: map[string]bool{"chunked-delta": true}}
 	kernelsOf := func(target string, T int, cfg passes.Config) map[string]int {
 		t.Helper()
 		p := compileStep(t, g, target, T, cfg)
@@ -43,10 +44,10 @@ func TestChunkedDeltaChoosesTheChunkedKernel(t *testing.T) {
 	for _, T := range []int{2, 64, 1024} {
 		t.Run(fmt.Sprintf("T=%d", T), func(t *testing.T) {
 			if got := kernelsOf("cuda", T, on); got[kernels.KernelGatedDeltaChunked] != 30 || len(got) != 1 {
-				t.Errorf("cuda, on: gated_delta kernels %v, want gated_delta_chunked in all 30 GDN layers", got)
+				t.Errorf("cuda, default (on): gated_delta kernels %v, want gated_delta_chunked in all 30 GDN layers", got)
 			}
-			if got := kernelsOf("cuda", T, passes.Config{}); got[kernels.KernelGatedDelta] != 30 || len(got) != 1 {
-				t.Errorf("cuda, default: gated_delta kernels %v, want gated_delta in all 30 GDN layers", got)
+			if got := kernelsOf("cuda", T, off); got[kernels.KernelGatedDelta] != 30 || len(got) != 1 {
+				t.Errorf("cuda, off: gated_delta kernels %v, want gated_delta in all 30 GDN layers", got)
 			}
 			if got := kernelsOf("metal", T, on); got[kernels.KernelGatedDelta] != 30 || len(got) != 1 {
 				t.Errorf("metal, on: gated_delta kernels %v, want gated_delta in all 30 GDN layers", got)

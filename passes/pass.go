@@ -176,8 +176,8 @@ var Passes = []Pass{
 		Doc: "a GPU target with tensor cores: attention that is not tiled for prefill (decode's, whole or split into key ranges) runs on attention_gqa_mma: the group's warps split the head dims, each loading its slice of every key tile straight from the cache into tf32 mma fragments split in three"},
 	{Name: "staged-decode-attention", Fn: stagedDecodeAttention, DefaultOff: true,
 		Doc: "a GPU target with tensor cores: a decode step's attention on attention_gqa_mma runs as attention_gqa_staged, each lane's share of a key tile copied into group memory by cp.async four tiles ahead (the cache rows earlier steps wrote before the programmatic-launch wait); split-attention then keeps equal key ranges at every context; off by default, slower at 32K on the H100"},
-	{Name: "chunked-delta", Fn: chunkedDelta, DefaultOff: true,
-		Doc: "a CUDA target: a prefill step's gated_delta runs in chunks of 64 tokens (gated_delta_chunked, the WY/UT form: T / 64 chunk steps of small matrix products instead of T recurrent steps); off by default until timed on a GPU"},
+	{Name: "chunked-delta", Fn: chunkedDelta,
+		Doc: "a CUDA target: a prefill step's gated_delta runs in chunks of 64 tokens (gated_delta_chunked, the WY/UT form: T / 64 chunk steps of small matrix products instead of T recurrent steps)"},
 	{Name: "select-kernels", Fn: selectKernels, Required: true,
 		Doc: "a GPU target: the kernel, grid and group size of every dispatch, as the backend will launch it"},
 }

@@ -1,4 +1,10 @@
 #!/bin/bash
+# First, from the twenty-ninth session: two series wait in pending/ for a GPU (see
+# pending/README.md). On a branch, `git am pending/gdc-mma/*.patch pending/group-memory/*.patch`,
+# `bash cuda/device_pack.sh`, then one call STEPS="gdcmma" (the chunked gated delta's
+# products on the tensor cores, timed against the SIMT form) and one STEPS="check" (the
+# whole check with both; on an H200 it is also the H200 check owed since the twenty-fourth
+# session). Merge what passes; make GDC_MMA the default if it wins.
 # Device calls left for the next session, from the repository root with .dev/pistil and
 # .dev/cuda.test carried (cuda/device_pack.sh builds both, stripped, into .dev/bin.tar.xz,
 # which stays under the 64 MiB a call carries: `tar -C .dev -xJf .dev/bin.tar.xz` first):

@@ -102,7 +102,12 @@
 # chunked:  TestGatedDeltaChunked and TestKernelsMatchReferences, pistil check on both
 #           layouts (whole, chunks of 7, from decode) with the pass on, prefill 512 /
 #           4,096 with it off and on (two rounds) and with GDC_PREFETCH=1: rerun after a
-#           change to the kernel (the next one: its products on the tensor cores).
+#           change to the kernel.
+# gdcmma:   GDC_MMA=1 (the chunked kernel's products on the tensor cores, twenty-ninth
+#           session, never run on a GPU): TestGatedDeltaChunked with it, pistil check on
+#           mlx-q4 whole and hf in chunks of 7, prefill 512 / 4,096 with GDC_MMA 0 and 1
+#           alternating (two rounds), 4,096 at depth 32,768 with each, and its registers;
+#           if it wins, make it the default (the #define) and rerun "check".
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u
@@ -174,6 +179,25 @@ has chunked && {
 		echo "== round $r chunked-delta $v"; timeout 100 ./.dev/pistil $B -pass=chunked-delta/$v 2>&1 | grep -E '^prefill'
 	done; done
 	echo "== chunked-delta on, GDC_PREFETCH=1"; PISTIL_CUDA_DEFINES=GDC_PREFETCH=1 timeout 100 ./.dev/pistil $B -pass=chunked-delta/on 2>&1 | grep -E '^prefill'
+}
+has gdcmma && {
+	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
+	(cd "$OUT" && timeout 300 nvcc -arch=sm_90 -Xptxas -v -DGDC_MMA=1 -c -o /dev/null kernels.cu > ptxas_gdcmma.txt 2>&1) &
+	(cd cuda && PISTIL_CUDA_DEFINES=GDC_MMA=1 timeout 120 ../.dev/cuda.test -test.run '^(TestGatedDeltaChunked|TestKernelsMatchReferences)$' -test.count=1 -test.v > "$OUT/next_gdcmma_tests.txt" 2>&1; echo "gdcmma tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_gdcmma_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_gdcmma_tests.txt")")
+	# Two check lines here (the whole check's two GDC_MMA lines run in "check").
+	for lc in "mlx-q4|" "hf|--chunk 7"; do M=testdata/golden/tiny-s1/${lc%%|*} args=${lc#*|}
+		PISTIL_CUDA_DEFINES=GDC_MMA=1 timeout 90 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors $args > /tmp/c.txt 2>&1
+		echo "gdcmma check $M $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
+	done
+	for r in 1 2; do for v in 0 1; do
+		echo "== round $r GDC_MMA=$v"
+		PISTIL_CUDA_DEFINES=GDC_MMA=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3 2>&1 | grep -E '^prefill'
+	done; done
+	for v in 0 1; do
+		PISTIL_CUDA_DEFINES=GDC_MMA=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 4096 --depths 32768 --contexts= --repeats 2 2>&1 | grep -E '^prefill'
+	done
+	wait
+	grep -A3 "entry function 'gated_delta_chunked'" "$OUT/ptxas_gdcmma.txt" | grep -E "registers|spill"
 }
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

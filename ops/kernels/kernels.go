@@ -300,7 +300,7 @@ const (
 	DeltaChunk            = 64     // GDC_C: gated_delta_chunked's tokens a chunk
 	DeltaChunkColumns     = 32     // GDC_DC: its state columns a group
 	DeltaChunkThreads     = 256    // GDC_THREADS: its group size
-	DeltaChunkGroupMemory = 130560 // GDC_SMEM_FLOATS·4: its dynamic group memory (the chunk's k and q rows, the state columns, A, Q Kᵀ, V' and T's diagonal blocks)
+	DeltaChunkGroupMemory = 138240 // GDC_SMEM_FLOATS·4 of its largest variant (GDC_MMA's padded strides; 130,560 without): its dynamic group memory (the chunk's k and q rows, the state columns, A, Q Kᵀ, V' and T's diagonal blocks)
 	DeltaNormMaxDv        = 128    // DELTA_NORM_MAX_DV: gated_delta_norm's group is 32·ceil(Dv/4) threads, at most 1,024
 	MatvecThreads         = 128    // MV_THREADS: the q4 matrix-vector kernels' group size
 	MatvecRows            = 4      // MV_ROWS: rows per row group of the q4 matrix-vector kernels

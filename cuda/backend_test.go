@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"fmt"
+	"math"
 	"pistil/internal/fixtures"
 	"strings"
 	"testing"
@@ -226,5 +228,54 @@ func TestKernelDefinesKeepTheAnswer(t *testing.T) {
 	_, err := exec.Open(fixtures.Golden("mlx-q4"), exec.Options{Backend: "cuda", KernelDefines: []string{"MMA_UNGUARDED=0", "NO_SUCH_MACRO=1"}})
 	if err == nil || !strings.Contains(err.Error(), `"NO_SUCH_MACRO" is not one of the CUDA kernels' tuning macros`) {
 		t.Errorf("a define that is not a tuning macro: error %v", err)
+	}
+}
+
+// TestGroupMemoryShortGPU: on a GPU that gives a group less memory than a kernel of the
+// default plans takes (the 101,376 bytes of sm_86 and sm_89 cards; CI runs it under
+// cuda/emu with EMU_GROUP_MEMORY=101376, in a process of its own, since the device reads
+// the limit when it opens), the device still opens (the module loads without that
+// kernel's opt-in), a default plan is refused with an error that names the kernel, its
+// bytes and the pass to switch off, and with that pass off the model runs and gives the
+// CPU backend's answer. Skips on a GPU that gives the default kernels their memory.
+func TestGroupMemoryShortGPU(t *testing.T) {
+	g := openGPU(t)
+	if g.groupMemoryLimit >= kernels.DeltaChunkGroupMemory {
+		t.Skipf("this GPU gives a group %d bytes: every default kernel fits", g.groupMemoryLimit)
+	}
+	dir := fixtures.Golden("mlx-q4")
+	_, err := exec.Open(dir, exec.Options{Backend: "cuda"})
+	want := fmt.Sprintf("runs on %s, which needs %d bytes of group memory a group", kernels.KernelGatedDeltaChunked, kernels.DeltaChunkGroupMemory)
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "-pass=chunked-delta/off") {
+		t.Fatalf("the default plans on a GPU with %d bytes a group: error %v, want one containing %q and the pass to switch off", g.groupMemoryLimit, err, want)
+	}
+	cfg := passes.Config{Off: map[string]bool{"chunked-delta": true}}
+	m, err := exec.Open(dir, exec.Options{Backend: "cuda", Passes: cfg})
+	if err != nil {
+		t.Fatalf("chunked-delta off: %v", err)
+	}
+	defer m.Close()
+	ref, err := exec.Open(dir, exec.Options{Backend: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	got, wantLogits := stepLogits(t, m, 5, []int32{11, 12, 13}), stepLogits(t, ref, 5, []int32{11, 12, 13})
+	for step := range wantLogits {
+		for i, w := range wantLogits[step] {
+			if d := math.Abs(float64(got[step][i] - w)); !(d <= 2e-3) {
+				t.Fatalf("step %d logit %d: %v on the GPU, %v on the CPU", step, i, got[step][i], w)
+			}
+		}
+	}
+}
+
+// Every kernel that takes its group memory at launch names the pass that puts a dispatch
+// on it, for the refusal above.
+func TestGroupMemoryKernelsNameTheirPass(t *testing.T) {
+	for _, name := range kernels.CUDANames {
+		if kernels.DynamicGroupMemory(name, 0) > 0 && groupMemoryPasses[name] == "" {
+			t.Errorf("%s takes dynamic group memory, but groupMemoryPasses names no pass for it", name)
+		}
 	}
 }

@@ -26,6 +26,10 @@ type device struct {
 	// groupMemoryLimit is the most group memory a kernel may opt in to (bytes; 232,448 on
 	// the H100 and H200): which dynamic size kernels.DynamicGroupMemory picks.
 	groupMemoryLimit int
+	// groupMemoryShort are the CUDA-only kernels whose dynamic group memory is more than
+	// groupMemoryLimit (a GPU with 99 KB a group: sm_86 and sm_89 cards), with the bytes
+	// each needs: the module loads without them, and a plan that names one is refused.
+	groupMemoryShort map[string]int
 	stream           uintptr
 	module           uintptr
 	funcs            map[string]uintptr // the default module's: early loads on, tuning macros at their defaults
@@ -97,6 +101,7 @@ func newDevice() (*device, error) {
 	d.cuDeviceGetAttribute(&sms, attrMultiprocessors, g.ordinal)
 	d.cuDeviceGetAttribute(&groupMemory, attrMaxGroupMemoryOptIn, g.ordinal)
 	g.arch, g.sms, g.groupMemoryLimit = int(10*major+minor), int(sms), int(groupMemory)
+	g.groupMemoryShort = map[string]int{}
 	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&g.ctx, g.ordinal)); err != nil {
 		return nil, err
 	}
@@ -193,7 +198,9 @@ func (g *device) compileModule(extra []string) (uintptr, map[string]uintptr, err
 			return 0, nil, err
 		}
 		funcs[name] = f
-		if n := kernels.DynamicGroupMemory(name, g.groupMemoryLimit); n > 0 {
+		if n := kernels.DynamicGroupMemory(name, g.groupMemoryLimit); n > g.groupMemoryLimit {
+			g.groupMemoryShort[name] = n
+		} else if n > 0 {
 			if err := g.d.check("cuFuncSetAttribute "+name, g.d.cuFuncSetAttribute(f, funcAttrMaxDynamicShared, int32(n))); err != nil {
 				return 0, nil, err
 			}

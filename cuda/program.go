@@ -125,6 +125,11 @@ func (p *program) lower(st *state, steps uint64) (*lowered, error) {
 					p.p.Phase, d.Index, d.Label, l.Kernel, p.b.dev.arch/10, p.b.dev.arch%10, tc.pass, tc.pass)
 			}
 		}
+		if need, short := p.b.dev.groupMemoryShort[l.Kernel]; short {
+			pass := groupMemoryPasses[l.Kernel]
+			return nil, fmt.Errorf("plan %s: dispatch %d (%s) runs on %s, which needs %d bytes of group memory a group; this GPU (%s) gives at most %d: compile with -pass=%s/off (pipeline.toml [passes] %s = false)",
+				p.p.Phase, d.Index, d.Label, l.Kernel, need, p.b.dev.name, p.b.dev.groupMemoryLimit, pass, pass)
+		}
 		ln, err := p.b.dev.newLaunchFrom(p.b.funcs, l.Kernel, l.Grid, l.Block, l.Args, l.ArgsPointer())
 		if err != nil {
 			return nil, fmt.Errorf("plan %s: dispatch %d (%s): %w", p.p.Phase, d.Index, d.Label, err)
@@ -143,6 +148,14 @@ var tensorCorePasses = []struct{ attr, pass string }{
 	{gpu.AttrIMMAMatvec, "imma-matvec"},
 	{gpu.AttrStagedMatvec, "staged-matvec"},
 	{gpu.AttrMMAAttention, "mma-attention"},
+}
+
+// groupMemoryPasses are the passes that put a dispatch on a kernel whose group memory
+// is more than some GPUs give (kernels.DynamicGroupMemory), by kernel.
+var groupMemoryPasses = map[string]string{
+	kernels.KernelGatedDeltaChunked:   "chunked-delta",
+	kernels.KernelAttentionGQAStaged:  "staged-decode-attention",
+	kernels.KernelAttentionPrefillMMA: "mma-attention",
 }
 
 // lowered is a plan turned into launches, one per dispatch.

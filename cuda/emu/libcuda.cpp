@@ -325,6 +325,11 @@ static void launch(Func* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 	}
 }
 
+// The most dynamic group memory a kernel may opt in to: the H100's and H200's 232,448
+// bytes, or EMU_GROUP_MEMORY's (a GPU with less, such as the 101,376 of sm_86 and sm_89
+// cards), which cuFuncSetAttribute and cuLaunchKernel then hold launches to as the driver does.
+static int emu_group_memory() { return getenv("EMU_GROUP_MEMORY") ? atoi(getenv("EMU_GROUP_MEMORY")) : 232448; }
+
 extern "C" {
 int cuInit(unsigned) { return 0; }
 int cuDriverGetVersion(int* v) { *v = 12080; return 0; }
@@ -332,7 +337,7 @@ int cuDeviceGetCount(int* n) { *n = 1; return 0; }
 int cuDeviceGet(int* d, int) { *d = 0; return 0; }
 int cuDeviceGetName(char* name, int n, int) { std::snprintf(name, n, "CPU emulation"); return 0; }
 int cuDeviceGetAttribute(int* v, int attr, int) {
-	switch (attr) { case 75: *v = 9; break; case 76: *v = 0; break; case 16: *v = getenv("EMU_SMS") ? atoi(getenv("EMU_SMS")) : 132; break; case 97: *v = 232448; break; default: *v = 0; }
+	switch (attr) { case 75: *v = 9; break; case 76: *v = 0; break; case 16: *v = getenv("EMU_SMS") ? atoi(getenv("EMU_SMS")) : 132; break; case 97: *v = emu_group_memory(); break; default: *v = 0; }
 	return 0;
 }
 int cuDeviceTotalMem_v2(uint64_t* b, int) { *b = 16ull << 30; return 0; }
@@ -371,9 +376,9 @@ int cuModuleGetFunction(uintptr_t* f, uintptr_t m, const char* name) {
 	*f = (uintptr_t) new Func{(void (*)(const void*, unsigned, unsigned, unsigned, unsigned))lf, *sz, name};
 	return 0;
 }
-int cuFuncSetAttribute(uintptr_t, int, int) { return 0; }
-int cuLaunchKernel(Func* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned, uintptr_t, void** params, void**) {
-	if (by != 1 || bz != 1) return 1;
+int cuFuncSetAttribute(uintptr_t, int attr, int v) { return attr == 8 && v > emu_group_memory() ? 1 : 0; }
+int cuLaunchKernel(Func* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, uintptr_t, void** params, void**) {
+	if (by != 1 || bz != 1 || (int)shared > emu_group_memory()) return 1;
 	launch(f, gx, gy, gz, bx, params[0]);
 	return 0;
 }

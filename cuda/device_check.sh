@@ -24,9 +24,9 @@ sed 's/^key_block_split_from = .*/key_block_split_from = 0/' pipeline.toml > /tm
 # [cuda] kernel_defines' example: the prefill mma's partial tiles unguarded off and every
 # token sub-tile multiplied (tuning macros that change no stored value).
 sed 's/^# kernel_defines = /kernel_defines = /' pipeline.toml > /tmp/defines.toml
-# The chunked gated delta's products on the tensor cores (GDC_MMA, a tuning macro, 0 by
-# default).
-sed 's/^# kernel_defines = .*/kernel_defines = ["GDC_MMA=1"]/' pipeline.toml > /tmp/gdcmma.toml
+# The chunked gated delta's products as SIMT dot products (GDC_MMA=0; the tensor-core form,
+# 1, is the default).
+sed 's/^# kernel_defines = .*/kernel_defines = ["GDC_MMA=0"]/' pipeline.toml > /tmp/gdcsimt.toml
 grep -q '^kernel_defines = ' /tmp/defines.toml || { echo "pipeline.toml has no kernel_defines example"; exit 1; }
 check() {
 	echo "== check $*" | tee -a "$OUT/check.log"
@@ -87,9 +87,9 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" -pass=chunked-delta/off
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=chunked-delta/off
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=chunked-delta/off
-	# gated_delta_chunked with GDC_MMA=1: whole and in chunks of 7.
-	check --model "$dir" --reference "$ref" --pipeline /tmp/gdcmma.toml
-	check --model "$dir" --reference "$ref" --chunk 7 --pipeline /tmp/gdcmma.toml
+	# gated_delta_chunked with GDC_MMA=0 (SIMT products): whole and in chunks of 7.
+	check --model "$dir" --reference "$ref" --pipeline /tmp/gdcsimt.toml
+	check --model "$dir" --reference "$ref" --chunk 7 --pipeline /tmp/gdcsimt.toml
 	# The decode matrix-vector products on the SIMT kernels instead of their tensor-core
 	# twins (mma-matvec, on by default).
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-matvec/off

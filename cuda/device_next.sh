@@ -1,10 +1,7 @@
 #!/bin/bash
-# First, from the twenty-ninth session: two series wait in pending/ for a GPU (see
-# pending/README.md). On a branch, `git am pending/gdc-mma/*.patch pending/group-memory/*.patch`,
-# `bash cuda/device_pack.sh`, then one call STEPS="gdcmma" (the chunked gated delta's
-# products on the tensor cores, timed against the SIMT form) and one STEPS="check" (the
-# whole check with both; on an H200 it is also the H200 check owed since the twenty-fourth
-# session). Merge what passes; make GDC_MMA the default if it wins.
+# First, from the thirtieth session: the H200 check owed since the twenty-fourth session
+# (every kernel since, the chunked gated delta with GDC_MMA on by default included, ran
+# only on H100s): `bash cuda/device_pack.sh`, then one call STEPS="check" on an H200.
 # Device calls left for the next session, from the repository root with .dev/pistil and
 # .dev/cuda.test carried (cuda/device_pack.sh builds both, stripped, into .dev/bin.tar.xz,
 # which stays under the 64 MiB a call carries: `tar -C .dev -xJf .dev/bin.tar.xz` first):
@@ -103,11 +100,11 @@
 #           layouts (whole, chunks of 7, from decode) with the pass on, prefill 512 /
 #           4,096 with it off and on (two rounds) and with GDC_PREFETCH=1: rerun after a
 #           change to the kernel.
-# gdcmma:   GDC_MMA=1 (the chunked kernel's products on the tensor cores, twenty-ninth
-#           session, never run on a GPU): TestGatedDeltaChunked with it, pistil check on
-#           mlx-q4 whole and hf in chunks of 7, prefill 512 / 4,096 with GDC_MMA 0 and 1
-#           alternating (two rounds), 4,096 at depth 32,768 with each, and its registers;
-#           if it wins, make it the default (the #define) and rerun "check".
+# gdcmma:   GDC_MMA=1 (the chunked kernel's products on the tensor cores, the default
+#           since the thirtieth session, which ran this step on an H100): TestGatedDelta-
+#           Chunked with it, pistil check on mlx-q4 whole and hf in chunks of 7, prefill
+#           512 / 4,096 with GDC_MMA 0 and 1 alternating (two rounds), 4,096 at depth
+#           32,768 with each, and its registers: rerun after a change to the kernel.
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u

@@ -105,6 +105,12 @@
 #           Chunked with it, pistil check on mlx-q4 whole and hf in chunks of 7, prefill
 #           512 / 4,096 with GDC_MMA 0 and 1 alternating (two rounds), 4,096 at depth
 #           32,768 with each, and its registers: rerun after a change to the kernel.
+# f16:      MMA_F16 (the prefill GEMMs' q4 kernels with fp16 activations in two parts,
+#           thirtieth session): the q4 kernels' registers with MMA_F16 0 and 1, the mma
+#           per-op and lowering tests and TestKernelDefinesKeepTheAnswer, pistil check on
+#           both fixtures whole, in chunks of 7 and 32 and from decode at 40, prefill 512 /
+#           4,096 with MMA_F16 0 and 1 alternating (two rounds), 4,096 at depth 32,768 with
+#           each.
 # STEPS picks them (default "check attn floor"; "sass floor" first next time: the sass
 # step has never had a machine). Logs go to $OUT; each step prints a summary.
 set -u
@@ -195,6 +201,28 @@ has gdcmma && {
 	done
 	wait
 	grep -A3 "entry function 'gated_delta_chunked'" "$OUT/ptxas_gdcmma.txt" | grep -E "registers|spill"
+}
+has f16 && {
+	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
+	for v in 0 1; do (cd "$OUT" && timeout 300 nvcc -arch=sm_90 -Xptxas -v -DMMA_F16=$v -c -o /dev/null kernels.cu > ptxas_f16_$v.txt 2>&1) & done
+	(cd cuda && timeout 200 ../.dev/cuda.test -test.run '^(TestMMAKernelsMatchReferences|TestMMACasesLowerToTensorCores|TestKernelDefinesKeepTheAnswer)$' -test.count=1 -test.v > "$OUT/next_f16_tests.txt" 2>&1; echo "f16 tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_f16_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_f16_tests.txt")")
+	for layout in mlx-q4 hf; do M=testdata/golden/tiny-s1/$layout
+		for args in "" "--chunk 7" "--chunk 32" "--decode-from 40"; do
+			timeout 90 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors $args > /tmp/c.txt 2>&1
+			echo "f16 check $layout $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
+		done
+	done
+	for r in 1 2; do for v in 0 1; do
+		echo "== round $r MMA_F16=$v"
+		PISTIL_CUDA_DEFINES=MMA_F16=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3 2>&1 | grep -E '^prefill'
+	done; done
+	for v in 0 1; do
+		PISTIL_CUDA_DEFINES=MMA_F16=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 4096 --depths 32768 --contexts= --repeats 2 2>&1 | grep -E '^prefill'
+	done
+	for v in 0 1; do
+		wait
+		echo "MMA_F16=$v:"; grep -A3 -E "entry function '(matmul_mma_q4|matmul_mma_wide_q4|matmul_mma_splitk_q4|expert_mma32w_q4|expert_mma32_q4|expert_mma_splitk_q4)'" "$OUT/ptxas_f16_$v.txt" | grep -E "entry|registers|spill"
+	done
 }
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

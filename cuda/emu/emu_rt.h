@@ -20,6 +20,8 @@ extern "C" unsigned long long emu_shfl_raw(unsigned long long v, int src, int xo
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 as a warp collective: every lane
 // of the warp passes its a (4 registers), b (2) and c (4) fragments and gets its d (4).
 extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b, const float* c);
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 likewise (matmul_mma.k's q4 kernels, MMA_F16).
+extern "C" void emu_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b, const float* c);
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 likewise (attention_mma.k).
 extern "C" void emu_mma_m16n8k8_tf32(float* d, const unsigned* a, const unsigned* b, const float* c);
 // mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 likewise (matvec_mma.k's integer twins).

@@ -143,31 +143,31 @@ static MmaExchange mma_exchange(const unsigned* a, const unsigned* b) {
 	return {w, lane, par};
 }
 
-// emu_mma_m16n8k16_bf16 is mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, D = A·B + C,
-// with the fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
+// mma_m16n8k16 is mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, D = A·B + C
+// (elem decodes an element of A or B: its .b32 and its index there), with the fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
 // floating point type"), groupID = lane / 4, threadID_in_group = lane % 4:
 //   A (16x16 row, 4 x .b32 = a0..a7): row groupID for a0,a1,a4,a5, groupID + 8 for a2,a3,a6,a7;
 //     col threadID_in_group * 2 + (i & 1), + 8 for a4..a7;
 //   B (16x8 col, 2 x .b32 = b0..b3): row threadID_in_group * 2 + (i & 1), + 8 for b2,b3; col groupID;
 //   C, D (16x8, 4 x f32 c0..c3): row groupID for c0,c1, groupID + 8 for c2,c3; col threadID_in_group * 2 + (i & 1).
-// Element i of a .b32 pair sits in its low half when i is even. Every bf16 product is
-// exact in float; the 16 products and c are summed in double and rounded once (the
+// Element i of a .b32 pair sits in its low half when i is even. Every bf16 or fp16 product
+// is exact in double; the 16 products and c are summed in double and rounded once (the
 // hardware's internal order and rounding of that sum are not specified to the bit).
-extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b, const float* c) {
+template <class Elem>
+static void mma_m16n8k16(float* d, const unsigned* a, const unsigned* b, const float* c, Elem elem) {
 	float cin[4] = {c[0], c[1], c[2], c[3]};
 	auto [w, lane, par] = mma_exchange(a, b);
-	auto bf16 = [](unsigned reg, int i) { unsigned bits = (i & 1) ? (reg >> 16) : (reg & 0xffffu); float v; bits <<= 16; std::memcpy(&v, &bits, 4); return v; };
 	float A[16][16], B[16][8];
 	for (int l = 0; l < 32; l++) {
 		int g = l / 4, t = l % 4;
 		for (int i = 0; i < 8; i++) {
 			int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
 			int col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
-			A[row][col] = bf16(mma_a[w][par][l][i / 2], i);
+			A[row][col] = elem(mma_a[w][par][l][i / 2], i);
 		}
 		for (int i = 0; i < 4; i++) {
 			int row = t * 2 + (i & 1) + (i >= 2 ? 8 : 0);
-			B[row][g] = bf16(mma_b[w][par][l][i / 2], i);
+			B[row][g] = elem(mma_b[w][par][l][i / 2], i);
 		}
 	}
 	int g = lane / 4, t = lane % 4;
@@ -177,6 +177,22 @@ extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigne
 		for (int k = 0; k < 16; k++) s += (double)A[row][k] * (double)B[k][col];
 		d[i] = (float)s;
 	}
+}
+
+// emu_mma_m16n8k16_bf16: the bf16 form.
+extern "C" void emu_mma_m16n8k16_bf16(float* d, const unsigned* a, const unsigned* b, const float* c) {
+	mma_m16n8k16(d, a, b, c, [](unsigned reg, int i) { unsigned bits = (i & 1) ? (reg >> 16) : (reg & 0xffffu); float v; bits <<= 16; std::memcpy(&v, &bits, 4); return v; });
+}
+
+// emu_mma_m16n8k16_f16 is mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (the same
+// fragments, fp16 elements: subnormals kept; every fp16 product is exact in double too).
+extern "C" void emu_mma_m16n8k16_f16(float* d, const unsigned* a, const unsigned* b, const float* c) {
+	mma_m16n8k16(d, a, b, c, [](unsigned reg, int i) {
+		unsigned h = (i & 1) ? (reg >> 16) : (reg & 0xffffu);
+		int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+		double v = exp == 0 ? std::ldexp((double)mant, -24) : exp == 31 ? (mant ? NAN : INFINITY) : std::ldexp((double)(1024 + mant), exp - 25);
+		return (float)((h & 0x8000u) ? -v : v);
+	});
 }
 
 // emu_mma_m16n8k8_tf32 is mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, D = A·B + C

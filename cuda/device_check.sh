@@ -27,9 +27,9 @@ sed 's/^# kernel_defines = /kernel_defines = /' pipeline.toml > /tmp/defines.tom
 # The chunked gated delta's products as SIMT dot products (GDC_MMA=0; the tensor-core form,
 # 1, is the default).
 sed 's/^# kernel_defines = .*/kernel_defines = ["GDC_MMA=0"]/' pipeline.toml > /tmp/gdcsimt.toml
-# The prefill GEMMs' q4 kernels with their activations in three bf16 parts (MMA_F16=0;
-# two fp16 parts are the default).
-sed 's/^# kernel_defines = .*/kernel_defines = ["MMA_F16=0"]/' pipeline.toml > /tmp/bf16x.toml
+# The prefill GEMMs' q4 kernels with their activations in two fp16 parts (MMA_F16=1;
+# three bf16 parts are the default).
+sed 's/^# kernel_defines = .*/kernel_defines = ["MMA_F16=1"]/' pipeline.toml > /tmp/f16x.toml
 grep -q '^kernel_defines = ' /tmp/defines.toml || { echo "pipeline.toml has no kernel_defines example"; exit 1; }
 check() {
 	echo "== check $*" | tee -a "$OUT/check.log"
@@ -93,9 +93,9 @@ for layout in mlx-q4 hf; do
 	# gated_delta_chunked with GDC_MMA=0 (SIMT products): whole and in chunks of 7.
 	check --model "$dir" --reference "$ref" --pipeline /tmp/gdcsimt.toml
 	check --model "$dir" --reference "$ref" --chunk 7 --pipeline /tmp/gdcsimt.toml
-	# The q4 GEMMs with bf16 activations (MMA_F16=0): whole and in chunks of 32.
-	check --model "$dir" --reference "$ref" --pipeline /tmp/bf16x.toml
-	check --model "$dir" --reference "$ref" --chunk 32 --pipeline /tmp/bf16x.toml
+	# The q4 GEMMs with fp16 activations (MMA_F16=1): whole and in chunks of 32.
+	check --model "$dir" --reference "$ref" --pipeline /tmp/f16x.toml
+	check --model "$dir" --reference "$ref" --chunk 32 --pipeline /tmp/f16x.toml
 	# The decode matrix-vector products on the SIMT kernels instead of their tensor-core
 	# twins (mma-matvec, on by default).
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-matvec/off

@@ -106,7 +106,8 @@
 #           512 / 4,096 with GDC_MMA 0 and 1 alternating (two rounds), 4,096 at depth
 #           32,768 with each, and its registers: rerun after a change to the kernel.
 # f16:      MMA_F16 (the prefill GEMMs' q4 kernels with fp16 activations in two parts,
-#           thirtieth session): the q4 kernels' registers with MMA_F16 0 and 1, the mma
+#           off by default; ran on an H100 in the thirtieth session, cuda/README.md): the
+#           q4 kernels' registers with MMA_F16 0 and 1, the mma
 #           per-op and lowering tests and TestKernelDefinesKeepTheAnswer, pistil check on
 #           both fixtures whole, in chunks of 7 and 32 and from decode at 40, prefill 512 /
 #           4,096 with MMA_F16 0 and 1 alternating (two rounds), 4,096 at depth 32,768 with
@@ -205,10 +206,10 @@ has gdcmma && {
 has f16 && {
 	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
 	for v in 0 1; do (cd "$OUT" && timeout 300 nvcc -arch=sm_90 -Xptxas -v -DMMA_F16=$v -c -o /dev/null kernels.cu > ptxas_f16_$v.txt 2>&1) & done
-	(cd cuda && timeout 200 ../.dev/cuda.test -test.run '^(TestMMAKernelsMatchReferences|TestMMACasesLowerToTensorCores|TestKernelDefinesKeepTheAnswer)$' -test.count=1 -test.v > "$OUT/next_f16_tests.txt" 2>&1; echo "f16 tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_f16_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_f16_tests.txt")")
+	(cd cuda && PISTIL_CUDA_DEFINES=MMA_F16=1 timeout 200 ../.dev/cuda.test -test.run '^(TestMMAKernelsMatchReferences|TestMMACasesLowerToTensorCores|TestKernelDefinesKeepTheAnswer)$' -test.count=1 -test.v > "$OUT/next_f16_tests.txt" 2>&1; echo "f16 tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_f16_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_f16_tests.txt")")
 	for layout in mlx-q4 hf; do M=testdata/golden/tiny-s1/$layout
 		for args in "" "--chunk 7" "--chunk 32" "--decode-from 40"; do
-			timeout 90 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors $args > /tmp/c.txt 2>&1
+			PISTIL_CUDA_DEFINES=MMA_F16=1 timeout 90 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors $args > /tmp/c.txt 2>&1
 			echo "f16 check $layout $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
 		done
 	done

@@ -44,8 +44,9 @@ func mmaCases() []opCase {
 		{name: "qmatmul q8 33x128 to 40", op: "qmatmul", in: []*ops.Tensor{randtensor.F32(r, 33, 128), randtensor.Quant(r, graph.Q8, 40, 128)}},
 		{name: "matmul bf16 65x128 to 24", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 65, 128), randtensor.BF16(r, 24, 128)}},
 		{name: "matmul rows 3d", op: "matmul", in: []*ops.Tensor{randtensor.F32(r, 5, 4, 64), randtensor.BF16(r, 50, 64)}},
-		// The q4 kernels' fp16 activations (MMA_F16) are scaled per token and k-step: values
-		// past fp16's range (65,504) and values from 1e-4 to 1e4 side by side.
+		// The q4 kernels' fp16 activations (MMA_F16=1, a tuning macro) are scaled per token
+		// and k-step: values past fp16's range (65,504) and values from 1e-4 to 1e4 side by
+		// side.
 		{name: "qmatmul q4 40x256 to 72, activations near 1e5", op: "qmatmul", in: []*ops.Tensor{randtensor.Scaled(randtensor.F32(r, 40, 256), 1e5), randtensor.Quant(r, graph.Q4, 72, 256)}},
 		{name: "qmatmul q4 40x256 to 72, activations from 1e-4 to 1e4", op: "qmatmul", in: []*ops.Tensor{wideRange(r, 40, 256), randtensor.Quant(r, graph.Q4, 72, 256)}},
 	}
@@ -105,7 +106,8 @@ func wideRange(r *rand.Rand, T, K int) *ops.Tensor {
 // The tensor-core GEMMs match the CPU references within the SIMT kernels' bound (1e-5 of
 // max(|ref|, 1), runOpCase): their weights reach the mma exactly (q4/q8 codes, bf16
 // values) and the activations in three bf16 parts (all 24 of their bits) or, in the q4
-// kernels, two fp16 parts scaled per token and k-step (22 bits; matmul_mma.k). Under cuda/emu the mma is its exact
+// kernels with MMA_F16=1, two fp16 parts scaled per token and k-step (22 bits;
+// matmul_mma.k). Under cuda/emu the mma is its exact
 // emulation with PTX's fragment layout, so a fragment-indexing bug fails here too.
 func TestMMAKernelsMatchReferences(t *testing.T) {
 	g := openGPU(t)

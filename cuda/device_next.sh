@@ -2,6 +2,8 @@
 # First, from the thirtieth session: the H200 check owed since the twenty-fourth session
 # (every kernel since, the chunked gated delta with GDC_MMA on by default included, ran
 # only on H100s): `bash cuda/device_pack.sh`, then one call STEPS="check" on an H200.
+# Then pending/f16-trunc (pending/README.md): on a branch `git am
+# pending/f16-trunc/*.patch`, pack, one call STEPS="f16" (on any GPU).
 # Device calls left for the next session, from the repository root with .dev/pistil and
 # .dev/cuda.test carried (cuda/device_pack.sh builds both, stripped, into .dev/bin.tar.xz,
 # which stays under the 64 MiB a call carries: `tar -C .dev -xJf .dev/bin.tar.xz` first):

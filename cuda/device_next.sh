@@ -224,8 +224,8 @@ has f16 && {
 	done
 	for v in 0 1; do
 		wait
-		echo "MMA_F16=$v:"; grep -A3 -E "entry function '(matmul_mma_q4|matmul_mma_wide_q4|matmul_mma_splitk_q4|expert_mma32w_q4|expert_mma32_q4|expert_mma_splitk_q4)'" "$OUT/ptxas_f16_$v.txt" | grep -E "entry|registers|spill"
+		echo "MMA_F16=$v:"; grep -A3 -E "entry function '(matmul_mma_q4|matmul_mma_wide_q4|matmul_mma_splitk_q4|expert_mma16_q4|expert_mma32_q4|expert_mma64_q4|expert_mma32w_q4|expert_mma_splitk_q4)'" "$OUT/ptxas_f16_$v.txt" | grep -E "entry|registers|spill"
 	done
-}
+} 2>&1 | tee "$OUT/next_f16.txt" # the whole output kept: a call returns only its tail
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

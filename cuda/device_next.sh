@@ -186,46 +186,40 @@ has chunked && {
 	done; done
 	echo "== chunked-delta on, GDC_PREFETCH=1"; PISTIL_CUDA_DEFINES=GDC_PREFETCH=1 timeout 100 ./.dev/pistil $B -pass=chunked-delta/on 2>&1 | grep -E '^prefill'
 }
-has gdcmma && {
-	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
-	(cd "$OUT" && timeout 300 nvcc -arch=sm_90 -Xptxas -v -DGDC_MMA=1 -c -o /dev/null kernels.cu > ptxas_gdcmma.txt 2>&1) &
-	(cd cuda && PISTIL_CUDA_DEFINES=GDC_MMA=1 timeout 120 ../.dev/cuda.test -test.run '^(TestGatedDeltaChunked|TestKernelsMatchReferences)$' -test.count=1 -test.v > "$OUT/next_gdcmma_tests.txt" 2>&1; echo "gdcmma tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_gdcmma_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_gdcmma_tests.txt")")
-	# Two check lines here (the whole check's two GDC_MMA lines run in "check").
-	for lc in "mlx-q4|" "hf|--chunk 7"; do M=testdata/golden/tiny-s1/${lc%%|*} args=${lc#*|}
-		PISTIL_CUDA_DEFINES=GDC_MMA=1 timeout 90 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors $args > /tmp/c.txt 2>&1
-		echo "gdcmma check $M $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
-	done
-	for r in 1 2; do for v in 0 1; do
-		echo "== round $r GDC_MMA=$v"
-		PISTIL_CUDA_DEFINES=GDC_MMA=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3 2>&1 | grep -E '^prefill'
-	done; done
-	for v in 0 1; do
-		PISTIL_CUDA_DEFINES=GDC_MMA=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 4096 --depths 32768 --contexts= --repeats 2 2>&1 | grep -E '^prefill'
-	done
-	wait
-	grep -A3 "entry function 'gated_delta_chunked'" "$OUT/ptxas_gdcmma.txt" | grep -E "registers|spill"
-}
-has f16 && {
-	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
-	for v in 0 1; do (cd "$OUT" && timeout 300 nvcc -arch=sm_90 -Xptxas -v -DMMA_F16=$v -c -o /dev/null kernels.cu > ptxas_f16_$v.txt 2>&1) & done
-	(cd cuda && PISTIL_CUDA_DEFINES=MMA_F16=1 timeout 200 ../.dev/cuda.test -test.run '^(TestMMAKernelsMatchReferences|TestMMACasesLowerToTensorCores|TestKernelDefinesKeepTheAnswer)$' -test.count=1 -test.v > "$OUT/next_f16_tests.txt" 2>&1; echo "f16 tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_f16_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_f16_tests.txt")")
-	for layout in mlx-q4 hf; do M=testdata/golden/tiny-s1/$layout
-		for args in "" "--chunk 7" "--chunk 32" "--decode-from 40"; do
-			PISTIL_CUDA_DEFINES=MMA_F16=1 timeout 90 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors $args > /tmp/c.txt 2>&1
-			echo "f16 check $layout $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
+# macro_trial NAME MACRO TESTS KERNELS CHECKS...: a kernel tuning macro tried: the
+# registers of the KERNELS (a regex of entry names) with MACRO 0 and 1 (nvcc on the host's
+# cores while the GPU runs the rest), the TESTS (a -test.run regex) with MACRO=1, pistil
+# check with it on each CHECKS entry ("layout|args"), prefill 512 / 4,096 with MACRO 0
+# and 1 alternating (two rounds) and 4,096 at depth 32,768 with each. The whole output
+# goes to $OUT/next_NAME.txt too (a call returns only its tail).
+macro_trial() {
+	local name=$1 macro=$2 tests=$3 kernels=$4
+	shift 4
+	{
+		./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
+		for v in 0 1; do (cd "$OUT" && timeout 300 nvcc -arch=sm_90 -Xptxas -v -D$macro=$v -c -o /dev/null kernels.cu > "ptxas_${name}_$v.txt" 2>&1) & done
+		(cd cuda && PISTIL_CUDA_DEFINES=$macro=1 timeout 200 ../.dev/cuda.test -test.run "$tests" -test.count=1 -test.v > "$OUT/next_${name}_tests.txt" 2>&1; echo "$name tests exit $? pass $(grep -c -- '--- PASS' "$OUT/next_${name}_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/next_${name}_tests.txt")")
+		for lc in "$@"; do M=testdata/golden/tiny-s1/${lc%%|*} args=${lc#*|}
+			PISTIL_CUDA_DEFINES=$macro=1 timeout 90 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors $args > /tmp/c.txt 2>&1
+			echo "$name check ${lc%%|*} $args: $? $(grep -E '^(PASS|FAIL)|^max abs' /tmp/c.txt | cut -c1-40 | tr '\n' ' ')"
 		done
-	done
-	for r in 1 2; do for v in 0 1; do
-		echo "== round $r MMA_F16=$v"
-		PISTIL_CUDA_DEFINES=MMA_F16=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3 2>&1 | grep -E '^prefill'
-	done; done
-	for v in 0 1; do
-		PISTIL_CUDA_DEFINES=MMA_F16=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 4096 --depths 32768 --contexts= --repeats 2 2>&1 | grep -E '^prefill'
-	done
-	for v in 0 1; do
+		for r in 1 2; do for v in 0 1; do
+			echo "== round $r $macro=$v"
+			PISTIL_CUDA_DEFINES=$macro=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3 2>&1 | grep -E '^prefill'
+		done; done
+		for v in 0 1; do
+			echo "== $macro=$v, 4,096 on top of 32,768"
+			PISTIL_CUDA_DEFINES=$macro=$v timeout 100 ./.dev/pistil bench --backend cuda --model /tmp/full --prompts 4096 --depths 32768 --contexts= --repeats 2 2>&1 | grep -E '^prefill'
+		done
 		wait
-		echo "MMA_F16=$v:"; grep -A3 -E "entry function '(matmul_mma_q4|matmul_mma_wide_q4|matmul_mma_splitk_q4|expert_mma16_q4|expert_mma32_q4|expert_mma64_q4|expert_mma32w_q4|expert_mma_splitk_q4)'" "$OUT/ptxas_f16_$v.txt" | grep -E "entry|registers|spill"
-	done
-} 2>&1 | tee "$OUT/next_f16.txt" # the whole output kept: a call returns only its tail
+		for v in 0 1; do
+			echo "$macro=$v:"; grep -A3 -E "entry function '($kernels)'" "$OUT/ptxas_${name}_$v.txt" | grep -E "entry|registers|spill"
+		done
+	} 2>&1 | tee "$OUT/next_$name.txt"
+}
+has gdcmma && macro_trial gdcmma GDC_MMA '^(TestGatedDeltaChunked|TestKernelsMatchReferences)$' gated_delta_chunked "mlx-q4|" "hf|--chunk 7"
+has f16 && macro_trial f16 MMA_F16 '^(TestMMAKernelsMatchReferences|TestMMACasesLowerToTensorCores|TestKernelDefinesKeepTheAnswer)$' \
+	'matmul_mma_q4|matmul_mma_wide_q4|matmul_mma_splitk_q4|expert_mma16_q4|expert_mma32_q4|expert_mma64_q4|expert_mma32w_q4|expert_mma_splitk_q4' \
+	"mlx-q4|" "mlx-q4|--chunk 7" "mlx-q4|--chunk 32" "mlx-q4|--decode-from 40" "hf|" "hf|--chunk 7" "hf|--chunk 32" "hf|--decode-from 40"
 has sass && { timeout 400 bash cuda/device_sass.sh 2>&1 | tee "$OUT/next_sass.txt"; }
 has prefill && (cd cuda && PISTIL_BENCH_MODEL=/tmp/full timeout 240 ../.dev/cuda.test -test.run '^$' -test.bench 'Prefill' -test.benchtime 2x > "$OUT/next_prefill_bench.txt" 2>&1; echo "BenchmarkPrefill exit $?"; grep -E "Benchmark" "$OUT/next_prefill_bench.txt")

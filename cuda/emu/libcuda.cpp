@@ -143,9 +143,10 @@ static MmaExchange mma_exchange(const unsigned* a, const unsigned* b) {
 	return {w, lane, par};
 }
 
-// mma_m16n8k16 is mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, D = A·B + C
-// (elem decodes an element of A or B: its .b32 and its index there), with the fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
-// floating point type"), groupID = lane / 4, threadID_in_group = lane % 4:
+// mma_m16n8k16 is mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32,
+// D = A·B + C (elem decodes an element of A or B: its .b32 and its index there), with the
+// fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point
+// type"), groupID = lane / 4, threadID_in_group = lane % 4:
 //   A (16x16 row, 4 x .b32 = a0..a7): row groupID for a0,a1,a4,a5, groupID + 8 for a2,a3,a6,a7;
 //     col threadID_in_group * 2 + (i & 1), + 8 for a4..a7;
 //   B (16x8 col, 2 x .b32 = b0..b3): row threadID_in_group * 2 + (i & 1), + 8 for b2,b3; col groupID;

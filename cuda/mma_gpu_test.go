@@ -106,7 +106,7 @@ func wideRange(r *rand.Rand, T, K int) *ops.Tensor {
 // The tensor-core GEMMs match the CPU references within the SIMT kernels' bound (1e-5 of
 // max(|ref|, 1), runOpCase): their weights reach the mma exactly (q4/q8 codes, bf16
 // values) and the activations in three bf16 parts (all 24 of their bits) or, in the q4
-// kernels with MMA_F16=1, two fp16 parts scaled per token and k-step (22 bits;
+// kernels with MMA_F16=1, two fp16 parts scaled per token and k-step (21 bits;
 // matmul_mma.k). Under cuda/emu the mma is its exact
 // emulation with PTX's fragment layout, so a fragment-indexing bug fails here too.
 func TestMMAKernelsMatchReferences(t *testing.T) {

@@ -1,9 +1,9 @@
 #!/bin/bash
-# First, from the thirtieth session: the H200 check owed since the twenty-fourth session
-# (every kernel since, the chunked gated delta with GDC_MMA on by default included, ran
-# only on H100s): `bash cuda/device_pack.sh`, then one call STEPS="check" on an H200.
-# Then pending/f16-trunc (pending/README.md): on a branch `git am
-# pending/f16-trunc/*.patch`, pack, one call STEPS="f16" (on any GPU).
+# First, from the thirty-first session: the H200 check owed since the twenty-fourth
+# session (every kernel since, GDC_MMA on by default and MMA_F16 included, ran only on
+# H100s; the thirty-first session's ask for an H200 failed to start): `bash
+# cuda/device_pack.sh`, then one call STEPS="check" on an H200. pending/f16-trunc ran on
+# an H100 in the thirty-first session (step f16 below) and is merged.
 # Device calls left for the next session, from the repository root with .dev/pistil and
 # .dev/cuda.test carried (cuda/device_pack.sh builds both, stripped, into .dev/bin.tar.xz,
 # which stays under the 64 MiB a call carries: `tar -C .dev -xJf .dev/bin.tar.xz` first):

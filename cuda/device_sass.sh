@@ -6,8 +6,11 @@
 # Nsight Compute's instruction statistics and sampled stall locations for the first
 # launch of each in a decode step of the full synthetic model after SKIP launches (graphs
 # off). What a kernel spends its instructions on, where a stall profile says only that
-# it is issue- or latency-bound.
+# it is issue- or latency-bound. PROMPT (default 1 token) sets the prompt's length, for
+# prefill kernels: SASS_KERNELS=attention_prefill_mma PROMPT=8192 SKIP=70 reads the last
+# 1,024-token chunk's attention (launches 71-73 of 80).
 set -u
+PROMPT=${PROMPT:-1}
 OUT=${OUT:-/tmp/cuda-out}
 SKIP=${SKIP:-60}
 SASS_KERNELS=${SASS_KERNELS:-matvec_fused_staged_q4 matvec_staged_q4 expert_matvec_swiglu_shared_staged_q4}
@@ -27,6 +30,6 @@ regex=$(echo "$SASS_KERNELS" | sed 's/ /|/g')
 timeout 300 "$NCU" --clock-control none -k "regex:^($regex)\$" --launch-skip "$SKIP" --launch-count 3 \
 	--section InstructionStats --section SourceCounters --section WarpStateStats \
 	--metrics smsp__inst_executed.sum,smsp__sass_inst_executed_op_shared_ld.sum,smsp__sass_inst_executed_op_shared_st.sum,smsp__sass_inst_executed_op_global_ld.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
-	./.dev/pistil generate --model /tmp/full --backend cuda --pipeline /tmp/nographs.toml --prompt-ids 1 --max-tokens 8 \
+	./.dev/pistil generate --model /tmp/full --backend cuda --pipeline /tmp/nographs.toml --prompt-ids "$(python3 -c "print(','.join(str(1 + i % 200000) for i in range($PROMPT)))")" --max-tokens 8 \
 	> "$OUT/sass_ncu.txt" 2> "$OUT/sass_ncu_err.txt"
 echo "ncu exit $?"

@@ -1,12 +1,13 @@
 #!/bin/bash
-# attention_prefill_mma with its copies worked out once per group (thirty-first session)
-# against the base binary, from the repository root with cuda/device_pack.sh's BASE pack
-# extracted in .dev: prefill of 4,096 tokens on top of 32,768 with the base and the tree
-# alternating (two rounds; the tree with MMA_F16=0, the base's default, so the attention
-# alone differs), prefill 512 / 4,096 with MMA_F16 0 and 1 on the tree, then the SASS
-# and Nsight Compute's source counters of attention_prefill_mma in the last chunk of an
-# 8,192-token prompt (cuda/device_sass.sh). STEPS picks them (default "depth f16 sass").
-# Logs go to $OUT.
+# attention_prefill_mma with D and the cache type compiled in and its fragments read in
+# place (thirty-first session; ran on an H100, cuda/README.md "Prefill attention with the
+# head dim compiled in") against the base binary (the session's: BASE=c9a6e5b), from the
+# repository root with cuda/device_pack.sh's BASE pack extracted in .dev: prefill of
+# 4,096 tokens on top of 32,768 with the base and the tree alternating (two rounds; both
+# with MMA_F16=0, so the attention alone differs), prefill 512 / 4,096 with MMA_F16 0 and
+# 1 on the tree, then the SASS and Nsight Compute's source counters of
+# attention_prefill_mma in the last chunk of an 8,192-token prompt (cuda/device_sass.sh).
+# STEPS picks them (default "depth f16 sass"). Logs go to $OUT.
 set -u
 STEPS=${STEPS:-depth f16 sass}
 has() { [[ " $STEPS " == *" $1 "* ]]; }

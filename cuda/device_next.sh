@@ -1,9 +1,10 @@
 #!/bin/bash
 # First, from the thirty-first session: the H200 check owed since the twenty-fourth
-# session (every kernel since, GDC_MMA on by default and MMA_F16 included, ran only on
-# H100s; the thirty-first session's ask for an H200 failed to start): `bash
-# cuda/device_pack.sh`, then one call STEPS="check" on an H200. pending/f16-trunc ran on
-# an H100 in the thirty-first session (step f16 below) and is merged.
+# session (every kernel since, GDC_MMA on by default and the thirty-first session's
+# attention_prefill_mma included, ran only on H100s; the thirty-first session's five asks
+# for an H200 failed to start or came as an H100): `bash cuda/device_pack.sh`, then one
+# call STEPS="check" on an H200 (about 330 s on an H100: give it the call alone), then
+# prefill at 512 / 4,096 and 4,096 on top of 32,768 to put H200 numbers beside the H100's.
 # Device calls left for the next session, from the repository root with .dev/pistil and
 # .dev/cuda.test carried (cuda/device_pack.sh builds both, stripped, into .dev/bin.tar.xz,
 # which stays under the 64 MiB a call carries: `tar -C .dev -xJf .dev/bin.tar.xz` first):

@@ -5,6 +5,7 @@
 # for an H200 failed to start or came as an H100): `bash cuda/device_pack.sh`, then one
 # call STEPS="check" on an H200 (about 330 s on an H100: give it the call alone), then
 # prefill at 512 / 4,096 and 4,096 on top of 32,768 to put H200 numbers beside the H100's.
+# Then pending/attn-stage (pending/README.md: its device step).
 # Device calls left for the next session, from the repository root with .dev/pistil and
 # .dev/cuda.test carried (cuda/device_pack.sh builds both, stripped, into .dev/bin.tar.xz,
 # which stays under the 64 MiB a call carries: `tar -C .dev -xJf .dev/bin.tar.xz` first):

@@ -345,6 +345,12 @@ func cacheRows(cache *Tensor, kvh, j0, n int, buf []float32) ([]float32, int) {
 		all := cache.F32()
 		return all[(j0*KVH+kvh)*D : ((j0+n-1)*KVH+kvh+1)*D], KVH * D
 	}
+	if KVH == 1 {
+		// The block's rows lie side by side: one call widens them all (a call a row cost
+		// the tiny model's 64-element rows more than the widening itself).
+		bf16ToF32Row(buf[:n*D], u16(cache.Data)[j0*D:(j0+n)*D])
+		return buf[:n*D], D
+	}
 	rows := stateRows{t: cache, cols: D}
 	for j := 0; j < n; j++ {
 		rows.read((j0+j)*KVH+kvh, buf[j*D:(j+1)*D])

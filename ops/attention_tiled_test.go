@@ -53,6 +53,9 @@ func TestTiledAttentionMatchesReference(t *testing.T) {
 		{T: 2, C: 3000, NH: 12, KVH: 4, D: 48},
 		{T: 5, C: 300, NH: 8, KVH: 2, D: 64, dt: graph.BF16},
 		{T: 1, C: 2000, NH: 16, KVH: 2, D: 128, dt: graph.BF16},
+		// One KV head: a key block's bf16 rows widened in one call.
+		{T: 1, C: 3000, NH: 8, KVH: 1, D: 64, dt: graph.BF16},
+		{T: 9, C: 130, NH: 2, KVH: 1, D: 32, dt: graph.BF16},
 	}
 	old := attnFast
 	defer func() { attnFast = old }()
@@ -100,6 +103,7 @@ func BenchmarkAttention(b *testing.B) {
 		{"tiny/decode-8192", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}, 1},
 		{"tiny/decode-8192-rotating", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}, 8},
 		{"tiny/decode-8192-two-layers", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64}, 2},
+		{"tiny/decode-8192-two-layers-bf16", attnCase{T: 1, C: 8192, NH: 8, KVH: 1, D: 64, dt: graph.BF16}, 2},
 		{"tiny/prefill-512-at-16384", attnCase{T: 512, C: 16384, NH: 8, KVH: 1, D: 64}, 1},
 		{"full/decode-4096", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 1},
 		{"full/decode-4096-rotating", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 4},

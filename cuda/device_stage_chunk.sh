@@ -26,7 +26,7 @@ VARIANTS=${VARIANTS:-stage bm}
 ROUNDS=${ROUNDS:-2}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
-D="bench --backend cuda --model /tmp/full --prompts 4096 --depths 32768 --contexts= --repeats 2"
+D="bench --backend cuda --model /tmp/full --prompts 4096 --depths 32768 --contexts= --repeats ${REPEATS:-2}"
 E="bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3"
 # run NAME BINARY ARGS...: one bench, its prefill lines.
 run() { local name=$1 bin=$2; shift 2; echo "== $name"; timeout 120 ./.dev/$bin "$@" 2>&1 | tee -a "$OUT/stage_bench.txt" | grep -E '^prefill'; }

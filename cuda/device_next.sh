@@ -1,5 +1,8 @@
 #!/bin/bash
-# First, from the thirty-first session: the H200 check owed since the twenty-fourth
+# First, from the thirty-second session (whose 18 device asks got no machine): the pending
+# series bf16-products and attn-stage and the owed H200 check in one call, as
+# pending/README.md says (`bash cuda/device_pack_pending.sh`, then cuda/device_s32.sh).
+# From the thirty-first session: the H200 check owed since the twenty-fourth
 # session (every kernel since, GDC_MMA on by default and the thirty-first session's
 # attention_prefill_mma included, ran only on H100s; the thirty-first session's five asks
 # for an H200 failed to start or came as an H100): `bash cuda/device_pack.sh`, then one

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The thirty-second session's one call, in the order that matters if the call is cut
-# (the session's device time was short): .dev/all.tar.xz extracted (cuda/device_stage_chunk.sh's
-# header names its binaries); the full model made in the background while the two
+# (the session's device time was short): .dev/all.tar.xz (cuda/device_pack_pending.sh)
+# extracted; the full model made in the background while the two
 # variants' attention tests and checks run, then their timing at depth against main, the
 # bf16-cache grid at head dim 256, then cuda/device_check.sh on the tree (the bf16
 # products) with what time is left.

@@ -1,11 +1,12 @@
 #!/bin/bash
 # Thirty-second session: two prefill attention changes on a GPU, and the prefill chunk
-# swept again. From the repository root with .dev/all.tar.xz extracted in .dev: pistil
-# and cuda.test of the tree (the bf16 products over a bf16 cache, AM_BF16_MMA: "bm"
-# below; cuda/device_check.sh runs them whole), pistil-main (main before it), and
-# pistil-stage and cuda.test-stage (main with pending/attn-stage applied). Steps (STEPS,
+# swept again. From the repository root with .dev/all.tar.xz (cuda/device_pack_pending.sh)
+# extracted in .dev: pistil and cuda.test of main with pending/bf16-products (the bf16
+# products over a bf16 cache, AM_BF16_MMA: "bm" below; cuda/device_check.sh runs them
+# whole), pistil-main (main), and pistil-stage and cuda.test-stage (main with
+# pending/attn-stage). Steps (STEPS,
 # default "depth tests"):
-#  depth: 4,096 tokens prefilled on top of 32,768 (two repeats): main and stage with the
+#  depth: 4,096 tokens prefilled on top of 32,768 (REPEATS repeats, 2): main and stage with the
 #         float32 cache, main and bm with a bf16 cache, alternating, ROUNDS rounds (2);
 #  tests: each variant's TestPrefillAttention* and `pistil check --backend cuda` on both
 #         fixtures whole and in chunks of 7 (float32 cache) and 64 (bf16 cache);

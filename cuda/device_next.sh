@@ -1,5 +1,5 @@
 #!/bin/bash
-# First, from the thirty-second session (whose 18 device asks got no machine): the pending
+# First, from the thirty-second session (none of whose device asks got a machine): the pending
 # series bf16-products and attn-stage and the owed H200 check in one call, as
 # pending/README.md says (`bash cuda/device_pack_pending.sh`, then cuda/device_s32.sh).
 # From the thirty-first session: the H200 check owed since the twenty-fourth

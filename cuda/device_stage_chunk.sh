@@ -26,22 +26,24 @@ STEPS=${STEPS:-depth tests}
 VARIANTS=${VARIANTS:-stage bm}
 ROUNDS=${ROUNDS:-2}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
-[ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
+# The full model, for the steps that time it (tests and grid need none: cuda/device_s32.sh
+# makes it in the background while they run, and a second synth here would race it).
+if has depth || has empty || has decode || has chunk; then
+	[ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
+fi
 D="bench --backend cuda --model /tmp/full --prompts 4096 --depths 32768 --contexts= --repeats ${REPEATS:-2}"
 E="bench --backend cuda --model /tmp/full --prompts 512,4096 --contexts= --repeats 3"
 # run NAME BINARY ARGS...: one bench, its prefill lines.
 run() { local name=$1 bin=$2; shift 2; echo "== $name"; timeout 120 ./.dev/$bin "$@" 2>&1 | tee -a "$OUT/stage_bench.txt" | grep -E '^prefill'; }
-has depth && for r in $(seq "$ROUNDS"); do
-	for v in $VARIANTS; do
-		if [ "$v" = bm ]; then
-			run "round $r main bf16 depth" pistil-main $D --kv-cache bf16; run "round $r bm bf16 depth" pistil $D --kv-cache bf16
-		else
-			run "round $r main depth" pistil-main $D; run "round $r $v depth" pistil-$v $D
-		fi
-	done
-done
 # bin VARIANT: the binaries' suffix (the tree's, bm, have none).
 bin() { [ "$1" = bm ] || echo "-$1"; }
+has depth && for r in $(seq "$ROUNDS"); do
+	for v in $VARIANTS; do
+		kv=""
+		[ "$v" = bm ] && kv="--kv-cache bf16" # the bf16 products run only over a bf16 cache
+		run "round $r main depth $kv" pistil-main $D $kv; run "round $r $v depth $kv" pistil$(bin $v) $D $kv
+	done
+done
 has tests && for v in $VARIANTS; do
 	(cd cuda && timeout 300 ../.dev/cuda.test$(bin $v) -test.run '^TestPrefillAttention' -test.count=1 -test.v > "$OUT/${v}_tests.txt" 2>&1; echo "$v tests exit $? pass $(grep -c -- '--- PASS' "$OUT/${v}_tests.txt") fail $(grep -c -- '--- FAIL' "$OUT/${v}_tests.txt")")
 	for layout in mlx-q4 hf; do M=testdata/golden/tiny-s1/$layout

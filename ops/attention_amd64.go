@@ -30,6 +30,12 @@ func attnScoresAVX512(q *float32, nq, D int, k *float32, kStride, nk int, s *flo
 func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32)
 
 //go:noescape
+func attnScoresBF16AVX512(q *float32, nq, D int, k *uint16, kStride, nk int, s *float32)
+
+//go:noescape
+func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32)
+
+//go:noescape
 func attnExp2Sum16AVX512(s *float32, n, stride int, m, l *float32)
 
 // exp2SumAVX512 is attnKernels.exp2Sum sixteen lanes at a time: 16 rows of every key
@@ -86,7 +92,8 @@ var avx2AttnKernels = &attnKernels{
 
 // avx512AttnKernels: the scores and the value accumulation in 512-bit registers (two rows
 // per FMA), and the softmax's exponentials; its row maximum, a small share, stays AVX2. The
-// accumulation takes D in blocks of 32 (the AVX2 kernel takes the other head dims).
+// accumulation takes D in blocks of 32 (the AVX2 kernel takes the other head dims). A
+// bf16 cache is read in place.
 var avx512AttnKernels = &attnKernels{
 	name: "avx512",
 	scores: func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
@@ -104,6 +111,18 @@ var avx512AttnKernels = &attnKernels{
 	rowMax:   avx2AttnKernels.rowMax,
 	exp2Sum:  exp2SumAVX512,
 	prefetch: avx2AttnKernels.prefetch,
+	scoresBF16: func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32) {
+		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
+		attnScoresBF16AVX512(&q[0], nq, D, &k[0], kStride, nk, &s[0])
+	},
+	accumBF16: func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32) {
+		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
+		if D%32 != 0 {
+			accumBF16Go(p, nq, D, v, vStride, nk, o) // no head dim of the model's
+			return
+		}
+		attnAccumBF16AVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0])
+	},
 }
 
 func checkAttn(nq, D, nk int, lengthsOK bool) {

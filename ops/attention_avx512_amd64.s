@@ -400,3 +400,299 @@ e16done:
 	VZEROUPPER
 	RET
 
+
+// The bf16 kernels below read the cache's rows in place, q and o in pair order
+// (attention_tiled.go): a 32-byte load holds 16 dims as 8 words of two bf16 each, even
+// dim low; VPSLLD $16 makes the even dims float32 and a mask of the high halves the odd
+// ones, which multiply chunks 2c and 2c+1 of the packed rows.
+DATA bf16HighHalf<>+0(SB)/4, $0xffff0000
+GLOBL bf16HighHalf<>(SB), RODATA|NOPTR, $4
+
+// func attnScoresBF16AVX512(q *float32, nq, D int, k *uint16, kStride, nk int, s *float32)
+// attnScoresAVX512 over bf16 keys, 16 dims a step: the four keys' words (broadcast, Z0-Z3)
+// become their even dims (Z8-Z11) against chunk 2c of the 8 rows, then their odd dims
+// against chunk 2c+1. Z13 holds the mask.
+TEXT ·attnScoresBF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ         nq+8(FP), R13
+	SHLQ         $2, R13        // R13: bytes of one key's scores
+	MOVQ         D+16(FP), R11
+	SHLQ         $2, R11        // R11: bytes of a plain float32 row (a quad: 4x)
+	MOVQ         k+24(FP), DI
+	MOVQ         kStride+32(FP), R9
+	SHLQ         $1, R9         // R9: bytes between key rows
+	MOVQ         nk+40(FP), R10
+	MOVQ         s+48(FP), DX
+	VMOVDQU32    scorePerm<>(SB), Z14
+	VPBROADCASTD bf16HighHalf<>(SB), Z13
+
+bkeys4:
+	CMPQ R10, $4
+	JLT  bkey1
+	MOVQ q+0(FP), AX            // AX: the 8-row group's first quad
+	MOVQ DX, BX                 // BX: its scores of key j
+	MOVQ R11, SI
+	SHRQ $1, SI
+	ADDQ DI, SI                 // SI: end of key j's row
+
+bgroup4:
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	VPXORD Z28, Z28, Z28
+	VPXORD Z29, Z29, Z29
+	VPXORD Z30, Z30, Z30
+	VPXORD Z31, Z31, Z31
+	MOVQ   DI, CX               // key j's 16 dims (j+2: CX + 2 R9)
+	LEAQ   (DI)(R9*1), R12      // key j+1's (j+3: R12 + 2 R9)
+	MOVQ   AX, R8               // the first quad's chunk 2c (the second quad: R8 + 4 R11)
+
+bchunk4:
+	VBROADCASTI64X4 (CX), Z0
+	VBROADCASTI64X4 (R12), Z1
+	VBROADCASTI64X4 (CX)(R9*2), Z2
+	VBROADCASTI64X4 (R12)(R9*2), Z3
+	VMOVUPS         (R8), Z4
+	VMOVUPS         64(R8), Z5
+	VMOVUPS         (R8)(R11*4), Z6
+	VMOVUPS         64(R8)(R11*4), Z7
+	VPSLLD          $16, Z0, Z8
+	VPSLLD          $16, Z1, Z9
+	VPSLLD          $16, Z2, Z10
+	VPSLLD          $16, Z3, Z11
+	VFMADD231PS     Z4, Z8, Z16
+	VFMADD231PS     Z5, Z8, Z17
+	VFMADD231PS     Z6, Z8, Z18
+	VFMADD231PS     Z7, Z8, Z19
+	VFMADD231PS     Z4, Z9, Z20
+	VFMADD231PS     Z5, Z9, Z21
+	VFMADD231PS     Z6, Z9, Z22
+	VFMADD231PS     Z7, Z9, Z23
+	VFMADD231PS     Z4, Z10, Z24
+	VFMADD231PS     Z5, Z10, Z25
+	VFMADD231PS     Z6, Z10, Z26
+	VFMADD231PS     Z7, Z10, Z27
+	VFMADD231PS     Z4, Z11, Z28
+	VFMADD231PS     Z5, Z11, Z29
+	VFMADD231PS     Z6, Z11, Z30
+	VFMADD231PS     Z7, Z11, Z31
+	VMOVUPS         128(R8), Z4
+	VMOVUPS         192(R8), Z5
+	VMOVUPS         128(R8)(R11*4), Z6
+	VMOVUPS         192(R8)(R11*4), Z7
+	VPANDD          Z13, Z0, Z8
+	VPANDD          Z13, Z1, Z9
+	VPANDD          Z13, Z2, Z10
+	VPANDD          Z13, Z3, Z11
+	VFMADD231PS     Z4, Z8, Z16
+	VFMADD231PS     Z5, Z8, Z17
+	VFMADD231PS     Z6, Z8, Z18
+	VFMADD231PS     Z7, Z8, Z19
+	VFMADD231PS     Z4, Z9, Z20
+	VFMADD231PS     Z5, Z9, Z21
+	VFMADD231PS     Z6, Z9, Z22
+	VFMADD231PS     Z7, Z9, Z23
+	VFMADD231PS     Z4, Z10, Z24
+	VFMADD231PS     Z5, Z10, Z25
+	VFMADD231PS     Z6, Z10, Z26
+	VFMADD231PS     Z7, Z10, Z27
+	VFMADD231PS     Z4, Z11, Z28
+	VFMADD231PS     Z5, Z11, Z29
+	VFMADD231PS     Z6, Z11, Z30
+	VFMADD231PS     Z7, Z11, Z31
+	ADDQ            $32, CX
+	ADDQ            $32, R12
+	ADDQ            $256, R8
+	CMPQ            CX, SI
+	JLT             bchunk4
+
+	KEYSUM(Z16, Z17, Z18, Z19, Z0, Z1, Z2)
+	KEYSUM(Z20, Z21, Z22, Z23, Z0, Z1, Z3)
+	KEYSUM(Z24, Z25, Z26, Z27, Z0, Z1, Z4)
+	KEYSUM(Z28, Z29, Z30, Z31, Z0, Z1, Z5)
+	KEYPAIR(Z2, Z3, Z0, Z6)
+	KEYPAIR(Z4, Z5, Z0, Z7)
+	VEXTRACTF64X4 $1, Z6, Y8
+	VEXTRACTF64X4 $1, Z7, Y9
+	LEAQ          (BX)(R13*2), CX
+	VMOVUPS       Y6, (BX)
+	VMOVUPS       Y8, (BX)(R13*1)
+	VMOVUPS       Y7, (CX)
+	VMOVUPS       Y9, (CX)(R13*1)
+	ADDQ          $32, BX
+	LEAQ          (AX)(R11*8), AX // the next two quads
+	LEAQ          (DX)(R13*1), CX
+	CMPQ          BX, CX
+	JLT           bgroup4
+
+	LEAQ (DI)(R9*4), DI
+	LEAQ (DX)(R13*4), DX
+	SUBQ $4, R10
+	JMP  bkeys4
+
+bkey1:
+	TESTQ R10, R10
+	JZ    bsdone
+	MOVQ  q+0(FP), AX
+	MOVQ  DX, BX
+	MOVQ  R11, SI
+	SHRQ  $1, SI
+	ADDQ  DI, SI
+
+bgroup1:
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	MOVQ   DI, CX
+	MOVQ   AX, R8
+
+bchunk1:
+	VBROADCASTI64X4 (CX), Z0
+	VPSLLD          $16, Z0, Z1
+	VPANDD          Z13, Z0, Z2
+	VFMADD231PS     (R8), Z1, Z16
+	VFMADD231PS     64(R8), Z1, Z17
+	VFMADD231PS     (R8)(R11*4), Z1, Z18
+	VFMADD231PS     64(R8)(R11*4), Z1, Z19
+	VFMADD231PS     128(R8), Z2, Z16
+	VFMADD231PS     192(R8), Z2, Z17
+	VFMADD231PS     128(R8)(R11*4), Z2, Z18
+	VFMADD231PS     192(R8)(R11*4), Z2, Z19
+	ADDQ            $32, CX
+	ADDQ            $256, R8
+	CMPQ            CX, SI
+	JLT             bchunk1
+
+	KEYSUM(Z16, Z17, Z18, Z19, Z0, Z1, Z2)
+	KEYPAIR(Z2, Z2, Z0, Z6)
+	VMOVUPS Y6, (BX)
+	ADDQ    $32, BX
+	LEAQ    (AX)(R11*8), AX
+	LEAQ    (DX)(R13*1), CX
+	CMPQ    BX, CX
+	JLT     bgroup1
+
+	ADDQ R9, DI
+	ADDQ R13, DX
+	DECQ R10
+	JMP  bkey1
+
+bsdone:
+	VZEROUPPER
+	RET
+
+// func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32)
+// attnAccumAVX512 over bf16 values: a block of 32 dims is two 32-byte loads a key, whose
+// even and odd dims are the block's chunks 0 and 1 (the first 16 dims) and 2 and 3.
+TEXT ·attnAccumBF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ         nq+8(FP), R13
+	SHLQ         $2, R13        // R13: bytes of one key's probabilities
+	MOVQ         D+16(FP), R11
+	SHLQ         $2, R11        // R11: bytes of a plain float32 row
+	MOVQ         vStride+32(FP), R9
+	SHLQ         $1, R9
+	MOVQ         o+48(FP), AX   // AX: the 8-row group's first quad
+	MOVQ         p+0(FP), BX    // BX: its probabilities of key 0
+	VMOVDQU32    pairIdx<>+0(SB), Z8
+	VMOVDQU32    pairIdx<>+64(SB), Z9
+	VMOVDQU32    pairIdx<>+128(SB), Z10
+	VMOVDQU32    pairIdx<>+192(SB), Z11
+	VPBROADCASTD bf16HighHalf<>(SB), Z13
+
+bagroup:
+	XORQ CX, CX                 // CX: the block's first chunk, in bytes of a plain row
+
+bablock:
+	LEAQ    (AX)(CX*4), R8      // the first quad at the block (the second: + 4 R11)
+	VMOVUPS (R8), Z16
+	VMOVUPS 64(R8), Z17
+	VMOVUPS 128(R8), Z18
+	VMOVUPS 192(R8), Z19
+	VMOVUPS 256(R8), Z20
+	VMOVUPS 320(R8), Z21
+	VMOVUPS 384(R8), Z22
+	VMOVUPS 448(R8), Z23
+	VMOVUPS (R8)(R11*4), Z24
+	VMOVUPS 64(R8)(R11*4), Z25
+	VMOVUPS 128(R8)(R11*4), Z26
+	VMOVUPS 192(R8)(R11*4), Z27
+	VMOVUPS 256(R8)(R11*4), Z28
+	VMOVUPS 320(R8)(R11*4), Z29
+	VMOVUPS 384(R8)(R11*4), Z30
+	VMOVUPS 448(R8)(R11*4), Z31
+	MOVQ    CX, DI
+	SHRQ    $1, DI
+	ADDQ    v+24(FP), DI        // key 0's value words of the block
+	MOVQ    BX, R12
+	MOVQ    nk+40(FP), R10
+
+bakeys:
+	VMOVUPS         (R12), Y12  // the key's probabilities of the 8 rows
+	VPERMPS         Z12, Z8, Z4
+	VPERMPS         Z12, Z9, Z5
+	VPERMPS         Z12, Z10, Z6
+	VPERMPS         Z12, Z11, Z7
+	VBROADCASTI64X4 (DI), Z0
+	VBROADCASTI64X4 32(DI), Z2
+	VPANDD          Z13, Z0, Z1
+	VPSLLD          $16, Z0, Z0
+	VPANDD          Z13, Z2, Z3
+	VPSLLD          $16, Z2, Z2
+	VFMADD231PS     Z4, Z0, Z16
+	VFMADD231PS     Z5, Z0, Z17
+	VFMADD231PS     Z6, Z0, Z24
+	VFMADD231PS     Z7, Z0, Z25
+	VFMADD231PS     Z4, Z1, Z18
+	VFMADD231PS     Z5, Z1, Z19
+	VFMADD231PS     Z6, Z1, Z26
+	VFMADD231PS     Z7, Z1, Z27
+	VFMADD231PS     Z4, Z2, Z20
+	VFMADD231PS     Z5, Z2, Z21
+	VFMADD231PS     Z6, Z2, Z28
+	VFMADD231PS     Z7, Z2, Z29
+	VFMADD231PS     Z4, Z3, Z22
+	VFMADD231PS     Z5, Z3, Z23
+	VFMADD231PS     Z6, Z3, Z30
+	VFMADD231PS     Z7, Z3, Z31
+	ADDQ            R9, DI
+	ADDQ            R13, R12
+	DECQ            R10
+	JNZ             bakeys
+
+	VMOVUPS Z16, (R8)
+	VMOVUPS Z17, 64(R8)
+	VMOVUPS Z18, 128(R8)
+	VMOVUPS Z19, 192(R8)
+	VMOVUPS Z20, 256(R8)
+	VMOVUPS Z21, 320(R8)
+	VMOVUPS Z22, 384(R8)
+	VMOVUPS Z23, 448(R8)
+	VMOVUPS Z24, (R8)(R11*4)
+	VMOVUPS Z25, 64(R8)(R11*4)
+	VMOVUPS Z26, 128(R8)(R11*4)
+	VMOVUPS Z27, 192(R8)(R11*4)
+	VMOVUPS Z28, 256(R8)(R11*4)
+	VMOVUPS Z29, 320(R8)(R11*4)
+	VMOVUPS Z30, 384(R8)(R11*4)
+	VMOVUPS Z31, 448(R8)(R11*4)
+	ADDQ    $128, CX
+	CMPQ    CX, R11
+	JLT     bablock
+
+	ADDQ $32, BX
+	LEAQ (AX)(R11*8), AX
+	MOVQ p+0(FP), CX
+	ADDQ R13, CX
+	CMPQ BX, CX
+	JLT  bagroup
+	VZEROUPPER
+	RET

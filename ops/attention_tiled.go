@@ -25,6 +25,15 @@ import (
 // floats ([quad][D/8][4][8]), so that a kernel loads the same chunk of four rows with one
 // base pointer; scores are key-major ([key][row]), so a key's scores for every row are
 // contiguous and the softmax runs across rows.
+//
+// Over a bf16 cache, kernel sets that have scoresBF16 and accumBF16 read the cache rows
+// in place, and the packed query and output rows are then in pair order: in each run of
+// 16 dims, chunk 2c holds the even dims and chunk 2c+1 the odd ones, because a 32-bit
+// word of bf16 cache holds an even dim in its low half and the next odd dim in its high
+// half, and each half becomes a float32 by one shift or one mask, no shuffle. A dot
+// product does not care in which order its dims are summed, so the kernels only have to
+// agree with packQueries and mergeParts. Sets without them widen each key block into
+// float32 first (cacheRows).
 
 // attnKernels are one implementation of the tiled attention's inner loops. nq (packed
 // rows) is a multiple of 8 and D of 16 (attnTileable).
@@ -42,6 +51,16 @@ type attnKernels struct {
 	// prefetch, if set, asks the cache for n rows of D floats (stride floats apart) that
 	// a later kernel reads: the value rows of a key block, while its scores are computed.
 	prefetch func(rows []float32, stride, n, D int)
+	// scoresBF16 and accumBF16, if set, are scores and accum over bf16 key and value rows
+	// (strides in elements), with q and o packed in pair order.
+	scoresBF16 func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32)
+	accumBF16  func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32)
+}
+
+// readsBF16 reports whether the set reads a bf16 cache of these dtypes in place (and so
+// packs its rows in pair order).
+func (k *attnKernels) readsBF16(dt graph.DType) bool {
+	return dt == graph.BF16 && k.scoresBF16 != nil && k.accumBF16 != nil
 }
 
 // attnFast is the best set for this machine (the amd64 init may replace it); tests swap
@@ -142,6 +161,7 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	partL := grow(&buf.l, len(items)*KVH*rows)
 	partO := grow(&buf.o, len(items)*KVH*rows*D)
 	qs := q.F32()
+	pairs := kern.readsBF16(kc.DType)
 	workers := min(w, len(items))
 	for len(buf.workers) < workers {
 		buf.workers = append(buf.workers, &attnScratch{})
@@ -149,10 +169,10 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	parallelItems(env, len(items), func(worker, i int) {
 		it := items[i]
 		sc := buf.workers[worker]
-		sc.ensure(KVH, rows, D, kc.DType != graph.F32)
+		sc.ensure(KVH, rows, D, kc.DType != graph.F32 && !pairs)
 		qp := grow(&sc.q, KVH*rows*D)
 		for kvh := 0; kvh < KVH; kvh++ {
-			packQueries(qs, it, kvh, NH, G, D, scale*log2e, qp[kvh*rows*D:(kvh+1)*rows*D])
+			packQueries(qs, it, kvh, NH, G, D, scale*log2e, pairs, qp[kvh*rows*D:(kvh+1)*rows*D])
 		}
 		n := KVH * rows
 		m := partM[it.part*n : (it.part+1)*n]
@@ -174,7 +194,7 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	merge := func(lo, hi int) {
 		for _, its := range blocks[lo:hi] {
 			for kvh := 0; kvh < KVH; kvh++ {
-				mergeParts(its, kvh, KVH, rows, G, NH, D, partM, partL, partO, o)
+				mergeParts(its, kvh, KVH, rows, G, NH, D, pairs, partM, partL, partO, o)
 			}
 		}
 	}
@@ -224,14 +244,26 @@ func (sc *attnScratch) ensure(KVH, rows, D int, convert bool) {
 }
 
 // packQueries writes the block's query rows of KV head kvh (row (t-t0)*G+g is head
-// kvh*G+g of token t), scaled, in packed order; padding rows are zero.
-func packQueries(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, dst []float32) {
+// kvh*G+g of token t), scaled, in packed order (pair order if pairs); padding rows are
+// zero.
+func packQueries(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, pairs bool, dst []float32) {
 	clear(dst)
 	for t := it.t0; t < it.t1; t++ {
 		for g := 0; g < G; g++ {
 			i := (t-it.t0)*G + g
 			src := qs[(t*NH+kvh*G+g)*D : (t*NH+kvh*G+g+1)*D]
 			base := (i/4)*4*D + (i%4)*8
+			if pairs {
+				for c := 0; c < D; c += 16 {
+					even := dst[base+c*4 : base+c*4+8 : base+c*4+8]
+					odd := dst[base+c*4+32 : base+c*4+40 : base+c*4+40]
+					s := src[c : c+16 : c+16]
+					for e := range even {
+						even[e], odd[e] = s[2*e]*scale, s[2*e+1]*scale
+					}
+				}
+				continue
+			}
 			for c := 0; c < D; c += 8 {
 				d := dst[base+c*4 : base+c*4+8 : base+c*4+8]
 				s := src[c : c+8 : c+8]
@@ -256,6 +288,7 @@ func packQueries(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, ds
 func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C int, kc, vc *Tensor,
 	outM, outL, outO []float32, sc *attnScratch) {
 	KVH := kc.Shape[1]
+	pairs := kern.readsBF16(kc.DType)
 	neg := float32(math.Inf(-1))
 	m, l := sc.m[:len(outM)], sc.l[:len(outL)]
 	op := sc.o[:len(outO)]
@@ -275,19 +308,27 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			q := qp[kvh*rows*D : (kvh+1)*rows*D]
 			hm, hl := m[kvh*rows:(kvh+1)*rows], l[kvh*rows:(kvh+1)*rows]
 			ho := op[kvh*rows*D : (kvh+1)*rows*D]
-			keys, kStride := cacheRows(kc, kvh, j0, nk, sc.k)
-			vals, vStride := cacheRows(vc, kvh, j0, nk, sc.v)
-			// A decode step's few query rows read each value row once, in strips of 64
-			// bytes across the block's keys: rows of 512 bytes or more (the 35B-A3B's 1 KiB)
-			// are fetched ahead. A prefill block's many rows find them cached after the first
-			// quad, a decoded bf16 block is in the cache already, and the tiny model's 256-byte
-			// rows spent 3.4% of a decode profile (context 8,192) in the hints, its cache in
-			// the L3 anyway.
-			if kern.prefetch != nil && vc.DType == graph.F32 && rows <= attnPrefetchMaxRows && D >= attnPrefetchMinD {
-				kern.prefetch(vals, vStride, nk, D)
-			}
 			s := sc.s[:nk*rows]
-			kern.scores(q, rows, D, keys, kStride, nk, s)
+			// The block's rows of this head span cache elements [from, to).
+			from, to := (j0*KVH+kvh)*D, ((j0+nk-1)*KVH+kvh+1)*D
+			var vals []float32
+			var vStride int
+			if pairs {
+				kern.scoresBF16(q, rows, D, u16(kc.Data)[from:to], KVH*D, nk, s)
+			} else {
+				keys, kStride := cacheRows(kc, kvh, j0, nk, sc.k)
+				vals, vStride = cacheRows(vc, kvh, j0, nk, sc.v)
+				// A decode step's few query rows read each value row once, in strips of 64
+				// bytes across the block's keys: rows of 512 bytes or more (the 35B-A3B's 1
+				// KiB) are fetched ahead. A prefill block's many rows find them cached after
+				// the first quad, a decoded bf16 block is in the cache already, and the tiny
+				// model's 256-byte rows spent 3.4% of a decode profile (context 8,192) in the
+				// hints, its cache in the L3 anyway.
+				if kern.prefetch != nil && vc.DType == graph.F32 && rows <= attnPrefetchMaxRows && D >= attnPrefetchMinD {
+					kern.prefetch(vals, vStride, nk, D)
+				}
+				kern.scores(q, rows, D, keys, kStride, nk, s)
+			}
 			// Causal mask: key j is visible to token t when j <= C+t. Only blocks that
 			// reach past the block's first token need it; padding rows see nothing.
 			if j0+nk-1 > C+it.t0 || (it.t1-it.t0)*G < rows {
@@ -321,7 +362,11 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 				}
 			}
 			kern.exp2Sum(s, rows, nk, bm, hl)
-			kern.accum(s, rows, D, vals, vStride, nk, ho)
+			if pairs {
+				kern.accumBF16(s, rows, D, u16(vc.Data)[from:to], KVH*D, nk, ho)
+			} else {
+				kern.accum(s, rows, D, vals, vStride, nk, ho)
+			}
 		}
 	}
 }
@@ -358,9 +403,9 @@ func cacheRows(cache *Tensor, kvh, j0, n int, buf []float32) ([]float32, int) {
 	return buf[:n*D], D
 }
 
-// mergeParts combines the partials of KV head kvh of one query block (its key ranges)
-// and writes the normalised output rows of its tokens.
-func mergeParts(its []attnItem, kvh, KVH, rows, G, NH, D int, partM, partL, partO, o []float32) {
+// mergeParts combines the partials of KV head kvh of one query block (its key ranges),
+// packed in pair order if pairs, and writes the normalised output rows of its tokens.
+func mergeParts(its []attnItem, kvh, KVH, rows, G, NH, D int, pairs bool, partM, partL, partO, o []float32) {
 	it0 := its[0]
 	part := func(it attnItem) int { return (it.part*KVH + kvh) * rows } // its first row
 	for t := it0.t0; t < it0.t1; t++ {
@@ -384,6 +429,17 @@ func mergeParts(its []attnItem, kvh, KVH, rows, G, NH, D int, partM, partL, part
 				wgt := exp2f(partM[part(it)+i] - M)
 				L += l * wgt
 				src := partO[part(it)*D+base:]
+				if pairs {
+					for c := 0; c < D; c += 16 {
+						d := dst[c : c+16 : c+16]
+						even, odd := src[c*4:c*4+8:c*4+8], src[c*4+32:c*4+40:c*4+40]
+						for e := range even {
+							d[2*e] += wgt * even[e]
+							d[2*e+1] += wgt * odd[e]
+						}
+					}
+					continue
+				}
 				for c := 0; c < D; c += 8 {
 					d, s := dst[c:c+8:c+8], src[c*4:c*4+8:c*4+8]
 					for e := range d {
@@ -418,7 +474,8 @@ func exp2Poly(f float32) float32 {
 }
 
 // goAttnKernels are the portable kernels (arm64 and every shape).
-var goAttnKernels = &attnKernels{name: "go", scores: scoresGo, accum: accumGo, rowMax: rowMaxGo, exp2Sum: exp2SumGo}
+var goAttnKernels = &attnKernels{name: "go", scores: scoresGo, accum: accumGo, rowMax: rowMaxGo, exp2Sum: exp2SumGo,
+	scoresBF16: scoresBF16Go, accumBF16: accumBF16Go}
 
 func scoresGo(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
 	for j := 0; j < nk; j++ {
@@ -457,6 +514,57 @@ func accumGo(p []float32, nq, D int, v []float32, vStride, nk int, o []float32) 
 					blk[8+e] += p1 * vv[e]
 					blk[16+e] += p2 * vv[e]
 					blk[24+e] += p3 * vv[e]
+				}
+			}
+		}
+	}
+}
+
+// scoresBF16Go and accumBF16Go are scoresGo and accumGo over bf16 rows read in place,
+// q and o in pair order.
+func scoresBF16Go(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32) {
+	for j := 0; j < nk; j++ {
+		kr := k[j*kStride : j*kStride+D]
+		for quad := 0; quad < nq/4; quad++ {
+			qq := q[quad*4*D : (quad+1)*4*D]
+			var a0, a1, a2, a3 float32
+			for c := 0; c < D; c += 16 {
+				kk := kr[c : c+16 : c+16]
+				blk := qq[c*4 : c*4+64 : c*4+64]
+				for e := 0; e < 8; e++ {
+					ke, ko := BF16ToF32(kk[2*e]), BF16ToF32(kk[2*e+1])
+					a0 += blk[e]*ke + blk[32+e]*ko
+					a1 += blk[8+e]*ke + blk[40+e]*ko
+					a2 += blk[16+e]*ke + blk[48+e]*ko
+					a3 += blk[24+e]*ke + blk[56+e]*ko
+				}
+			}
+			out := s[j*nq+quad*4 : j*nq+quad*4+4 : j*nq+quad*4+4]
+			out[0], out[1], out[2], out[3] = a0, a1, a2, a3
+		}
+	}
+}
+
+func accumBF16Go(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32) {
+	for j := 0; j < nk; j++ {
+		vr := v[j*vStride : j*vStride+D]
+		pr := p[j*nq : (j+1)*nq]
+		for quad := 0; quad < nq/4; quad++ {
+			oq := o[quad*4*D : (quad+1)*4*D]
+			p0, p1, p2, p3 := pr[quad*4], pr[quad*4+1], pr[quad*4+2], pr[quad*4+3]
+			for c := 0; c < D; c += 16 {
+				vv := vr[c : c+16 : c+16]
+				blk := oq[c*4 : c*4+64 : c*4+64]
+				for e := 0; e < 8; e++ {
+					ve, vo := BF16ToF32(vv[2*e]), BF16ToF32(vv[2*e+1])
+					blk[e] += p0 * ve
+					blk[8+e] += p1 * ve
+					blk[16+e] += p2 * ve
+					blk[24+e] += p3 * ve
+					blk[32+e] += p0 * vo
+					blk[40+e] += p1 * vo
+					blk[48+e] += p2 * vo
+					blk[56+e] += p3 * vo
 				}
 			}
 		}

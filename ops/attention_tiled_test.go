@@ -56,6 +56,11 @@ func TestTiledAttentionMatchesReference(t *testing.T) {
 		// One KV head: a key block's bf16 rows widened in one call.
 		{T: 1, C: 3000, NH: 8, KVH: 1, D: 64, dt: graph.BF16},
 		{T: 9, C: 130, NH: 2, KVH: 1, D: 32, dt: graph.BF16},
+		// Read in place in pair order: a prefill chunk across blocks, a head dim whose
+		// value sums the AVX-512 set leaves to Go (D%32 != 0), four KV heads.
+		{T: 32, C: 63, NH: 16, KVH: 2, D: 256, dt: graph.BF16},
+		{T: 130, C: 0, NH: 6, KVH: 2, D: 16, dt: graph.BF16},
+		{T: 2, C: 3000, NH: 12, KVH: 4, D: 48, dt: graph.BF16},
 	}
 	old := attnFast
 	defer func() { attnFast = old }()
@@ -199,6 +204,70 @@ func TestAttnKernelsMatchGo(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// pairOrder returns packed rows (nq rows of D) in pair order: in each run of 16 dims the
+// even ones in the first chunk, the odd ones in the second.
+func pairOrder(x []float32, nq, D int) []float32 {
+	out := make([]float32, len(x))
+	for i := 0; i < nq; i++ {
+		base := (i/4)*4*D + (i%4)*8
+		for d := 0; d < D; d++ {
+			from := base + (d/8)*32 + d%8
+			to := base + (d/16)*64 + (d%2)*32 + (d%16)/2
+			out[to] = x[from]
+		}
+	}
+	return out
+}
+
+// TestAttnBF16KernelsMatchFloat32: each set's in-place bf16 kernels against the portable
+// float32 ones over the same rows widened, q and o in pair order, over the shapes of
+// TestAttnKernelsMatchGo (D%32 != 0 takes avx512's Go value sums).
+func TestAttnBF16KernelsMatchFloat32(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	randf := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	sets := 0
+	for _, k := range attnKernelSets {
+		if !k.readsBF16(graph.BF16) {
+			continue
+		}
+		sets++
+		for _, nq := range []int{8, 16, 24, 32} {
+			for _, nk := range []int{1, 2, 3, 5, 64} {
+				for _, D := range []int{16, 48, 64, 256} {
+					stride := 2 * D // two KV heads side by side
+					q := randf(nq * D)
+					kv16 := make([]uint16, (nk-1)*stride+D)
+					kv := make([]float32, len(kv16))
+					for i := range kv16 {
+						kv16[i] = F32ToBF16(float32(rng.NormFloat64()))
+						kv[i] = BF16ToF32(kv16[i])
+					}
+					want, got := make([]float32, nk*nq), make([]float32, nk*nq)
+					scoresGo(q, nq, D, kv, stride, nk, want)
+					k.scoresBF16(pairOrder(q, nq, D), nq, D, kv16, stride, nk, got)
+					near(t, k.name+" scoresBF16", got, want, 1e-6*float64(D))
+
+					p, o := randf(nk*nq), randf(nq*D)
+					wo := append([]float32(nil), o...)
+					gop := pairOrder(o, nq, D)
+					accumGo(p, nq, D, kv, stride, nk, wo)
+					k.accumBF16(p, nq, D, kv16, stride, nk, gop)
+					near(t, k.name+" accumBF16", gop, pairOrder(wo, nq, D), 1e-6*float64(nk))
+				}
+			}
+		}
+	}
+	if sets == 0 {
+		t.Fatal("no kernel set reads a bf16 cache in place")
 	}
 }
 

@@ -130,7 +130,7 @@ func refAttention(env *Env, v *graph.Value, in, out []*Tensor) error {
 		return fmt.Errorf("attention: %d context rows exceed the cache's %d", L, N)
 	}
 	scale := float32(v.Attrs.Float("scale"))
-	if !env.referenceKernels() && attnTileable(D) && kc.DType == vc.DType {
+	if !env.referenceKernels() && attnTileable(D) && kc.DType == vc.DType && (kc.DType == graph.F32 || kc.DType == graph.BF16) {
 		tiledAttention(env, q, kc, vc, out[0].F32(), C, scale, attnFast)
 		return nil
 	}

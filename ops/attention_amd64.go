@@ -19,6 +19,12 @@ func attnRowMaxAVX2(s *float32, nq, nk int, m *float32)
 func attnExp2SumAVX2(s *float32, nq, nk int, m, l *float32)
 
 //go:noescape
+func attnScoresBF16AVX2(q *float32, nq, D int, k *uint16, kStride, nk int, s *float32)
+
+//go:noescape
+func attnAccumBF16AVX2(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32)
+
+//go:noescape
 func attnPrefetchRows(p *float32, stride, n, D int)
 
 // AVX-512 kernels of the two dot-product loops (attention_avx512_amd64.s).
@@ -88,6 +94,14 @@ var avx2AttnKernels = &attnKernels{
 		checkAttn(8, D, n, len(rows) >= (n-1)*stride+D)
 		attnPrefetchRows(&rows[0], stride, n, D)
 	},
+	scoresBF16: func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32) {
+		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
+		attnScoresBF16AVX2(&q[0], nq, D, &k[0], kStride, nk, &s[0])
+	},
+	accumBF16: func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32) {
+		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
+		attnAccumBF16AVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
+	},
 }
 
 // avx512AttnKernels: the scores and the value accumulation in 512-bit registers (two rows
@@ -118,7 +132,7 @@ var avx512AttnKernels = &attnKernels{
 	accumBF16: func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32) {
 		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
 		if D%32 != 0 {
-			accumBF16Go(p, nq, D, v, vStride, nk, o) // no head dim of the model's
+			attnAccumBF16AVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
 			return
 		}
 		attnAccumBF16AVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0])

@@ -319,3 +319,213 @@ pline:
 	DECQ       R10
 	JNZ        prow
 	RET
+
+// The bf16 kernels read the cache's rows in place, q and o in pair order
+// (attention_tiled.go): 32 bytes of a row hold 16 dims as 8 words of two bf16, even dim
+// low; VPSLLD $16 makes the even dims float32 (chunk 2c of the packed rows) and a mask of
+// the high halves the odd ones (chunk 2c+1). CX walks the bf16 row (32 bytes a step), so
+// the packed rows' chunks 2c and 2c+1 are at (AX)(CX*8) and 128(AX)(CX*8); R11 is the
+// bf16 row's bytes, and a quad of packed rows 8 R11.
+DATA bf16High<>+0(SB)/4, $0xffff0000
+GLOBL bf16High<>(SB), RODATA|NOPTR, $4
+
+// func attnScoresBF16AVX2(q *float32, nq, D int, k *uint16, kStride, nk int, s *float32)
+TEXT ·attnScoresBF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ         q+0(FP), SI
+	MOVQ         nq+8(FP), R8
+	MOVQ         D+16(FP), R11
+	SHLQ         $1, R11        // R11: bytes of a bf16 row
+	MOVQ         k+24(FP), DI
+	MOVQ         kStride+32(FP), R9
+	SHLQ         $1, R9         // R9: bytes between key rows
+	MOVQ         nk+40(FP), R10
+	MOVQ         s+48(FP), DX
+	MOVQ         R8, R13
+	SHLQ         $2, R13        // R13: bytes of one key's scores
+	IMULQ        R11, R8
+	SHLQ         $1, R8
+	ADDQ         SI, R8         // R8: end of the packed queries
+	VPBROADCASTD bf16High<>(SB), Y13
+
+bpair:
+	CMPQ R10, $2
+	JLT  bsingle
+	LEAQ (DI)(R9*1), R12        // key row j+1
+	MOVQ SI, AX
+	MOVQ DX, BX
+
+bpairquad:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ   CX, CX
+
+bpairchunk:
+	VMOVDQU     (DI)(CX*1), Y8
+	VMOVDQU     (R12)(CX*1), Y10
+	VPAND       Y13, Y8, Y9     // key j's odd dims
+	VPSLLD      $16, Y8, Y8     // and even ones
+	VPAND       Y13, Y10, Y11
+	VPSLLD      $16, Y10, Y10
+	VMOVUPS     0(AX)(CX*8), Y12
+	VFMADD231PS Y8, Y12, Y0
+	VFMADD231PS Y10, Y12, Y4
+	VMOVUPS     32(AX)(CX*8), Y12
+	VFMADD231PS Y8, Y12, Y1
+	VFMADD231PS Y10, Y12, Y5
+	VMOVUPS     64(AX)(CX*8), Y12
+	VFMADD231PS Y8, Y12, Y2
+	VFMADD231PS Y10, Y12, Y6
+	VMOVUPS     96(AX)(CX*8), Y12
+	VFMADD231PS Y8, Y12, Y3
+	VFMADD231PS Y10, Y12, Y7
+	VMOVUPS     128(AX)(CX*8), Y12
+	VFMADD231PS Y9, Y12, Y0
+	VFMADD231PS Y11, Y12, Y4
+	VMOVUPS     160(AX)(CX*8), Y12
+	VFMADD231PS Y9, Y12, Y1
+	VFMADD231PS Y11, Y12, Y5
+	VMOVUPS     192(AX)(CX*8), Y12
+	VFMADD231PS Y9, Y12, Y2
+	VFMADD231PS Y11, Y12, Y6
+	VMOVUPS     224(AX)(CX*8), Y12
+	VFMADD231PS Y9, Y12, Y3
+	VFMADD231PS Y11, Y12, Y7
+	ADDQ        $32, CX
+	CMPQ        CX, R11
+	JLT         bpairchunk
+
+	REDUCE4(Y0, Y1, Y2, Y3, X0, Y0, X12)
+	VMOVUPS X0, (BX)
+	REDUCE4(Y4, Y5, Y6, Y7, X4, Y4, X12)
+	VMOVUPS X4, (BX)(R13*1)
+	ADDQ    $16, BX
+	LEAQ    (AX)(R11*8), AX
+	CMPQ    AX, R8
+	JLT     bpairquad
+
+	LEAQ (DI)(R9*2), DI
+	LEAQ (DX)(R13*2), DX
+	SUBQ $2, R10
+	JMP  bpair
+
+bsingle:
+	TESTQ R10, R10
+	JZ    bdone
+	MOVQ  SI, AX
+	MOVQ  DX, BX
+
+bsinglequad:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ   CX, CX
+
+bsinglechunk:
+	VMOVDQU     (DI)(CX*1), Y8
+	VPAND       Y13, Y8, Y9
+	VPSLLD      $16, Y8, Y8
+	VFMADD231PS 0(AX)(CX*8), Y8, Y0
+	VFMADD231PS 32(AX)(CX*8), Y8, Y1
+	VFMADD231PS 64(AX)(CX*8), Y8, Y2
+	VFMADD231PS 96(AX)(CX*8), Y8, Y3
+	VFMADD231PS 128(AX)(CX*8), Y9, Y0
+	VFMADD231PS 160(AX)(CX*8), Y9, Y1
+	VFMADD231PS 192(AX)(CX*8), Y9, Y2
+	VFMADD231PS 224(AX)(CX*8), Y9, Y3
+	ADDQ        $32, CX
+	CMPQ        CX, R11
+	JLT         bsinglechunk
+
+	REDUCE4(Y0, Y1, Y2, Y3, X0, Y0, X12)
+	VMOVUPS X0, (BX)
+	ADDQ    $16, BX
+	LEAQ    (AX)(R11*8), AX
+	CMPQ    AX, R8
+	JLT     bsinglequad
+
+bdone:
+	VZEROUPPER
+	RET
+
+// func attnAccumBF16AVX2(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32)
+// attnAccumAVX2 with each key's 16 dims of a step read as bf16: its even dims are chunk
+// 2c, its odd ones chunk 2c+1, the pair of chunks the float32 kernel takes a step.
+TEXT ·attnAccumBF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ         p+0(FP), DX
+	MOVQ         nq+8(FP), R8
+	MOVQ         D+16(FP), R11
+	SHLQ         $1, R11        // bytes of a bf16 row
+	MOVQ         vStride+32(FP), R9
+	SHLQ         $1, R9
+	MOVQ         o+48(FP), SI
+	MOVQ         R8, R13
+	SHLQ         $2, R13        // bytes of one key's probabilities
+	IMULQ        R11, R8
+	SHLQ         $1, R8
+	ADDQ         SI, R8         // end of the packed output
+	MOVQ         SI, AX         // quad of output rows
+	MOVQ         DX, BX         // its probabilities of key 0
+	VPBROADCASTD bf16High<>(SB), Y13
+
+bquad:
+	XORQ CX, CX
+
+bchunks:
+	VMOVUPS 0(AX)(CX*8), Y0
+	VMOVUPS 32(AX)(CX*8), Y1
+	VMOVUPS 64(AX)(CX*8), Y2
+	VMOVUPS 96(AX)(CX*8), Y3
+	VMOVUPS 128(AX)(CX*8), Y4
+	VMOVUPS 160(AX)(CX*8), Y5
+	VMOVUPS 192(AX)(CX*8), Y6
+	VMOVUPS 224(AX)(CX*8), Y7
+	MOVQ    v+24(FP), DI
+	MOVQ    BX, R12
+	MOVQ    nk+40(FP), R10
+
+bkeys:
+	VMOVDQU      (DI)(CX*1), Y8
+	VPAND        Y13, Y8, Y9
+	VPSLLD       $16, Y8, Y8
+	VBROADCASTSS 0(R12), Y10
+	VFMADD231PS  Y8, Y10, Y0
+	VFMADD231PS  Y9, Y10, Y4
+	VBROADCASTSS 4(R12), Y11
+	VFMADD231PS  Y8, Y11, Y1
+	VFMADD231PS  Y9, Y11, Y5
+	VBROADCASTSS 8(R12), Y10
+	VFMADD231PS  Y8, Y10, Y2
+	VFMADD231PS  Y9, Y10, Y6
+	VBROADCASTSS 12(R12), Y11
+	VFMADD231PS  Y8, Y11, Y3
+	VFMADD231PS  Y9, Y11, Y7
+	ADDQ         R9, DI
+	ADDQ         R13, R12
+	DECQ         R10
+	JNZ          bkeys
+
+	VMOVUPS Y0, 0(AX)(CX*8)
+	VMOVUPS Y1, 32(AX)(CX*8)
+	VMOVUPS Y2, 64(AX)(CX*8)
+	VMOVUPS Y3, 96(AX)(CX*8)
+	VMOVUPS Y4, 128(AX)(CX*8)
+	VMOVUPS Y5, 160(AX)(CX*8)
+	VMOVUPS Y6, 192(AX)(CX*8)
+	VMOVUPS Y7, 224(AX)(CX*8)
+	ADDQ    $32, CX
+	CMPQ    CX, R11
+	JLT     bchunks
+
+	ADDQ $16, BX
+	LEAQ (AX)(R11*8), AX
+	CMPQ AX, R8
+	JLT  bquad
+	VZEROUPPER
+	RET

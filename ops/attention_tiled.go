@@ -26,14 +26,13 @@ import (
 // base pointer; scores are key-major ([key][row]), so a key's scores for every row are
 // contiguous and the softmax runs across rows.
 //
-// Over a bf16 cache, kernel sets that have scoresBF16 and accumBF16 read the cache rows
-// in place, and the packed query and output rows are then in pair order: in each run of
+// A bf16 cache is read in place by scoresBF16 and accumBF16, and the packed query and
+// output rows are then in pair order: in each run of
 // 16 dims, chunk 2c holds the even dims and chunk 2c+1 the odd ones, because a 32-bit
 // word of bf16 cache holds an even dim in its low half and the next odd dim in its high
 // half, and each half becomes a float32 by one shift or one mask, no shuffle. A dot
 // product does not care in which order its dims are summed, so the kernels only have to
-// agree with packQueries and mergeParts. Sets without them widen each key block into
-// float32 first (cacheRows).
+// agree with packQueries and mergeParts.
 
 // attnKernels are one implementation of the tiled attention's inner loops. nq (packed
 // rows) is a multiple of 8 and D of 16 (attnTileable).
@@ -51,16 +50,10 @@ type attnKernels struct {
 	// prefetch, if set, asks the cache for n rows of D floats (stride floats apart) that
 	// a later kernel reads: the value rows of a key block, while its scores are computed.
 	prefetch func(rows []float32, stride, n, D int)
-	// scoresBF16 and accumBF16, if set, are scores and accum over bf16 key and value rows
-	// (strides in elements), with q and o packed in pair order.
+	// scoresBF16 and accumBF16 are scores and accum over bf16 key and value rows (strides
+	// in elements), with q and o packed in pair order.
 	scoresBF16 func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32)
 	accumBF16  func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32)
-}
-
-// readsBF16 reports whether the set reads a bf16 cache of these dtypes in place (and so
-// packs its rows in pair order).
-func (k *attnKernels) readsBF16(dt graph.DType) bool {
-	return dt == graph.BF16 && k.scoresBF16 != nil && k.accumBF16 != nil
 }
 
 // attnFast is the best set for this machine (the amd64 init may replace it); tests swap
@@ -161,7 +154,7 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	partL := grow(&buf.l, len(items)*KVH*rows)
 	partO := grow(&buf.o, len(items)*KVH*rows*D)
 	qs := q.F32()
-	pairs := kern.readsBF16(kc.DType)
+	pairs := kc.DType == graph.BF16
 	workers := min(w, len(items))
 	for len(buf.workers) < workers {
 		buf.workers = append(buf.workers, &attnScratch{})
@@ -169,7 +162,7 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	parallelItems(env, len(items), func(worker, i int) {
 		it := items[i]
 		sc := buf.workers[worker]
-		sc.ensure(KVH, rows, D, kc.DType != graph.F32 && !pairs)
+		sc.ensure(KVH, rows, D)
 		qp := grow(&sc.q, KVH*rows*D)
 		for kvh := 0; kvh < KVH; kvh++ {
 			packQueries(qs, it, kvh, NH, G, D, scale*log2e, pairs, qp[kvh*rows*D:(kvh+1)*rows*D])
@@ -224,23 +217,19 @@ func grow(b *[]float32, n int) []float32 {
 
 // attnScratch is one worker's buffers.
 type attnScratch struct {
-	q, s, k, v []float32
-	m, l, o    []float32 // attendRange's running maximum, sum and output (KVH heads)
-	bm         []float32 // a key block's row maxima
+	q, s    []float32
+	m, l, o []float32 // attendRange's running maximum, sum and output (KVH heads)
+	bm      []float32 // a key block's row maxima
 }
 
 // ensure sizes the buffers for KVH heads of rows packed query rows of D.
-func (sc *attnScratch) ensure(KVH, rows, D int, convert bool) {
+func (sc *attnScratch) ensure(KVH, rows, D int) {
 	grow(&sc.q, KVH*rows*D)
 	grow(&sc.s, attnKeyBlock*rows)
 	grow(&sc.m, KVH*rows)
 	grow(&sc.l, KVH*rows)
 	grow(&sc.o, KVH*rows*D)
 	grow(&sc.bm, rows)
-	if convert {
-		grow(&sc.k, attnKeyBlock*D)
-		grow(&sc.v, attnKeyBlock*D)
-	}
 }
 
 // packQueries writes the block's query rows of KV head kvh (row (t-t0)*G+g is head
@@ -288,7 +277,7 @@ func packQueries(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, pa
 func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C int, kc, vc *Tensor,
 	outM, outL, outO []float32, sc *attnScratch) {
 	KVH := kc.Shape[1]
-	pairs := kern.readsBF16(kc.DType)
+	pairs := kc.DType == graph.BF16
 	neg := float32(math.Inf(-1))
 	m, l := sc.m[:len(outM)], sc.l[:len(outL)]
 	op := sc.o[:len(outO)]
@@ -316,8 +305,8 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			if pairs {
 				kern.scoresBF16(q, rows, D, u16(kc.Data)[from:to], KVH*D, nk, s)
 			} else {
-				keys, kStride := cacheRows(kc, kvh, j0, nk, sc.k)
-				vals, vStride = cacheRows(vc, kvh, j0, nk, sc.v)
+				keys, kStride := cacheRows(kc, kvh, j0, nk)
+				vals, vStride = cacheRows(vc, kvh, j0, nk)
 				// A decode step's few query rows read each value row once, in strips of 64
 				// bytes across the block's keys: rows of 512 bytes or more (the 35B-A3B's 1
 				// KiB) are fetched ahead. A prefill block's many rows find them cached after
@@ -382,25 +371,10 @@ func scalePackedRow(op []float32, i, D int, a float32) {
 	}
 }
 
-// cacheRows returns cache rows [j0, j0+n) of one KV head as float32 and their stride: a
-// view of an F32 cache, else decoded into buf.
-func cacheRows(cache *Tensor, kvh, j0, n int, buf []float32) ([]float32, int) {
+// cacheRows returns float32 cache rows [j0, j0+n) of one KV head and their stride.
+func cacheRows(cache *Tensor, kvh, j0, n int) ([]float32, int) {
 	KVH, D := cache.Shape[1], cache.Shape[2]
-	if cache.DType == graph.F32 {
-		all := cache.F32()
-		return all[(j0*KVH+kvh)*D : ((j0+n-1)*KVH+kvh+1)*D], KVH * D
-	}
-	if KVH == 1 {
-		// The block's rows lie side by side: one call widens them all (a call a row cost
-		// the tiny model's 64-element rows more than the widening itself).
-		bf16ToF32Row(buf[:n*D], u16(cache.Data)[j0*D:(j0+n)*D])
-		return buf[:n*D], D
-	}
-	rows := stateRows{t: cache, cols: D}
-	for j := 0; j < n; j++ {
-		rows.read((j0+j)*KVH+kvh, buf[j*D:(j+1)*D])
-	}
-	return buf[:n*D], D
+	return cache.F32()[(j0*KVH+kvh)*D : ((j0+n-1)*KVH+kvh+1)*D], KVH * D
 }
 
 // mergeParts combines the partials of KV head kvh of one query block (its key ranges),

@@ -53,11 +53,10 @@ func TestTiledAttentionMatchesReference(t *testing.T) {
 		{T: 2, C: 3000, NH: 12, KVH: 4, D: 48},
 		{T: 5, C: 300, NH: 8, KVH: 2, D: 64, dt: graph.BF16},
 		{T: 1, C: 2000, NH: 16, KVH: 2, D: 128, dt: graph.BF16},
-		// One KV head: a key block's bf16 rows widened in one call.
 		{T: 1, C: 3000, NH: 8, KVH: 1, D: 64, dt: graph.BF16},
 		{T: 9, C: 130, NH: 2, KVH: 1, D: 32, dt: graph.BF16},
-		// Read in place in pair order: a prefill chunk across blocks, a head dim whose
-		// value sums the AVX-512 set leaves to Go (D%32 != 0), four KV heads.
+		// A prefill chunk across blocks, a head dim whose value sums the AVX-512 set
+		// leaves to AVX2 (D%32 != 0), four KV heads.
 		{T: 32, C: 63, NH: 16, KVH: 2, D: 256, dt: graph.BF16},
 		{T: 130, C: 0, NH: 6, KVH: 2, D: 16, dt: graph.BF16},
 		{T: 2, C: 3000, NH: 12, KVH: 4, D: 48, dt: graph.BF16},
@@ -224,7 +223,7 @@ func pairOrder(x []float32, nq, D int) []float32 {
 
 // TestAttnBF16KernelsMatchFloat32: each set's in-place bf16 kernels against the portable
 // float32 ones over the same rows widened, q and o in pair order, over the shapes of
-// TestAttnKernelsMatchGo (D%32 != 0 takes avx512's Go value sums).
+// TestAttnKernelsMatchGo (D%32 != 0 takes the AVX2 value sums under avx512).
 func TestAttnBF16KernelsMatchFloat32(t *testing.T) {
 	rng := rand.New(rand.NewSource(4))
 	randf := func(n int) []float32 {
@@ -234,12 +233,7 @@ func TestAttnBF16KernelsMatchFloat32(t *testing.T) {
 		}
 		return x
 	}
-	sets := 0
 	for _, k := range attnKernelSets {
-		if !k.readsBF16(graph.BF16) {
-			continue
-		}
-		sets++
 		for _, nq := range []int{8, 16, 24, 32} {
 			for _, nk := range []int{1, 2, 3, 5, 64} {
 				for _, D := range []int{16, 48, 64, 256} {
@@ -265,9 +259,6 @@ func TestAttnBF16KernelsMatchFloat32(t *testing.T) {
 				}
 			}
 		}
-	}
-	if sets == 0 {
-		t.Fatal("no kernel set reads a bf16 cache in place")
 	}
 }
 

@@ -4,6 +4,9 @@
 #   .dev/pistil, .dev/cuda.test; the golden checkpoints are the repository's testdata/golden/tiny-s1
 # Logs go to $OUT (the device tool's output folder) or /tmp/cuda-out.
 set -u
+# The golden fixtures of this copy of the tree: a test binary built elsewhere (a
+# throwaway worktree) would look for them where it was built.
+export PISTIL_TESTDATA=${PISTIL_TESTDATA:-$PWD/testdata}
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"

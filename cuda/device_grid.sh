@@ -9,6 +9,9 @@
 # decode. Logs go to $OUT (the device tool's output folder) or /tmp/cuda-out; the exit
 # status is the first run's (0: every shape and path within tolerance).
 set -u
+# The golden fixtures of this copy of the tree: a test binary built elsewhere (a
+# throwaway worktree) would look for them where it was built.
+export PISTIL_TESTDATA=${PISTIL_TESTDATA:-$PWD/testdata}
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"

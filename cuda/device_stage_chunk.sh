@@ -20,6 +20,9 @@
 #         4,096 on top of 32,768 in chunks of 2,048.
 # Logs go to $OUT (stage_*.txt, chunk.txt); each step prints its lines.
 set -u
+# The golden fixtures of this copy of the tree: a test binary built elsewhere (a
+# throwaway worktree) would look for them where it was built.
+export PISTIL_TESTDATA=${PISTIL_TESTDATA:-$PWD/testdata}
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 STEPS=${STEPS:-depth tests}

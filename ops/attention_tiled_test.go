@@ -114,6 +114,8 @@ func BenchmarkAttention(b *testing.B) {
 		{"full/decode-4096-rotating-bf16", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256, dt: graph.BF16}, 4},
 		{"full/decode-256", attnCase{T: 1, C: 256, NH: 16, KVH: 2, D: 256}, 1},
 		{"full/prefill-512", attnCase{T: 512, C: 0, NH: 16, KVH: 2, D: 256}, 1},
+		{"full/prefill-512-bf16", attnCase{T: 512, C: 0, NH: 16, KVH: 2, D: 256, dt: graph.BF16}, 1},
+		{"tiny/prefill-512-at-16384-bf16", attnCase{T: 512, C: 16384, NH: 8, KVH: 1, D: 64, dt: graph.BF16}, 1},
 	} {
 		rng := rand.New(rand.NewSource(1))
 		N := c.C + c.T

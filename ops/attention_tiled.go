@@ -96,10 +96,10 @@ const (
 	attnMinSplit = 256      // fewest keys a split range gets
 	// attnPrefetchMaxRows is the most packed query rows of a block whose value rows are
 	// prefetched (decode's query heads of one KV head: 8 at the 35B-A3B's shapes).
-	attnPrefetchMaxRows = 16
-	attnPrefetchMinD    = 128 // and the shortest rows (in floats) it prefetches
-	log2e               = 1.4426950408889634
-	attnMaskedExp       = -125 // exponents below this contribute 0 (exp2Sum)
+	attnPrefetchMaxRows  = 16
+	attnPrefetchMinBytes = 512 // and the shortest rows it prefetches
+	log2e                = 1.4426950408889634
+	attnMaskedExp        = -125 // exponents below this contribute 0 (exp2Sum)
 )
 
 // attnTileable reports whether the tiled path takes these shapes.
@@ -302,21 +302,35 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			from, to := (j0*KVH+kvh)*D, ((j0+nk-1)*KVH+kvh+1)*D
 			var vals []float32
 			var vStride int
+			// A decode step's few query rows read each value row once, in strips of 64
+			// bytes across the block's keys: rows of 512 bytes or more (the 35B-A3B's 1 KiB
+			// float32, 512 bytes bf16) are fetched ahead while the scores are computed. A
+			// prefill block's many rows find them cached after the first quad, and the tiny
+			// model's 256-byte float32 rows spent 3.4% of a decode profile (context 8,192)
+			// in the hints, its cache in the L3 anyway.
+			ahead := kern.prefetch != nil && rows <= attnPrefetchMaxRows && D*vc.DType.Bits()/8 >= attnPrefetchMinBytes
 			if pairs {
+				if ahead {
+					// The bf16 rows as floats: half as many a row and between rows.
+					kern.prefetch(f32s(vc.Data[2*from:2*to]), KVH*D/2, nk, D/2)
+				}
 				kern.scoresBF16(q, rows, D, u16(kc.Data)[from:to], KVH*D, nk, s)
+				// And the next block's key rows while this block's softmax and values run.
+				if next := min(attnKeyBlock, it.k1-j0-nk); ahead && next > 0 {
+					at := from + nk*KVH*D
+					kern.prefetch(f32s(kc.Data[2*at:2*(at+((next-1)*KVH+1)*D)]), KVH*D/2, next, D/2)
+				}
 			} else {
 				keys, kStride := cacheRows(kc, kvh, j0, nk)
 				vals, vStride = cacheRows(vc, kvh, j0, nk)
-				// A decode step's few query rows read each value row once, in strips of 64
-				// bytes across the block's keys: rows of 512 bytes or more (the 35B-A3B's 1
-				// KiB) are fetched ahead. A prefill block's many rows find them cached after
-				// the first quad, a decoded bf16 block is in the cache already, and the tiny
-				// model's 256-byte rows spent 3.4% of a decode profile (context 8,192) in the
-				// hints, its cache in the L3 anyway.
-				if kern.prefetch != nil && vc.DType == graph.F32 && rows <= attnPrefetchMaxRows && D >= attnPrefetchMinD {
+				if ahead {
 					kern.prefetch(vals, vStride, nk, D)
 				}
 				kern.scores(q, rows, D, keys, kStride, nk, s)
+				if next := min(attnKeyBlock, it.k1-j0-nk); ahead && next > 0 {
+					nextKeys, _ := cacheRows(kc, kvh, j0+nk, next)
+					kern.prefetch(nextKeys, kStride, next, D)
+				}
 			}
 			// Causal mask: key j is visible to token t when j <= C+t. Only blocks that
 			// reach past the block's first token need it; padding rows see nothing.

@@ -112,6 +112,10 @@ func BenchmarkAttention(b *testing.B) {
 		{"full/decode-4096", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 1},
 		{"full/decode-4096-rotating", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 4},
 		{"full/decode-4096-rotating-bf16", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256, dt: graph.BF16}, 4},
+		// Forty layers' worth: 336 MB of caches, more than the L3, as in a decode step whose
+		// weights stream through the caches between attention layers.
+		{"full/decode-4096-memory-bf16", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256, dt: graph.BF16}, 40},
+		{"full/decode-4096-memory", attnCase{T: 1, C: 4096, NH: 16, KVH: 2, D: 256}, 20},
 		{"full/decode-256", attnCase{T: 1, C: 256, NH: 16, KVH: 2, D: 256}, 1},
 		{"full/prefill-512", attnCase{T: 512, C: 0, NH: 16, KVH: 2, D: 256}, 1},
 		{"full/prefill-512-bf16", attnCase{T: 512, C: 0, NH: 16, KVH: 2, D: 256, dt: graph.BF16}, 1},

@@ -91,7 +91,11 @@ var avx2AttnKernels = &attnKernels{
 		attnExp2SumAVX2(&s[0], nq, nk, &m[0], &l[0])
 	},
 	prefetch: func(rows []float32, stride, n, D int) {
-		checkAttn(8, D, n, len(rows) >= (n-1)*stride+D)
+		// Any row length: the kernel walks a row's 64-byte lines (a bf16 row seen as
+		// floats may be no multiple of 16).
+		if n <= 0 || D <= 0 || len(rows) < (n-1)*stride+D {
+			panic("ops: attention prefetch called with a bad shape or a short slice")
+		}
 		attnPrefetchRows(&rows[0], stride, n, D)
 	},
 	scoresBF16: func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32) {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"pistil/graph"
 )
@@ -27,12 +28,11 @@ import (
 // contiguous and the softmax runs across rows.
 //
 // A bf16 cache is read in place by scoresBF16 and accumBF16, and the packed query and
-// output rows are then in pair order: in each run of
-// 16 dims, chunk 2c holds the even dims and chunk 2c+1 the odd ones, because a 32-bit
-// word of bf16 cache holds an even dim in its low half and the next odd dim in its high
-// half, and each half becomes a float32 by one shift or one mask, no shuffle. A dot
-// product does not care in which order its dims are summed, so the kernels only have to
-// agree with packQueries and mergeParts.
+// output rows are then in pair order: in each run of 16 dims, chunk 2c holds the even
+// dims and chunk 2c+1 the odd ones, because a 32-bit word of bf16 cache holds an even dim
+// in its low half and the next odd dim in its high half, and each half becomes a float32
+// by one shift or one mask, no shuffle. A dot product does not care in which order its
+// dims are summed, so the kernels only have to agree with packQueries and mergeParts.
 
 // attnKernels are one implementation of the tiled attention's inner loops. nq (packed
 // rows) is a multiple of 8 and D of 16 (attnTileable).
@@ -277,6 +277,7 @@ func packQueries(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, pa
 func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C int, kc, vc *Tensor,
 	outM, outL, outO []float32, sc *attnScratch) {
 	KVH := kc.Shape[1]
+	stride := KVH * D // elements between a head's cache rows
 	pairs := kc.DType == graph.BF16
 	neg := float32(math.Inf(-1))
 	m, l := sc.m[:len(outM)], sc.l[:len(outL)]
@@ -298,38 +299,35 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			hm, hl := m[kvh*rows:(kvh+1)*rows], l[kvh*rows:(kvh+1)*rows]
 			ho := op[kvh*rows*D : (kvh+1)*rows*D]
 			s := sc.s[:nk*rows]
-			// The block's rows of this head span cache elements [from, to).
-			from, to := (j0*KVH+kvh)*D, ((j0+nk-1)*KVH+kvh+1)*D
-			var vals []float32
-			var vStride int
 			// A decode step's few query rows read each value row once, in strips of 64
 			// bytes across the block's keys: rows of 512 bytes or more (the 35B-A3B's 1 KiB
-			// float32, 512 bytes bf16) are fetched ahead while the scores are computed. A
-			// prefill block's many rows find them cached after the first quad, and the tiny
-			// model's 256-byte float32 rows spent 3.4% of a decode profile (context 8,192)
-			// in the hints, its cache in the L3 anyway.
+			// float32, 512 bytes bf16) are fetched ahead while the scores are computed, and
+			// the next block's key rows while this block's softmax and values run (in a
+			// decode step the weights stream through the caches between attention layers,
+			// so K and V come from memory). A prefill block's many rows find them cached
+			// after the first quad, and the tiny model's 256-byte float32 rows spent 3.4% of
+			// a decode profile (context 8,192) in the hints, its cache in the L3 anyway.
 			ahead := kern.prefetch != nil && rows <= attnPrefetchMaxRows && D*vc.DType.Bits()/8 >= attnPrefetchMinBytes
+			next := min(attnKeyBlock, it.k1-j0-nk) // keys of the next block
+			var vals []float32
+			var vals16 []uint16
 			if pairs {
+				vals16 = bf16Rows(vc, kvh, j0, nk)
 				if ahead {
-					// The bf16 rows as floats: half as many a row and between rows.
-					kern.prefetch(f32s(vc.Data[2*from:2*to]), KVH*D/2, nk, D/2)
+					kern.prefetch(bf16AsFloats(vals16), stride/2, nk, D/2)
 				}
-				kern.scoresBF16(q, rows, D, u16(kc.Data)[from:to], KVH*D, nk, s)
-				// And the next block's key rows while this block's softmax and values run.
-				if next := min(attnKeyBlock, it.k1-j0-nk); ahead && next > 0 {
-					at := from + nk*KVH*D
-					kern.prefetch(f32s(kc.Data[2*at:2*(at+((next-1)*KVH+1)*D)]), KVH*D/2, next, D/2)
+				kern.scoresBF16(q, rows, D, bf16Rows(kc, kvh, j0, nk), stride, nk, s)
+				if ahead && next > 0 {
+					kern.prefetch(bf16AsFloats(bf16Rows(kc, kvh, j0+nk, next)), stride/2, next, D/2)
 				}
 			} else {
-				keys, kStride := cacheRows(kc, kvh, j0, nk)
-				vals, vStride = cacheRows(vc, kvh, j0, nk)
+				vals = f32Rows(vc, kvh, j0, nk)
 				if ahead {
-					kern.prefetch(vals, vStride, nk, D)
+					kern.prefetch(vals, stride, nk, D)
 				}
-				kern.scores(q, rows, D, keys, kStride, nk, s)
-				if next := min(attnKeyBlock, it.k1-j0-nk); ahead && next > 0 {
-					nextKeys, _ := cacheRows(kc, kvh, j0+nk, next)
-					kern.prefetch(nextKeys, kStride, next, D)
+				kern.scores(q, rows, D, f32Rows(kc, kvh, j0, nk), stride, nk, s)
+				if ahead && next > 0 {
+					kern.prefetch(f32Rows(kc, kvh, j0+nk, next), stride, next, D)
 				}
 			}
 			// Causal mask: key j is visible to token t when j <= C+t. Only blocks that
@@ -366,9 +364,9 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			}
 			kern.exp2Sum(s, rows, nk, bm, hl)
 			if pairs {
-				kern.accumBF16(s, rows, D, u16(vc.Data)[from:to], KVH*D, nk, ho)
+				kern.accumBF16(s, rows, D, vals16, stride, nk, ho)
 			} else {
-				kern.accum(s, rows, D, vals, vStride, nk, ho)
+				kern.accum(s, rows, D, vals, stride, nk, ho)
 			}
 		}
 	}
@@ -385,10 +383,25 @@ func scalePackedRow(op []float32, i, D int, a float32) {
 	}
 }
 
-// cacheRows returns float32 cache rows [j0, j0+n) of one KV head and their stride.
-func cacheRows(cache *Tensor, kvh, j0, n int) ([]float32, int) {
+// f32Rows and bf16Rows return cache rows [j0, j0+n) of one KV head of a float32 and a
+// bf16 cache, KVH·D elements apart.
+func f32Rows(cache *Tensor, kvh, j0, n int) []float32 {
 	KVH, D := cache.Shape[1], cache.Shape[2]
-	return cache.F32()[(j0*KVH+kvh)*D : ((j0+n-1)*KVH+kvh+1)*D], KVH * D
+	return cache.F32()[(j0*KVH+kvh)*D : ((j0+n-1)*KVH+kvh+1)*D]
+}
+
+func bf16Rows(cache *Tensor, kvh, j0, n int) []uint16 {
+	KVH, D := cache.Shape[1], cache.Shape[2]
+	return u16(cache.Data)[(j0*KVH+kvh)*D : ((j0+n-1)*KVH+kvh+1)*D]
+}
+
+// bf16AsFloats views bf16 rows as floats, half as many, for the prefetch hints (which
+// only read addresses). Rows of an even length keep their starts at whole floats.
+func bf16AsFloats(x []uint16) []float32 {
+	if len(x) < 2 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&x[0])), len(x)/2)
 }
 
 // mergeParts combines the partials of KV head kvh of one query block (its key ranges),

@@ -60,6 +60,9 @@ func TestTiledAttentionMatchesReference(t *testing.T) {
 		{T: 32, C: 63, NH: 16, KVH: 2, D: 256, dt: graph.BF16},
 		{T: 130, C: 0, NH: 6, KVH: 2, D: 16, dt: graph.BF16},
 		{T: 2, C: 3000, NH: 12, KVH: 4, D: 48, dt: graph.BF16},
+		// Rows long enough to be fetched ahead whose bf16 halves are no multiple of 16
+		// floats.
+		{T: 1, C: 700, NH: 4, KVH: 2, D: 272, dt: graph.BF16},
 	}
 	old := attnFast
 	defer func() { attnFast = old }()

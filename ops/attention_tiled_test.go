@@ -235,13 +235,7 @@ func pairOrder(x []float32, nq, D int) []float32 {
 // TestAttnKernelsMatchGo (D%32 != 0 takes the AVX2 value sums under avx512).
 func TestAttnBF16KernelsMatchFloat32(t *testing.T) {
 	rng := rand.New(rand.NewSource(4))
-	randf := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		return x
-	}
+	randf := func(n int) []float32 { return randF32(rng, n, 1) }
 	for _, k := range attnKernelSets {
 		for _, nq := range []int{8, 16, 24, 32} {
 			for _, nk := range []int{1, 2, 3, 5, 64} {

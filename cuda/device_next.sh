@@ -1,7 +1,7 @@
 #!/bin/bash
-# First, from the thirty-second session (none of whose device asks got a machine): the pending
-# series bf16-products and attn-stage and the owed H200 check in one call, as
-# pending/README.md says (`bash cuda/device_pack_pending.sh`, then cuda/device_s32.sh).
+# First: pending/attn-stage's call, as pending/README.md says (`bash
+# cuda/device_pack_pending.sh`, then cuda/device_s33.sh); the owed H200 check is
+# cuda/device_check.sh on an H200 (the thirty-third session ran it whole on an H100).
 # From the thirty-first session: the H200 check owed since the twenty-fourth
 # session (every kernel since, GDC_MMA on by default and the thirty-first session's
 # attention_prefill_mma included, ran only on H100s; the thirty-first session's five asks

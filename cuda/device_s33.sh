@@ -1,5 +1,6 @@
 #!/bin/bash
-# The thirty-third session's follow-up call, from the repository root with .dev/r carried:
+# The thirty-third session's follow-up call, from the repository root with .dev/r.tar.xz
+# (cuda/device_pack_pending.sh) carried and extracted in .dev:
 # cuda.test (main, which holds the bf16 products) and pistil-stage / cuda.test-stage (main
 # with pending/attn-stage rebased onto it). First the rebased series' attention tests and
 # its `pistil check` on both fixtures (whole, chunks of 7, chunks of 64 over a bf16

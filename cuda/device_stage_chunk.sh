@@ -1,6 +1,7 @@
 #!/bin/bash
 # Thirty-second session: two prefill attention changes on a GPU, and the prefill chunk
-# swept again. From the repository root with .dev/all.tar.xz (cuda/device_pack_pending.sh)
+# swept again. (bf16-products was merged in the thirty-third session, so "bm" is main
+# now; for attn-stage's next call see cuda/device_s33.sh.) From the repository root with .dev/all.tar.xz (cuda/device_pack_pending.sh)
 # extracted in .dev: pistil and cuda.test of main with pending/bf16-products (the bf16
 # products over a bf16 cache, AM_BF16_MMA: "bm" below; cuda/device_check.sh runs them
 # whole), pistil-main (main), and pistil-stage and cuda.test-stage (main with
@@ -29,8 +30,9 @@ STEPS=${STEPS:-depth tests}
 VARIANTS=${VARIANTS:-stage bm}
 ROUNDS=${ROUNDS:-2}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
-# The full model, for the steps that time it (tests and grid need none: cuda/device_s32.sh
-# makes it in the background while they run, and a second synth here would race it).
+# The full model, for the steps that time it (tests and grid need none: the thirty-second
+# session's device_s32.sh made it in the background while they ran, and a second synth
+# here would have raced it).
 if has depth || has empty || has decode || has chunk; then
 	[ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
 fi

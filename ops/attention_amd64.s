@@ -16,6 +16,40 @@
 	VEXTRACTF128 $1, a, xtmp; \
 	VADDPS xtmp, xa, xa
 
+// ZERO_ACC8 clears the eight accumulators Y0-Y7.
+#define ZERO_ACC8 \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	VXORPS Y4, Y4, Y4; \
+	VXORPS Y5, Y5, Y5; \
+	VXORPS Y6, Y6, Y6; \
+	VXORPS Y7, Y7, Y7
+
+// LOAD_O8(sc) and STORE_O8(sc) move a quad's pair of output chunks (at AX + sc·CX: the
+// float32 kernel's CX walks a float32 row, the bf16 one's a bf16 row) into and out of
+// Y0-Y7.
+#define LOAD_O8(sc) \
+	VMOVUPS 0(AX)(CX*sc), Y0; \
+	VMOVUPS 32(AX)(CX*sc), Y1; \
+	VMOVUPS 64(AX)(CX*sc), Y2; \
+	VMOVUPS 96(AX)(CX*sc), Y3; \
+	VMOVUPS 128(AX)(CX*sc), Y4; \
+	VMOVUPS 160(AX)(CX*sc), Y5; \
+	VMOVUPS 192(AX)(CX*sc), Y6; \
+	VMOVUPS 224(AX)(CX*sc), Y7
+
+#define STORE_O8(sc) \
+	VMOVUPS Y0, 0(AX)(CX*sc); \
+	VMOVUPS Y1, 32(AX)(CX*sc); \
+	VMOVUPS Y2, 64(AX)(CX*sc); \
+	VMOVUPS Y3, 96(AX)(CX*sc); \
+	VMOVUPS Y4, 128(AX)(CX*sc); \
+	VMOVUPS Y5, 160(AX)(CX*sc); \
+	VMOVUPS Y6, 192(AX)(CX*sc); \
+	VMOVUPS Y7, 224(AX)(CX*sc)
+
 // func attnScoresAVX2(q *float32, nq, D int, k *float32, kStride, nk int, s *float32)
 TEXT ·attnScoresAVX2(SB), NOSPLIT, $0-56
 	MOVQ q+0(FP), SI
@@ -40,14 +74,7 @@ pair:
 	MOVQ DX, BX
 
 pairquad:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	ZERO_ACC8
 	XORQ   CX, CX
 
 pairchunk:
@@ -139,14 +166,7 @@ quad:
 	XORQ CX, CX
 
 chunks:
-	VMOVUPS 0(AX)(CX*4), Y0
-	VMOVUPS 32(AX)(CX*4), Y1
-	VMOVUPS 64(AX)(CX*4), Y2
-	VMOVUPS 96(AX)(CX*4), Y3
-	VMOVUPS 128(AX)(CX*4), Y4
-	VMOVUPS 160(AX)(CX*4), Y5
-	VMOVUPS 192(AX)(CX*4), Y6
-	VMOVUPS 224(AX)(CX*4), Y7
+	LOAD_O8(4)
 	MOVQ    v+24(FP), DI
 	MOVQ    BX, R12
 	MOVQ    nk+40(FP), R10
@@ -171,14 +191,7 @@ keys:
 	DECQ         R10
 	JNZ          keys
 
-	VMOVUPS Y0, 0(AX)(CX*4)
-	VMOVUPS Y1, 32(AX)(CX*4)
-	VMOVUPS Y2, 64(AX)(CX*4)
-	VMOVUPS Y3, 96(AX)(CX*4)
-	VMOVUPS Y4, 128(AX)(CX*4)
-	VMOVUPS Y5, 160(AX)(CX*4)
-	VMOVUPS Y6, 192(AX)(CX*4)
-	VMOVUPS Y7, 224(AX)(CX*4)
+	STORE_O8(4)
 	ADDQ    $64, CX
 	CMPQ    CX, R11
 	JLT     chunks
@@ -355,14 +368,7 @@ bpair:
 	MOVQ DX, BX
 
 bpairquad:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	ZERO_ACC8
 	XORQ   CX, CX
 
 bpairchunk:
@@ -478,14 +484,7 @@ bquad:
 	XORQ CX, CX
 
 bchunks:
-	VMOVUPS 0(AX)(CX*8), Y0
-	VMOVUPS 32(AX)(CX*8), Y1
-	VMOVUPS 64(AX)(CX*8), Y2
-	VMOVUPS 96(AX)(CX*8), Y3
-	VMOVUPS 128(AX)(CX*8), Y4
-	VMOVUPS 160(AX)(CX*8), Y5
-	VMOVUPS 192(AX)(CX*8), Y6
-	VMOVUPS 224(AX)(CX*8), Y7
+	LOAD_O8(8)
 	MOVQ    v+24(FP), DI
 	MOVQ    BX, R12
 	MOVQ    nk+40(FP), R10
@@ -511,14 +510,7 @@ bkeys:
 	DECQ         R10
 	JNZ          bkeys
 
-	VMOVUPS Y0, 0(AX)(CX*8)
-	VMOVUPS Y1, 32(AX)(CX*8)
-	VMOVUPS Y2, 64(AX)(CX*8)
-	VMOVUPS Y3, 96(AX)(CX*8)
-	VMOVUPS Y4, 128(AX)(CX*8)
-	VMOVUPS Y5, 160(AX)(CX*8)
-	VMOVUPS Y6, 192(AX)(CX*8)
-	VMOVUPS Y7, 224(AX)(CX*8)
+	STORE_O8(8)
 	ADDQ    $32, CX
 	CMPQ    CX, R11
 	JLT     bchunks

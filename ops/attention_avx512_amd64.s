@@ -87,6 +87,80 @@ GLOBL pairIdx<>(SB), RODATA|NOPTR, $256
 	VADDPS     t, d, d; \
 	VPERMPS    d, Z14, d
 
+// STORE_SCORES4 reduces the four keys' accumulators Z16-Z31 and stores their scores of
+// the 8 rows at BX, one key's R13 bytes after the other's (CX, Z0-Z9 scratch).
+#define STORE_SCORES4 \
+	KEYSUM(Z16, Z17, Z18, Z19, Z0, Z1, Z2); \
+	KEYSUM(Z20, Z21, Z22, Z23, Z0, Z1, Z3); \
+	KEYSUM(Z24, Z25, Z26, Z27, Z0, Z1, Z4); \
+	KEYSUM(Z28, Z29, Z30, Z31, Z0, Z1, Z5); \
+	KEYPAIR(Z2, Z3, Z0, Z6); \
+	KEYPAIR(Z4, Z5, Z0, Z7); \
+	VEXTRACTF64X4 $1, Z6, Y8; \
+	VEXTRACTF64X4 $1, Z7, Y9; \
+	LEAQ          (BX)(R13*2), CX; \
+	VMOVUPS       Y6, (BX); \
+	VMOVUPS       Y8, (BX)(R13*1); \
+	VMOVUPS       Y7, (CX); \
+	VMOVUPS       Y9, (CX)(R13*1)
+
+// ZERO_ACC clears the sixteen accumulators Z16-Z31.
+#define ZERO_ACC \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23; \
+	VPXORD Z24, Z24, Z24; \
+	VPXORD Z25, Z25, Z25; \
+	VPXORD Z26, Z26, Z26; \
+	VPXORD Z27, Z27, Z27; \
+	VPXORD Z28, Z28, Z28; \
+	VPXORD Z29, Z29, Z29; \
+	VPXORD Z30, Z30, Z30; \
+	VPXORD Z31, Z31, Z31
+
+// LOAD_O and STORE_O move a 32-dim block of two quads of output rows (the first quad's
+// at R8, the second's 4 R11 on) into and out of the accumulators Z16-Z31.
+#define LOAD_O \
+	VMOVUPS (R8), Z16; \
+	VMOVUPS 64(R8), Z17; \
+	VMOVUPS 128(R8), Z18; \
+	VMOVUPS 192(R8), Z19; \
+	VMOVUPS 256(R8), Z20; \
+	VMOVUPS 320(R8), Z21; \
+	VMOVUPS 384(R8), Z22; \
+	VMOVUPS 448(R8), Z23; \
+	VMOVUPS (R8)(R11*4), Z24; \
+	VMOVUPS 64(R8)(R11*4), Z25; \
+	VMOVUPS 128(R8)(R11*4), Z26; \
+	VMOVUPS 192(R8)(R11*4), Z27; \
+	VMOVUPS 256(R8)(R11*4), Z28; \
+	VMOVUPS 320(R8)(R11*4), Z29; \
+	VMOVUPS 384(R8)(R11*4), Z30; \
+	VMOVUPS 448(R8)(R11*4), Z31
+
+#define STORE_O \
+	VMOVUPS Z16, (R8); \
+	VMOVUPS Z17, 64(R8); \
+	VMOVUPS Z18, 128(R8); \
+	VMOVUPS Z19, 192(R8); \
+	VMOVUPS Z20, 256(R8); \
+	VMOVUPS Z21, 320(R8); \
+	VMOVUPS Z22, 384(R8); \
+	VMOVUPS Z23, 448(R8); \
+	VMOVUPS Z24, (R8)(R11*4); \
+	VMOVUPS Z25, 64(R8)(R11*4); \
+	VMOVUPS Z26, 128(R8)(R11*4); \
+	VMOVUPS Z27, 192(R8)(R11*4); \
+	VMOVUPS Z28, 256(R8)(R11*4); \
+	VMOVUPS Z29, 320(R8)(R11*4); \
+	VMOVUPS Z30, 384(R8)(R11*4); \
+	VMOVUPS Z31, 448(R8)(R11*4)
+
 // func attnScoresAVX512(q *float32, nq, D int, k *float32, kStride, nk int, s *float32)
 // Four keys at a time: per chunk of 8 dims, the four keys' chunks (broadcast) meet the
 // 8 rows' (4 zmm) in 16 accumulators Z16-Z31; the accumulators are then reduced across
@@ -111,22 +185,7 @@ keys4:
 	LEAQ (DI)(R11*1), SI        // SI: end of key j's row
 
 group4:
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	VPXORD Z24, Z24, Z24
-	VPXORD Z25, Z25, Z25
-	VPXORD Z26, Z26, Z26
-	VPXORD Z27, Z27, Z27
-	VPXORD Z28, Z28, Z28
-	VPXORD Z29, Z29, Z29
-	VPXORD Z30, Z30, Z30
-	VPXORD Z31, Z31, Z31
+	ZERO_ACC
 	MOVQ   DI, CX               // key j's chunk (j+2: CX + 2 R9)
 	LEAQ   (DI)(R9*1), R12      // key j+1's chunk (j+3: R12 + 2 R9)
 	MOVQ   AX, R8               // the first quad's chunk (the second quad: R8 + 4 R11)
@@ -162,19 +221,7 @@ chunk4:
 	CMPQ            CX, SI
 	JLT             chunk4
 
-	KEYSUM(Z16, Z17, Z18, Z19, Z0, Z1, Z2)
-	KEYSUM(Z20, Z21, Z22, Z23, Z0, Z1, Z3)
-	KEYSUM(Z24, Z25, Z26, Z27, Z0, Z1, Z4)
-	KEYSUM(Z28, Z29, Z30, Z31, Z0, Z1, Z5)
-	KEYPAIR(Z2, Z3, Z0, Z6)
-	KEYPAIR(Z4, Z5, Z0, Z7)
-	VEXTRACTF64X4 $1, Z6, Y8
-	VEXTRACTF64X4 $1, Z7, Y9
-	LEAQ          (BX)(R13*2), CX
-	VMOVUPS       Y6, (BX)
-	VMOVUPS       Y8, (BX)(R13*1)
-	VMOVUPS       Y7, (CX)
-	VMOVUPS       Y9, (CX)(R13*1)
+	STORE_SCORES4
 	ADDQ          $32, BX
 	LEAQ          (AX)(R11*8), AX // the next two quads
 	LEAQ          (DX)(R13*1), CX
@@ -253,22 +300,7 @@ agroup:
 
 ablock:
 	LEAQ    (AX)(CX*4), R8      // the first quad at the block (the second: + 4 R11)
-	VMOVUPS (R8), Z16
-	VMOVUPS 64(R8), Z17
-	VMOVUPS 128(R8), Z18
-	VMOVUPS 192(R8), Z19
-	VMOVUPS 256(R8), Z20
-	VMOVUPS 320(R8), Z21
-	VMOVUPS 384(R8), Z22
-	VMOVUPS 448(R8), Z23
-	VMOVUPS (R8)(R11*4), Z24
-	VMOVUPS 64(R8)(R11*4), Z25
-	VMOVUPS 128(R8)(R11*4), Z26
-	VMOVUPS 192(R8)(R11*4), Z27
-	VMOVUPS 256(R8)(R11*4), Z28
-	VMOVUPS 320(R8)(R11*4), Z29
-	VMOVUPS 384(R8)(R11*4), Z30
-	VMOVUPS 448(R8)(R11*4), Z31
+	LOAD_O
 	MOVQ    v+24(FP), DI
 	ADDQ    CX, DI              // key 0's value chunk
 	MOVQ    BX, R12
@@ -305,22 +337,7 @@ akeys:
 	DECQ            R10
 	JNZ             akeys
 
-	VMOVUPS Z16, (R8)
-	VMOVUPS Z17, 64(R8)
-	VMOVUPS Z18, 128(R8)
-	VMOVUPS Z19, 192(R8)
-	VMOVUPS Z20, 256(R8)
-	VMOVUPS Z21, 320(R8)
-	VMOVUPS Z22, 384(R8)
-	VMOVUPS Z23, 448(R8)
-	VMOVUPS Z24, (R8)(R11*4)
-	VMOVUPS Z25, 64(R8)(R11*4)
-	VMOVUPS Z26, 128(R8)(R11*4)
-	VMOVUPS Z27, 192(R8)(R11*4)
-	VMOVUPS Z28, 256(R8)(R11*4)
-	VMOVUPS Z29, 320(R8)(R11*4)
-	VMOVUPS Z30, 384(R8)(R11*4)
-	VMOVUPS Z31, 448(R8)(R11*4)
+	STORE_O
 	ADDQ    $128, CX
 	CMPQ    CX, R11
 	JLT     ablock
@@ -435,22 +452,7 @@ bkeys4:
 	ADDQ DI, SI                 // SI: end of key j's row
 
 bgroup4:
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	VPXORD Z24, Z24, Z24
-	VPXORD Z25, Z25, Z25
-	VPXORD Z26, Z26, Z26
-	VPXORD Z27, Z27, Z27
-	VPXORD Z28, Z28, Z28
-	VPXORD Z29, Z29, Z29
-	VPXORD Z30, Z30, Z30
-	VPXORD Z31, Z31, Z31
+	ZERO_ACC
 	MOVQ   DI, CX               // key j's 16 dims (j+2: CX + 2 R9)
 	LEAQ   (DI)(R9*1), R12      // key j+1's (j+3: R12 + 2 R9)
 	MOVQ   AX, R8               // the first quad's chunk 2c (the second quad: R8 + 4 R11)
@@ -514,19 +516,7 @@ bchunk4:
 	CMPQ            CX, SI
 	JLT             bchunk4
 
-	KEYSUM(Z16, Z17, Z18, Z19, Z0, Z1, Z2)
-	KEYSUM(Z20, Z21, Z22, Z23, Z0, Z1, Z3)
-	KEYSUM(Z24, Z25, Z26, Z27, Z0, Z1, Z4)
-	KEYSUM(Z28, Z29, Z30, Z31, Z0, Z1, Z5)
-	KEYPAIR(Z2, Z3, Z0, Z6)
-	KEYPAIR(Z4, Z5, Z0, Z7)
-	VEXTRACTF64X4 $1, Z6, Y8
-	VEXTRACTF64X4 $1, Z7, Y9
-	LEAQ          (BX)(R13*2), CX
-	VMOVUPS       Y6, (BX)
-	VMOVUPS       Y8, (BX)(R13*1)
-	VMOVUPS       Y7, (CX)
-	VMOVUPS       Y9, (CX)(R13*1)
+	STORE_SCORES4
 	ADDQ          $32, BX
 	LEAQ          (AX)(R11*8), AX // the next two quads
 	LEAQ          (DX)(R13*1), CX
@@ -613,22 +603,7 @@ bagroup:
 
 bablock:
 	LEAQ    (AX)(CX*4), R8      // the first quad at the block (the second: + 4 R11)
-	VMOVUPS (R8), Z16
-	VMOVUPS 64(R8), Z17
-	VMOVUPS 128(R8), Z18
-	VMOVUPS 192(R8), Z19
-	VMOVUPS 256(R8), Z20
-	VMOVUPS 320(R8), Z21
-	VMOVUPS 384(R8), Z22
-	VMOVUPS 448(R8), Z23
-	VMOVUPS (R8)(R11*4), Z24
-	VMOVUPS 64(R8)(R11*4), Z25
-	VMOVUPS 128(R8)(R11*4), Z26
-	VMOVUPS 192(R8)(R11*4), Z27
-	VMOVUPS 256(R8)(R11*4), Z28
-	VMOVUPS 320(R8)(R11*4), Z29
-	VMOVUPS 384(R8)(R11*4), Z30
-	VMOVUPS 448(R8)(R11*4), Z31
+	LOAD_O
 	MOVQ    CX, DI
 	SHRQ    $1, DI
 	ADDQ    v+24(FP), DI        // key 0's value words of the block
@@ -668,22 +643,7 @@ bakeys:
 	DECQ            R10
 	JNZ             bakeys
 
-	VMOVUPS Z16, (R8)
-	VMOVUPS Z17, 64(R8)
-	VMOVUPS Z18, 128(R8)
-	VMOVUPS Z19, 192(R8)
-	VMOVUPS Z20, 256(R8)
-	VMOVUPS Z21, 320(R8)
-	VMOVUPS Z22, 384(R8)
-	VMOVUPS Z23, 448(R8)
-	VMOVUPS Z24, (R8)(R11*4)
-	VMOVUPS Z25, 64(R8)(R11*4)
-	VMOVUPS Z26, 128(R8)(R11*4)
-	VMOVUPS Z27, 192(R8)(R11*4)
-	VMOVUPS Z28, 256(R8)(R11*4)
-	VMOVUPS Z29, 320(R8)(R11*4)
-	VMOVUPS Z30, 384(R8)(R11*4)
-	VMOVUPS Z31, 448(R8)(R11*4)
+	STORE_O
 	ADDQ    $128, CX
 	CMPQ    CX, R11
 	JLT     bablock

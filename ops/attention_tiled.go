@@ -279,6 +279,15 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 	KVH := kc.Shape[1]
 	stride := KVH * D // elements between a head's cache rows
 	pairs := kc.DType == graph.BF16
+	// fetch asks the cache for rows [j, j+n) of head kvh of cache t (a bf16 row seen as
+	// floats: half as many a row and between rows).
+	fetch := func(t *Tensor, kvh, j, n int) {
+		if pairs {
+			kern.prefetch(bf16AsFloats(bf16Rows(t, kvh, j, n)), stride/2, n, D/2)
+		} else {
+			kern.prefetch(f32Rows(t, kvh, j, n), stride, n, D)
+		}
+	}
 	neg := float32(math.Inf(-1))
 	m, l := sc.m[:len(outM)], sc.l[:len(outL)]
 	op := sc.o[:len(outO)]
@@ -309,26 +318,16 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			// a decode profile (context 8,192) in the hints, its cache in the L3 anyway.
 			ahead := kern.prefetch != nil && rows <= attnPrefetchMaxRows && D*vc.DType.Bits()/8 >= attnPrefetchMinBytes
 			next := min(attnKeyBlock, it.k1-j0-nk) // keys of the next block
-			var vals []float32
-			var vals16 []uint16
+			if ahead {
+				fetch(vc, kvh, j0, nk)
+			}
 			if pairs {
-				vals16 = bf16Rows(vc, kvh, j0, nk)
-				if ahead {
-					kern.prefetch(bf16AsFloats(vals16), stride/2, nk, D/2)
-				}
 				kern.scoresBF16(q, rows, D, bf16Rows(kc, kvh, j0, nk), stride, nk, s)
-				if ahead && next > 0 {
-					kern.prefetch(bf16AsFloats(bf16Rows(kc, kvh, j0+nk, next)), stride/2, next, D/2)
-				}
 			} else {
-				vals = f32Rows(vc, kvh, j0, nk)
-				if ahead {
-					kern.prefetch(vals, stride, nk, D)
-				}
 				kern.scores(q, rows, D, f32Rows(kc, kvh, j0, nk), stride, nk, s)
-				if ahead && next > 0 {
-					kern.prefetch(f32Rows(kc, kvh, j0+nk, next), stride, next, D)
-				}
+			}
+			if ahead && next > 0 {
+				fetch(kc, kvh, j0+nk, next)
 			}
 			// Causal mask: key j is visible to token t when j <= C+t. Only blocks that
 			// reach past the block's first token need it; padding rows see nothing.
@@ -364,9 +363,9 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			}
 			kern.exp2Sum(s, rows, nk, bm, hl)
 			if pairs {
-				kern.accumBF16(s, rows, D, vals16, stride, nk, ho)
+				kern.accumBF16(s, rows, D, bf16Rows(vc, kvh, j0, nk), stride, nk, ho)
 			} else {
-				kern.accum(s, rows, D, vals, stride, nk, ho)
+				kern.accum(s, rows, D, f32Rows(vc, kvh, j0, nk), stride, nk, ho)
 			}
 		}
 	}

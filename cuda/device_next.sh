@@ -1,14 +1,12 @@
 #!/bin/bash
-# First: pending/attn-stage's call, as pending/README.md says (`bash
-# cuda/device_pack_pending.sh`, then cuda/device_s33.sh); the owed H200 check is
-# cuda/device_check.sh on an H200 (the thirty-third session ran it whole on an H100).
+# First: the owed H200 check, cuda/device_check.sh on an H200 (the thirty-fourth session
+# ran it whole on an H100, on main and on main with attn-stage, which it then merged).
 # From the thirty-first session: the H200 check owed since the twenty-fourth
 # session (every kernel since, GDC_MMA on by default and the thirty-first session's
 # attention_prefill_mma included, ran only on H100s; the thirty-first session's five asks
 # for an H200 failed to start or came as an H100): `bash cuda/device_pack.sh`, then one
 # call STEPS="check" on an H200 (about 330 s on an H100: give it the call alone), then
 # prefill at 512 / 4,096 and 4,096 on top of 32,768 to put H200 numbers beside the H100's.
-# Then pending/attn-stage (pending/README.md: its device step).
 # Device calls left for the next session, from the repository root with .dev/pistil and
 # .dev/cuda.test carried (cuda/device_pack.sh builds both, stripped, into .dev/bin.tar.xz,
 # which stays under the 64 MiB a call carries: `tar -C .dev -xJf .dev/bin.tar.xz` first):

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Thirty-second session: two prefill attention changes on a GPU, and the prefill chunk
-# swept again. (bf16-products was merged in the thirty-third session, so "bm" is main
-# now; for attn-stage's next call see cuda/device_s33.sh.) From the repository root with .dev/all.tar.xz (cuda/device_pack_pending.sh)
-# extracted in .dev: pistil and cuda.test of main with pending/bf16-products (the bf16
+# swept again. (Both are merged now: bf16-products in the thirty-third session and
+# attn-stage in the thirty-fourth, so "bm" and "stage" are main; a later variant's
+# binaries go in as .dev/pistil-NAME and .dev/cuda.test-NAME with VARIANTS=NAME.) From
+# the repository root with the binaries extracted in .dev (then): pistil and cuda.test of main with pending/bf16-products (the bf16
 # products over a bf16 cache, AM_BF16_MMA: "bm" below; cuda/device_check.sh runs them
 # whole), pistil-main (main), and pistil-stage and cuda.test-stage (main with
 # pending/attn-stage). Steps (STEPS,

@@ -1,6 +1,10 @@
 package ops
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // AVX2/FMA kernels of the tiled attention (attention_amd64.s); the wrappers check the
 // lengths the assembly relies on, so a short slice panics in Go instead of being read
@@ -25,7 +29,7 @@ func attnScoresBF16AVX2(q *float32, nq, D int, k *uint16, kStride, nk int, s *fl
 func attnAccumBF16AVX2(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32)
 
 //go:noescape
-func attnPrefetchRows(p *float32, stride, n, D int)
+func attnPrefetchRows(p uintptr, stride, n, D int)
 
 // AVX-512 kernels of the two dot-product loops (attention_avx512_amd64.s).
 
@@ -33,13 +37,13 @@ func attnPrefetchRows(p *float32, stride, n, D int)
 func attnScoresAVX512(q *float32, nq, D int, k *float32, kStride, nk int, s *float32)
 
 //go:noescape
-func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32)
+func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32, aheadK, aheadV int)
 
 //go:noescape
 func attnScoresBF16AVX512(q *float32, nq, D int, k *uint16, kStride, nk int, s *float32)
 
 //go:noescape
-func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32)
+func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32, aheadK, aheadV int)
 
 //go:noescape
 func attnExp2Sum16AVX512(s *float32, n, stride int, m, l *float32)
@@ -78,7 +82,7 @@ var avx2AttnKernels = &attnKernels{
 		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
 		attnScoresAVX2(&q[0], nq, D, &k[0], kStride, nk, &s[0])
 	},
-	accum: func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32) {
+	accum: func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32, _ attnAhead) {
 		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
 		attnAccumAVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
 	},
@@ -96,13 +100,13 @@ var avx2AttnKernels = &attnKernels{
 		if n <= 0 || D <= 0 || len(rows) < (n-1)*stride+D {
 			panic("ops: attention prefetch called with a bad shape or a short slice")
 		}
-		attnPrefetchRows(&rows[0], stride, n, D)
+		attnPrefetchRows(uintptr(unsafe.Pointer(&rows[0])), stride, n, D)
 	},
 	scoresBF16: func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32) {
 		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
 		attnScoresBF16AVX2(&q[0], nq, D, &k[0], kStride, nk, &s[0])
 	},
-	accumBF16: func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32) {
+	accumBF16: func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32, _ attnAhead) {
 		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
 		attnAccumBF16AVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
 	},
@@ -118,13 +122,14 @@ var avx512AttnKernels = &attnKernels{
 		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
 		attnScoresAVX512(&q[0], nq, D, &k[0], kStride, nk, &s[0])
 	},
-	accum: func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32) {
+	accum: func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32, ahead attnAhead) {
 		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
 		if D%32 != 0 {
+			burstAhead(unsafe.Pointer(&v[0]), vStride*4, nk, D*4, ahead)
 			attnAccumAVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
 			return
 		}
-		attnAccumAVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0])
+		attnAccumAVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0], ahead.k, ahead.v)
 	},
 	rowMax:   avx2AttnKernels.rowMax,
 	exp2Sum:  exp2SumAVX512,
@@ -133,14 +138,29 @@ var avx512AttnKernels = &attnKernels{
 		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
 		attnScoresBF16AVX512(&q[0], nq, D, &k[0], kStride, nk, &s[0])
 	},
-	accumBF16: func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32) {
+	accumBF16: func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32, ahead attnAhead) {
 		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
 		if D%32 != 0 {
+			burstAhead(unsafe.Pointer(&v[0]), vStride*2, nk, D*2, ahead)
 			attnAccumBF16AVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
 			return
 		}
-		attnAccumBF16AVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0])
+		attnAccumBF16AVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0], ahead.k, ahead.v)
 	},
+	fetchesAhead: true,
+}
+
+// burstAhead asks for ahead's rows (n rows of rowBytes, stride bytes apart, at their
+// distances from v) in one burst: the AVX-512 set's value passes over head dims the
+// 512-bit kernels do not take, which run the AVX2 kernels (they fetch nothing).
+func burstAhead(v unsafe.Pointer, stride, n, rowBytes int, ahead attnAhead) {
+	for _, d := range []int{ahead.k, ahead.v} {
+		if d != 0 {
+			// An address, not a pointer: the rows are another allocation's (the keys')
+			// or past this slice, and a hint only names them.
+			attnPrefetchRows(uintptr(v)+uintptr(d), stride/4, n, rowBytes/4)
+		}
+	}
 }
 
 func checkAttn(nq, D, nk int, lengthsOK bool) {

@@ -307,7 +307,7 @@ ekeys:
 	VZEROUPPER
 	RET
 
-// func attnPrefetchRows(p *float32, stride, n, D int)
+// func attnPrefetchRows(p uintptr, stride, n, D int)
 // PREFETCHT0 for every cache line of n rows of D floats, stride floats apart: the value
 // rows of a key block, asked for while the block's scores are computed, so the value pass
 // (which walks each 64-byte strip of the rows across all the block's keys) finds them in

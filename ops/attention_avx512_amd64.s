@@ -2,11 +2,14 @@
 // attention_amd64.go), over the same packed layouts as the AVX2 ones: query and output
 // rows in quads, chunk c (8 floats) of row r of a quad at byte 128c + 32r, so one zmm
 // load at 128c (or 128c + 64) holds chunk c of rows 0 and 1 (or 2 and 3); scores
-// key-major, s[j*nq + i]. A chunk of a key or value row is broadcast to both halves of a
-// zmm (VBROADCASTF64X4), so each FMA does two rows' eight lanes: twice the AVX2 kernels'
-// work per instruction on a machine with full-width 512-bit FMA units (Zen 5). Both take
-// 8 rows (two quads) at a time; nq is a multiple of 8. Z15 and R14 are left alone
-// (ABIInternal's zero and g registers); BP and R15 are not used.
+// key-major, s[j*nq + i]. In the scores a chunk of a key row is broadcast to both halves
+// of a zmm (VBROADCASTF64X4), so each FMA does two rows' eight lanes; in the value sums
+// each register holds one output row's 16 dims and a key's probability of the row is
+// broadcast (below). Twice the AVX2 kernels' work per instruction on a machine with
+// full-width 512-bit FMA units (Zen 5, Xeon). Both take 8 rows (two quads) at a time; nq
+// is a multiple of 8. Z15 and R14 are left alone (ABIInternal's zero and g registers); BP
+// is not used, R15 only after the kernels' last global load (the value sums' distance to
+// the rows they fetch ahead).
 
 #include "textflag.h"
 
@@ -28,42 +31,6 @@ DATA scorePerm<>+52(SB)/4, $14
 DATA scorePerm<>+56(SB)/4, $11
 DATA scorePerm<>+60(SB)/4, $15
 GLOBL scorePerm<>(SB), RODATA|NOPTR, $64
-
-// pairIdx: VPERMPS indices that spread a key's probabilities of rows 2m and 2m+1 over
-// the two halves of a zmm ([p_2m x8, p_2m+1 x8]), m = 0..3 at byte 64m.
-DATA pairIdx<>+0(SB)/8, $0x0000000000000000
-DATA pairIdx<>+8(SB)/8, $0x0000000000000000
-DATA pairIdx<>+16(SB)/8, $0x0000000000000000
-DATA pairIdx<>+24(SB)/8, $0x0000000000000000
-DATA pairIdx<>+32(SB)/8, $0x0000000100000001
-DATA pairIdx<>+40(SB)/8, $0x0000000100000001
-DATA pairIdx<>+48(SB)/8, $0x0000000100000001
-DATA pairIdx<>+56(SB)/8, $0x0000000100000001
-DATA pairIdx<>+64(SB)/8, $0x0000000200000002
-DATA pairIdx<>+72(SB)/8, $0x0000000200000002
-DATA pairIdx<>+80(SB)/8, $0x0000000200000002
-DATA pairIdx<>+88(SB)/8, $0x0000000200000002
-DATA pairIdx<>+96(SB)/8, $0x0000000300000003
-DATA pairIdx<>+104(SB)/8, $0x0000000300000003
-DATA pairIdx<>+112(SB)/8, $0x0000000300000003
-DATA pairIdx<>+120(SB)/8, $0x0000000300000003
-DATA pairIdx<>+128(SB)/8, $0x0000000400000004
-DATA pairIdx<>+136(SB)/8, $0x0000000400000004
-DATA pairIdx<>+144(SB)/8, $0x0000000400000004
-DATA pairIdx<>+152(SB)/8, $0x0000000400000004
-DATA pairIdx<>+160(SB)/8, $0x0000000500000005
-DATA pairIdx<>+168(SB)/8, $0x0000000500000005
-DATA pairIdx<>+176(SB)/8, $0x0000000500000005
-DATA pairIdx<>+184(SB)/8, $0x0000000500000005
-DATA pairIdx<>+192(SB)/8, $0x0000000600000006
-DATA pairIdx<>+200(SB)/8, $0x0000000600000006
-DATA pairIdx<>+208(SB)/8, $0x0000000600000006
-DATA pairIdx<>+216(SB)/8, $0x0000000600000006
-DATA pairIdx<>+224(SB)/8, $0x0000000700000007
-DATA pairIdx<>+232(SB)/8, $0x0000000700000007
-DATA pairIdx<>+240(SB)/8, $0x0000000700000007
-DATA pairIdx<>+248(SB)/8, $0x0000000700000007
-GLOBL pairIdx<>(SB), RODATA|NOPTR, $256
 
 // PAIRSUM(x, y, t, d): per 128-bit lane, d = [x0+x1, x2+x3, y0+y1, y2+y3] (t is scratch).
 #define PAIRSUM(x, y, t, d) \
@@ -123,43 +90,122 @@ GLOBL pairIdx<>(SB), RODATA|NOPTR, $256
 	VPXORD Z30, Z30, Z30; \
 	VPXORD Z31, Z31, Z31
 
-// LOAD_O and STORE_O move a 32-dim block of two quads of output rows (the first quad's
-// at R8, the second's 4 R11 on) into and out of the accumulators Z16-Z31.
-#define LOAD_O \
-	VMOVUPS (R8), Z16; \
-	VMOVUPS 64(R8), Z17; \
-	VMOVUPS 128(R8), Z18; \
-	VMOVUPS 192(R8), Z19; \
-	VMOVUPS 256(R8), Z20; \
-	VMOVUPS 320(R8), Z21; \
-	VMOVUPS 384(R8), Z22; \
-	VMOVUPS 448(R8), Z23; \
-	VMOVUPS (R8)(R11*4), Z24; \
-	VMOVUPS 64(R8)(R11*4), Z25; \
-	VMOVUPS 128(R8)(R11*4), Z26; \
-	VMOVUPS 192(R8)(R11*4), Z27; \
-	VMOVUPS 256(R8)(R11*4), Z28; \
-	VMOVUPS 320(R8)(R11*4), Z29; \
-	VMOVUPS 384(R8)(R11*4), Z30; \
-	VMOVUPS 448(R8)(R11*4), Z31
+// The value sums keep one output row's 32-dim block in two registers, A_r (Z16 + r) and
+// B_r (Z24 + r) for row r of the 8, so a key's probability of a row is one broadcast and
+// the key's value block meets it in two FMAs (no shuffle a key). In memory a quad's chunk
+// c (8 floats) of row r is at 128c + 32r from the quad's block (R8 for rows 0-3, DX for
+// 4-7); each register holds two of the block's four chunks, one a 256-bit half: float32
+// values load as dims 0-15 and 16-31 (A = chunks 0|1, B = 2|3), bf16 ones as even and odd
+// dims of the 32 (A = chunks 0|2, B = 1|3: pair order, attention_tiled.go).
+#define LOAD_HALVES(lo, hi, base, y, z) \
+	VMOVUPS      lo(base), y; \
+	VINSERTF64X4 $1, hi(base), z, z
 
-#define STORE_O \
-	VMOVUPS Z16, (R8); \
-	VMOVUPS Z17, 64(R8); \
-	VMOVUPS Z18, 128(R8); \
-	VMOVUPS Z19, 192(R8); \
-	VMOVUPS Z20, 256(R8); \
-	VMOVUPS Z21, 320(R8); \
-	VMOVUPS Z22, 384(R8); \
-	VMOVUPS Z23, 448(R8); \
-	VMOVUPS Z24, (R8)(R11*4); \
-	VMOVUPS Z25, 64(R8)(R11*4); \
-	VMOVUPS Z26, 128(R8)(R11*4); \
-	VMOVUPS Z27, 192(R8)(R11*4); \
-	VMOVUPS Z28, 256(R8)(R11*4); \
-	VMOVUPS Z29, 320(R8)(R11*4); \
-	VMOVUPS Z30, 384(R8)(R11*4); \
-	VMOVUPS Z31, 448(R8)(R11*4)
+#define STORE_HALVES(lo, hi, base, y, z) \
+	VMOVUPS       y, lo(base); \
+	VEXTRACTF64X4 $1, z, hi(base)
+
+#define LOAD_ROWS_F32 \
+	LOAD_HALVES(0, 128, R8, Y16, Z16); \
+	LOAD_HALVES(256, 384, R8, Y24, Z24); \
+	LOAD_HALVES(32, 160, R8, Y17, Z17); \
+	LOAD_HALVES(288, 416, R8, Y25, Z25); \
+	LOAD_HALVES(64, 192, R8, Y18, Z18); \
+	LOAD_HALVES(320, 448, R8, Y26, Z26); \
+	LOAD_HALVES(96, 224, R8, Y19, Z19); \
+	LOAD_HALVES(352, 480, R8, Y27, Z27); \
+	LOAD_HALVES(0, 128, DX, Y20, Z20); \
+	LOAD_HALVES(256, 384, DX, Y28, Z28); \
+	LOAD_HALVES(32, 160, DX, Y21, Z21); \
+	LOAD_HALVES(288, 416, DX, Y29, Z29); \
+	LOAD_HALVES(64, 192, DX, Y22, Z22); \
+	LOAD_HALVES(320, 448, DX, Y30, Z30); \
+	LOAD_HALVES(96, 224, DX, Y23, Z23); \
+	LOAD_HALVES(352, 480, DX, Y31, Z31)
+
+#define STORE_ROWS_F32 \
+	STORE_HALVES(0, 128, R8, Y16, Z16); \
+	STORE_HALVES(256, 384, R8, Y24, Z24); \
+	STORE_HALVES(32, 160, R8, Y17, Z17); \
+	STORE_HALVES(288, 416, R8, Y25, Z25); \
+	STORE_HALVES(64, 192, R8, Y18, Z18); \
+	STORE_HALVES(320, 448, R8, Y26, Z26); \
+	STORE_HALVES(96, 224, R8, Y19, Z19); \
+	STORE_HALVES(352, 480, R8, Y27, Z27); \
+	STORE_HALVES(0, 128, DX, Y20, Z20); \
+	STORE_HALVES(256, 384, DX, Y28, Z28); \
+	STORE_HALVES(32, 160, DX, Y21, Z21); \
+	STORE_HALVES(288, 416, DX, Y29, Z29); \
+	STORE_HALVES(64, 192, DX, Y22, Z22); \
+	STORE_HALVES(320, 448, DX, Y30, Z30); \
+	STORE_HALVES(96, 224, DX, Y23, Z23); \
+	STORE_HALVES(352, 480, DX, Y31, Z31)
+
+#define LOAD_ROWS_BF16 \
+	LOAD_HALVES(0, 256, R8, Y16, Z16); \
+	LOAD_HALVES(128, 384, R8, Y24, Z24); \
+	LOAD_HALVES(32, 288, R8, Y17, Z17); \
+	LOAD_HALVES(160, 416, R8, Y25, Z25); \
+	LOAD_HALVES(64, 320, R8, Y18, Z18); \
+	LOAD_HALVES(192, 448, R8, Y26, Z26); \
+	LOAD_HALVES(96, 352, R8, Y19, Z19); \
+	LOAD_HALVES(224, 480, R8, Y27, Z27); \
+	LOAD_HALVES(0, 256, DX, Y20, Z20); \
+	LOAD_HALVES(128, 384, DX, Y28, Z28); \
+	LOAD_HALVES(32, 288, DX, Y21, Z21); \
+	LOAD_HALVES(160, 416, DX, Y29, Z29); \
+	LOAD_HALVES(64, 320, DX, Y22, Z22); \
+	LOAD_HALVES(192, 448, DX, Y30, Z30); \
+	LOAD_HALVES(96, 352, DX, Y23, Z23); \
+	LOAD_HALVES(224, 480, DX, Y31, Z31)
+
+#define STORE_ROWS_BF16 \
+	STORE_HALVES(0, 256, R8, Y16, Z16); \
+	STORE_HALVES(128, 384, R8, Y24, Z24); \
+	STORE_HALVES(32, 288, R8, Y17, Z17); \
+	STORE_HALVES(160, 416, R8, Y25, Z25); \
+	STORE_HALVES(64, 320, R8, Y18, Z18); \
+	STORE_HALVES(192, 448, R8, Y26, Z26); \
+	STORE_HALVES(96, 352, R8, Y19, Z19); \
+	STORE_HALVES(224, 480, R8, Y27, Z27); \
+	STORE_HALVES(0, 256, DX, Y20, Z20); \
+	STORE_HALVES(128, 384, DX, Y28, Z28); \
+	STORE_HALVES(32, 288, DX, Y21, Z21); \
+	STORE_HALVES(160, 416, DX, Y29, Z29); \
+	STORE_HALVES(64, 320, DX, Y22, Z22); \
+	STORE_HALVES(192, 448, DX, Y30, Z30); \
+	STORE_HALVES(96, 352, DX, Y23, Z23); \
+	STORE_HALVES(224, 480, DX, Y31, Z31)
+
+// BROADCAST_P spreads key j's probabilities of the 8 rows (at R12) over Z2-Z9, and
+// ROW_FMAS adds them times the key's value halves Z0 (to A_r) and Z1 (to B_r).
+#define BROADCAST_P \
+	VBROADCASTSS 0(R12), Z2; \
+	VBROADCASTSS 4(R12), Z3; \
+	VBROADCASTSS 8(R12), Z4; \
+	VBROADCASTSS 12(R12), Z5; \
+	VBROADCASTSS 16(R12), Z6; \
+	VBROADCASTSS 20(R12), Z7; \
+	VBROADCASTSS 24(R12), Z8; \
+	VBROADCASTSS 28(R12), Z9
+
+#define ROW_FMAS \
+	VFMADD231PS Z2, Z0, Z16; \
+	VFMADD231PS Z2, Z1, Z24; \
+	VFMADD231PS Z3, Z0, Z17; \
+	VFMADD231PS Z3, Z1, Z25; \
+	VFMADD231PS Z4, Z0, Z18; \
+	VFMADD231PS Z4, Z1, Z26; \
+	VFMADD231PS Z5, Z0, Z19; \
+	VFMADD231PS Z5, Z1, Z27; \
+	VFMADD231PS Z6, Z0, Z20; \
+	VFMADD231PS Z6, Z1, Z28; \
+	VFMADD231PS Z7, Z0, Z21; \
+	VFMADD231PS Z7, Z1, Z29; \
+	VFMADD231PS Z8, Z0, Z22; \
+	VFMADD231PS Z8, Z1, Z30; \
+	VFMADD231PS Z9, Z0, Z23; \
+	VFMADD231PS Z9, Z1, Z31
 
 // func attnScoresAVX512(q *float32, nq, D int, k *float32, kStride, nk int, s *float32)
 // Four keys at a time: per chunk of 8 dims, the four keys' chunks (broadcast) meet the
@@ -277,70 +323,60 @@ sdone:
 	VZEROUPPER
 	RET
 
-// func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32)
-// Per 8 output rows (two quads) and block of 4 chunks (32 dims; D is a multiple of 32),
-// 16 accumulators Z16-Z31 stay in registers while every key's four value chunks
-// (broadcast) meet its probabilities, spread by row pair ([p_2m x8 | p_2m+1 x8]).
-TEXT ·attnAccumAVX512(SB), NOSPLIT, $0-56
-	MOVQ      nq+8(FP), R13
-	SHLQ      $2, R13           // R13: bytes of one key's probabilities
-	MOVQ      D+16(FP), R11
-	SHLQ      $2, R11           // R11: bytes of a plain row
-	MOVQ      vStride+32(FP), R9
-	SHLQ      $2, R9
-	MOVQ      o+48(FP), AX      // AX: the 8-row group's first quad
-	MOVQ      p+0(FP), BX       // BX: its probabilities of key 0
-	VMOVDQU32 pairIdx<>+0(SB), Z8
-	VMOVDQU32 pairIdx<>+64(SB), Z9
-	VMOVDQU32 pairIdx<>+128(SB), Z10
-	VMOVDQU32 pairIdx<>+192(SB), Z11
+// func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32, aheadK, aheadV int)
+// Per 8 output rows (two quads) and block of 32 dims (D is a multiple of 32), 16
+// accumulators Z16-Z31 stay in registers while every key's value block (Z0, Z1) meets its
+// probabilities, broadcast a row a register. aheadK and aheadV are byte distances from a
+// key's value block to rows the next kernels read (the next key block's keys and values,
+// stride for stride): the lines there are asked for as the values are read, so the
+// memory fetches spread over the FMAs instead of waiting in one burst. aheadK 0 asks for
+// nothing (a prefill's value passes, whose rows are cached; aheadV is then 0 too).
+TEXT ·attnAccumAVX512(SB), NOSPLIT, $0-72
+	MOVQ nq+8(FP), R13
+	SHLQ $2, R13                // R13: bytes of one key's probabilities
+	MOVQ D+16(FP), R11
+	SHLQ $2, R11                // R11: bytes of a plain row
+	MOVQ vStride+32(FP), R9
+	SHLQ $2, R9
+	MOVQ aheadK+56(FP), SI
+	MOVQ aheadV+64(FP), R15
+	MOVQ o+48(FP), AX           // AX: the 8-row group's first quad
+	MOVQ p+0(FP), BX            // BX: its probabilities of key 0
 
 agroup:
 	XORQ CX, CX                 // CX: the block's first chunk, in bytes of a plain row
 
 ablock:
-	LEAQ    (AX)(CX*4), R8      // the first quad at the block (the second: + 4 R11)
-	LOAD_O
-	MOVQ    v+24(FP), DI
-	ADDQ    CX, DI              // key 0's value chunk
-	MOVQ    BX, R12
-	MOVQ    nk+40(FP), R10
+	LEAQ (AX)(CX*4), R8         // the first quad at the block
+	LEAQ (R8)(R11*4), DX        // the second
+	LOAD_ROWS_F32
+	MOVQ v+24(FP), DI
+	ADDQ CX, DI                 // key 0's value block
+	MOVQ BX, R12
+	MOVQ nk+40(FP), R10
 
 akeys:
-	VMOVUPS         (R12), Y12  // the key's probabilities of the 8 rows
-	VPERMPS         Z12, Z8, Z4
-	VPERMPS         Z12, Z9, Z5
-	VPERMPS         Z12, Z10, Z6
-	VPERMPS         Z12, Z11, Z7
-	VBROADCASTF64X4 (DI), Z0
-	VBROADCASTF64X4 32(DI), Z1
-	VBROADCASTF64X4 64(DI), Z2
-	VBROADCASTF64X4 96(DI), Z3
-	VFMADD231PS     Z4, Z0, Z16
-	VFMADD231PS     Z5, Z0, Z17
-	VFMADD231PS     Z6, Z0, Z24
-	VFMADD231PS     Z7, Z0, Z25
-	VFMADD231PS     Z4, Z1, Z18
-	VFMADD231PS     Z5, Z1, Z19
-	VFMADD231PS     Z6, Z1, Z26
-	VFMADD231PS     Z7, Z1, Z27
-	VFMADD231PS     Z4, Z2, Z20
-	VFMADD231PS     Z5, Z2, Z21
-	VFMADD231PS     Z6, Z2, Z28
-	VFMADD231PS     Z7, Z2, Z29
-	VFMADD231PS     Z4, Z3, Z22
-	VFMADD231PS     Z5, Z3, Z23
-	VFMADD231PS     Z6, Z3, Z30
-	VFMADD231PS     Z7, Z3, Z31
-	ADDQ            R9, DI
-	ADDQ            R13, R12
-	DECQ            R10
-	JNZ             akeys
+	VMOVUPS    (DI), Z0         // dims 0-15: chunks 0 and 1
+	VMOVUPS    64(DI), Z1       // dims 16-31: chunks 2 and 3
+	TESTQ      SI, SI
+	JZ         anext
+	PREFETCHT0 (DI)(SI*1)
+	PREFETCHT0 64(DI)(SI*1)
+	PREFETCHT0 (DI)(R15*1)
+	PREFETCHT0 64(DI)(R15*1)
 
-	STORE_O
-	ADDQ    $128, CX
-	CMPQ    CX, R11
-	JLT     ablock
+anext:
+	BROADCAST_P
+	ROW_FMAS
+	ADDQ       R9, DI
+	ADDQ       R13, R12
+	DECQ       R10
+	JNZ        akeys
+
+	STORE_ROWS_F32
+	ADDQ $128, CX
+	CMPQ CX, R11
+	JLT  ablock
 
 	ADDQ $32, BX
 	LEAQ (AX)(R11*8), AX
@@ -580,73 +616,57 @@ bsdone:
 	VZEROUPPER
 	RET
 
-// func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32)
-// attnAccumAVX512 over bf16 values: a block of 32 dims is two 32-byte loads a key, whose
-// even and odd dims are the block's chunks 0 and 1 (the first 16 dims) and 2 and 3.
-TEXT ·attnAccumBF16AVX512(SB), NOSPLIT, $0-56
+// func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32, aheadK, aheadV int)
+// attnAccumAVX512 over bf16 values: a key's block of 32 dims is one 64-byte load, whose
+// even dims (shifted up) are chunks 0 and 2 of the block and odd dims (masked) chunks 1
+// and 3; one line of each stream ahead a key.
+TEXT ·attnAccumBF16AVX512(SB), NOSPLIT, $0-72
 	MOVQ         nq+8(FP), R13
 	SHLQ         $2, R13        // R13: bytes of one key's probabilities
 	MOVQ         D+16(FP), R11
 	SHLQ         $2, R11        // R11: bytes of a plain float32 row
 	MOVQ         vStride+32(FP), R9
 	SHLQ         $1, R9
+	VPBROADCASTD bf16HighHalf<>(SB), Z13
+	MOVQ         aheadK+56(FP), SI
+	MOVQ         aheadV+64(FP), R15
 	MOVQ         o+48(FP), AX   // AX: the 8-row group's first quad
 	MOVQ         p+0(FP), BX    // BX: its probabilities of key 0
-	VMOVDQU32    pairIdx<>+0(SB), Z8
-	VMOVDQU32    pairIdx<>+64(SB), Z9
-	VMOVDQU32    pairIdx<>+128(SB), Z10
-	VMOVDQU32    pairIdx<>+192(SB), Z11
-	VPBROADCASTD bf16HighHalf<>(SB), Z13
 
 bagroup:
 	XORQ CX, CX                 // CX: the block's first chunk, in bytes of a plain row
 
 bablock:
-	LEAQ    (AX)(CX*4), R8      // the first quad at the block (the second: + 4 R11)
-	LOAD_O
-	MOVQ    CX, DI
-	SHRQ    $1, DI
-	ADDQ    v+24(FP), DI        // key 0's value words of the block
-	MOVQ    BX, R12
-	MOVQ    nk+40(FP), R10
+	LEAQ (AX)(CX*4), R8         // the first quad at the block
+	LEAQ (R8)(R11*4), DX        // the second
+	LOAD_ROWS_BF16
+	MOVQ CX, DI
+	SHRQ $1, DI
+	ADDQ v+24(FP), DI           // key 0's value words of the block
+	MOVQ BX, R12
+	MOVQ nk+40(FP), R10
 
 bakeys:
-	VMOVUPS         (R12), Y12  // the key's probabilities of the 8 rows
-	VPERMPS         Z12, Z8, Z4
-	VPERMPS         Z12, Z9, Z5
-	VPERMPS         Z12, Z10, Z6
-	VPERMPS         Z12, Z11, Z7
-	VBROADCASTI64X4 (DI), Z0
-	VBROADCASTI64X4 32(DI), Z2
-	VPANDD          Z13, Z0, Z1
-	VPSLLD          $16, Z0, Z0
-	VPANDD          Z13, Z2, Z3
-	VPSLLD          $16, Z2, Z2
-	VFMADD231PS     Z4, Z0, Z16
-	VFMADD231PS     Z5, Z0, Z17
-	VFMADD231PS     Z6, Z0, Z24
-	VFMADD231PS     Z7, Z0, Z25
-	VFMADD231PS     Z4, Z1, Z18
-	VFMADD231PS     Z5, Z1, Z19
-	VFMADD231PS     Z6, Z1, Z26
-	VFMADD231PS     Z7, Z1, Z27
-	VFMADD231PS     Z4, Z2, Z20
-	VFMADD231PS     Z5, Z2, Z21
-	VFMADD231PS     Z6, Z2, Z28
-	VFMADD231PS     Z7, Z2, Z29
-	VFMADD231PS     Z4, Z3, Z22
-	VFMADD231PS     Z5, Z3, Z23
-	VFMADD231PS     Z6, Z3, Z30
-	VFMADD231PS     Z7, Z3, Z31
-	ADDQ            R9, DI
-	ADDQ            R13, R12
-	DECQ            R10
-	JNZ             bakeys
+	VMOVDQU32  (DI), Z0
+	TESTQ      SI, SI
+	JZ         banext
+	PREFETCHT0 (DI)(SI*1)
+	PREFETCHT0 (DI)(R15*1)
 
-	STORE_O
-	ADDQ    $128, CX
-	CMPQ    CX, R11
-	JLT     bablock
+banext:
+	VPANDD     Z13, Z0, Z1      // odd dims: chunks 1 and 3
+	VPSLLD     $16, Z0, Z0      // even dims: chunks 0 and 2
+	BROADCAST_P
+	ROW_FMAS
+	ADDQ       R9, DI
+	ADDQ       R13, R12
+	DECQ       R10
+	JNZ        bakeys
+
+	STORE_ROWS_BF16
+	ADDQ $128, CX
+	CMPQ CX, R11
+	JLT  bablock
 
 	ADDQ $32, BX
 	LEAQ (AX)(R11*8), AX

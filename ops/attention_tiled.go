@@ -40,8 +40,9 @@ type attnKernels struct {
 	name string
 	// scores writes s[j*nq+i] = q_i · k_j for the nk key rows at k (kStride floats apart).
 	scores func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32)
-	// accum adds Σ_j p[j*nq+i]·v_j to every output row i (o packed like q).
-	accum func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32)
+	// accum adds Σ_j p[j*nq+i]·v_j to every output row i (o packed like q). A set that
+	// fetchesAhead also asks the cache for the rows ahead names (the others ignore it).
+	accum func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32, ahead attnAhead)
 	// rowMax raises m[i] to the largest s[j*nq+i] over the nk keys.
 	rowMax func(s []float32, nq, nk int, m []float32)
 	// exp2Sum replaces s[j*nq+i] by 2^(s[j*nq+i]-m[i]), 0 where that is below -125 (masked
@@ -50,10 +51,32 @@ type attnKernels struct {
 	// prefetch, if set, asks the cache for n rows of D floats (stride floats apart) that
 	// a later kernel reads: the value rows of a key block, while its scores are computed.
 	prefetch func(rows []float32, stride, n, D int)
+	// fetchesAhead: accum and accumBF16 fetch the rows their ahead argument names while
+	// they multiply, so attendRange leaves the hints to them (a value pass is long enough
+	// to hide the next pass's fetches behind its FMAs, where one burst of hints before a
+	// pass waits on the memory with nothing else to do).
+	fetchesAhead bool
 	// scoresBF16 and accumBF16 are scores and accum over bf16 key and value rows (strides
 	// in elements), with q and o packed in pair order.
 	scoresBF16 func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32)
-	accumBF16  func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32)
+	accumBF16  func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32, ahead attnAhead)
+}
+
+// attnAhead names the rows the passes after a value pass read (the next KV head's keys
+// and values of the block, or the next block's): k and v are their byte distances from
+// the value rows the pass reads, key for key at the same stride, 0 for none. A hint
+// needs no bounds: a prefetch of an address past the cache reads nothing and cannot
+// fault.
+type attnAhead struct{ k, v int }
+
+// aheadOf is the ahead of a value pass over rows v that names the rows nextK and nextV
+// (by their first elements; empty: none).
+func aheadOf[E float32 | uint16](v, nextK, nextV []E) attnAhead {
+	if len(nextK) == 0 || len(nextV) == 0 {
+		return attnAhead{}
+	}
+	at := func(x []E) int { return int(uintptr(unsafe.Pointer(&x[0]))) }
+	return attnAhead{k: at(nextK) - at(v), v: at(nextV) - at(v)}
 }
 
 // attnFast is the best set for this machine (the amd64 init may replace it); tests swap
@@ -301,6 +324,14 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 		copy(outO, op)
 	}()
 	bm := sc.bm[:rows]
+	// A decode step's few query rows read each value row once, in strips of 64 bytes
+	// across the block's keys: rows of 512 bytes or more (the 35B-A3B's 1 KiB float32,
+	// 512 bytes bf16) are fetched ahead (in a decode step the weights stream through the
+	// caches between attention layers, so K and V come from memory). A prefill block's
+	// many rows find them cached after the first quad, and the tiny model's 256-byte
+	// float32 rows spent 3.4% of a decode profile (context 8,192) in the hints, its cache
+	// in the L3 anyway.
+	ahead := kern.prefetch != nil && rows <= attnPrefetchMaxRows && D*vc.DType.Bits()/8 >= attnPrefetchMinBytes
 	for j0 := it.k0; j0 < it.k1; j0 += attnKeyBlock {
 		nk := min(attnKeyBlock, it.k1-j0)
 		for kvh := 0; kvh < KVH; kvh++ {
@@ -308,17 +339,25 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			hm, hl := m[kvh*rows:(kvh+1)*rows], l[kvh*rows:(kvh+1)*rows]
 			ho := op[kvh*rows*D : (kvh+1)*rows*D]
 			s := sc.s[:nk*rows]
-			// A decode step's few query rows read each value row once, in strips of 64
-			// bytes across the block's keys: rows of 512 bytes or more (the 35B-A3B's 1 KiB
-			// float32, 512 bytes bf16) are fetched ahead while the scores are computed, and
-			// the next block's key rows while this block's softmax and values run (in a
-			// decode step the weights stream through the caches between attention layers,
-			// so K and V come from memory). A prefill block's many rows find them cached
-			// after the first quad, and the tiny model's 256-byte float32 rows spent 3.4% of
-			// a decode profile (context 8,192) in the hints, its cache in the L3 anyway.
-			ahead := kern.prefetch != nil && rows <= attnPrefetchMaxRows && D*vc.DType.Bits()/8 >= attnPrefetchMinBytes
-			next := min(attnKeyBlock, it.k1-j0-nk) // keys of the next block
-			if ahead {
+			// The pass after this one's: the next head's of the block, else the next block's
+			// first head's (none after the range's last).
+			nextJ, nextH := j0, kvh+1
+			if nextH == KVH {
+				nextJ, nextH = j0+nk, 0
+			}
+			nextN := min(attnKeyBlock, it.k1-nextJ)
+			switch {
+			case ahead && kern.fetchesAhead:
+				// Each value pass fetches what the next (block, head) reads: its keys just
+				// before its score pass, its values a score pass before its value pass.
+				// Only the range's first values are asked for here, while its first
+				// scores are computed.
+				if j0 == it.k0 && kvh == 0 {
+					fetch(vc, kvh, j0, nk)
+				}
+			case ahead:
+				// The values while the scores are computed, and the next block's keys
+				// while this block's softmax and values run.
 				fetch(vc, kvh, j0, nk)
 			}
 			if pairs {
@@ -326,7 +365,7 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 			} else {
 				kern.scores(q, rows, D, f32Rows(kc, kvh, j0, nk), stride, nk, s)
 			}
-			if ahead && next > 0 {
+			if next := min(attnKeyBlock, it.k1-j0-nk); ahead && !kern.fetchesAhead && next > 0 {
 				fetch(kc, kvh, j0+nk, next)
 			}
 			// Causal mask: key j is visible to token t when j <= C+t. Only blocks that
@@ -362,10 +401,21 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 				}
 			}
 			kern.exp2Sum(s, rows, nk, bm, hl)
+			fetchNext := ahead && kern.fetchesAhead && nextN > 0
 			if pairs {
-				kern.accumBF16(s, rows, D, bf16Rows(vc, kvh, j0, nk), stride, nk, ho)
+				v := bf16Rows(vc, kvh, j0, nk)
+				var next attnAhead
+				if fetchNext {
+					next = aheadOf(v, bf16Rows(kc, nextH, nextJ, nextN), bf16Rows(vc, nextH, nextJ, nextN))
+				}
+				kern.accumBF16(s, rows, D, v, stride, nk, ho, next)
 			} else {
-				kern.accum(s, rows, D, f32Rows(vc, kvh, j0, nk), stride, nk, ho)
+				v := f32Rows(vc, kvh, j0, nk)
+				var next attnAhead
+				if fetchNext {
+					next = aheadOf(v, f32Rows(kc, nextH, nextJ, nextN), f32Rows(vc, nextH, nextJ, nextN))
+				}
+				kern.accum(s, rows, D, v, stride, nk, ho, next)
 			}
 		}
 	}
@@ -499,7 +549,7 @@ func scoresGo(q []float32, nq, D int, k []float32, kStride, nk int, s []float32)
 	}
 }
 
-func accumGo(p []float32, nq, D int, v []float32, vStride, nk int, o []float32) {
+func accumGo(p []float32, nq, D int, v []float32, vStride, nk int, o []float32, _ attnAhead) {
 	for j := 0; j < nk; j++ {
 		vr := v[j*vStride : j*vStride+D]
 		pr := p[j*nq : (j+1)*nq]
@@ -545,7 +595,7 @@ func scoresBF16Go(q []float32, nq, D int, k []uint16, kStride, nk int, s []float
 	}
 }
 
-func accumBF16Go(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32) {
+func accumBF16Go(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32, _ attnAhead) {
 	for j := 0; j < nk; j++ {
 		vr := v[j*vStride : j*vStride+D]
 		pr := p[j*nq : (j+1)*nq]

@@ -206,8 +206,10 @@ func TestAttnKernelsMatchGo(t *testing.T) {
 
 					o := randf(nq * D)
 					wo, gop := append([]float32(nil), o...), append([]float32(nil), o...)
-					accumGo(want, nq, D, kv, stride, nk, wo)
-					k.accum(want, nq, D, kv, stride, nk, gop)
+					// Ahead names the other head's rows (the kernels that fetch them must
+					// not change what they sum).
+					accumGo(want, nq, D, kv, stride, nk, wo, attnAhead{})
+					k.accum(want, nq, D, kv, stride, nk, gop, aheadOf(kv, kv[D:], kv[D:]))
 					near(t, k.name+" accum", gop, wo, 1e-6*float64(nk))
 				}
 			}
@@ -256,8 +258,8 @@ func TestAttnBF16KernelsMatchFloat32(t *testing.T) {
 					p, o := randf(nk*nq), randf(nq*D)
 					wo := append([]float32(nil), o...)
 					gop := pairOrder(o, nq, D)
-					accumGo(p, nq, D, kv, stride, nk, wo)
-					k.accumBF16(p, nq, D, kv16, stride, nk, gop)
+					accumGo(p, nq, D, kv, stride, nk, wo, attnAhead{})
+					k.accumBF16(p, nq, D, kv16, stride, nk, gop, aheadOf(kv16, kv16[D:], kv16[D:]))
 					near(t, k.name+" accumBF16", gop, pairOrder(wo, nq, D), 1e-6*float64(nk))
 				}
 			}

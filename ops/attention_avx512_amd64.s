@@ -280,10 +280,11 @@ sdone:
 // Per 8 output rows (two quads) and block of 32 dims (D is a multiple of 32), 16
 // accumulators Z16-Z31 stay in registers while every key's value block (Z0, Z1) meets its
 // probabilities, broadcast a row a register. aheadK and aheadV are byte distances from a
-// key's value block to rows the next kernels read (the next key block's keys and values,
-// stride for stride): the lines there are asked for as the values are read, so the
-// memory fetches spread over the FMAs instead of waiting in one burst. aheadK 0 asks for
-// nothing (a prefill's value passes, whose rows are cached; aheadV is then 0 too).
+// key's value block to rows the next passes read (the keys and values of the block's next
+// KV head, else of the next block; stride for stride): the lines there are asked for as
+// the values are read, so the memory fetches spread over the FMAs instead of waiting in
+// one burst. aheadK 0 asks for nothing (a prefill's value passes, whose rows are cached;
+// aheadV is then 0 too).
 TEXT ·attnAccumAVX512(SB), NOSPLIT, $0-72
 	MOVQ nq+8(FP), R13
 	SHLQ $2, R13                // R13: bytes of one key's probabilities

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -86,5 +87,30 @@ func TestPreprocessorEvaluatesConditions(t *testing.T) {
 	}
 	if _, err := preprocess("#if 1\nx\n"); err == nil {
 		t.Error("an unterminated #if gave no error")
+	}
+}
+
+// Every TG_MEM_DYNAMIC of the CUDA source is `extern __shared__ T name[]` there, and all
+// such declarations of one module are the same symbol: two kernels that declare one name
+// with different element types do not compile (NVRTC: "declaration is incompatible"),
+// which cuda/emu, where each is a static array, cannot show.
+func TestDynamicGroupMemoryNamesKeepOneType(t *testing.T) {
+	decl := regexp.MustCompile(`TG_MEM_DYNAMIC\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*,`)
+	src := CUDASource()
+	types := map[string]string{}
+	n := 0
+	for _, m := range decl.FindAllStringSubmatch(src, -1) {
+		typ, name := m[1], m[2]
+		if typ == "T" && name == "name" {
+			continue // the macro's own definition
+		}
+		n++
+		if prev, ok := types[name]; ok && prev != typ {
+			t.Errorf("dynamic group memory %s declared as %s and as %s: one extern symbol in a module, so one type", name, prev, typ)
+		}
+		types[name] = typ
+	}
+	if n < 3 {
+		t.Fatalf("found %d TG_MEM_DYNAMIC declarations in the CUDA source, want the dynamic-memory kernels' (at least 3)", n)
 	}
 }

@@ -52,6 +52,48 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 	}
 }
 
+// fa2-attention puts the 35B-A3B's tiled prefill attention over a bf16 cache on
+// attention_prefill_fa2 on the CUDA target, split or whole, and leaves a float32
+// cache's on attention_prefill_mma; off (the default) gives back attention_prefill_mma,
+// and with mma-attention off it marks nothing (attention_prefill); decode keeps
+// attention_gqa_mma.
+func TestFA2AttentionChoosesItsKernel(t *testing.T) {
+	cfg := qwen35moe.Default()
+	build := func(kv graph.DType) *graph.Graph {
+		g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg), KVDType: kv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	f32, bf16 := build(graph.F32), build(graph.BF16)
+	on := passes.Config{Off: map[string]bool{"fa2-attention": false}}
+	noMMA := passes.Config{Off: map[string]bool{"fa2-attention": false, "mma-attention": true}}
+	compile := func(g *graph.Graph, T int, cfg passes.Config) map[string]int {
+		t.Helper()
+		return attentionKernels(t, compileStep(t, g, "cuda", T, cfg), 16, 2)
+	}
+	for _, T := range []int{2, 64, 512, 1024} {
+		t.Run(fmt.Sprintf("T=%d", T), func(t *testing.T) {
+			if got := compile(bf16, T, on); got[kernels.KernelAttentionPrefillFA2] != 10 || len(got) != 1 {
+				t.Errorf("bf16 cache, on: attention kernels %v, want attention_prefill_fa2 in all 10 layers", got)
+			}
+			if got := compile(bf16, T, passes.Config{}); got[kernels.KernelAttentionPrefillMMA] != 10 || len(got) != 1 {
+				t.Errorf("bf16 cache, default: attention kernels %v, want attention_prefill_mma in all 10 layers", got)
+			}
+			if got := compile(f32, T, on); got[kernels.KernelAttentionPrefillMMA] != 10 || len(got) != 1 {
+				t.Errorf("f32 cache, on: attention kernels %v, want attention_prefill_mma in all 10 layers", got)
+			}
+			if got := compile(bf16, T, noMMA); got[kernels.KernelAttentionPrefill] != 10 || len(got) != 1 {
+				t.Errorf("bf16 cache, on without mma-attention: attention kernels %v, want attention_prefill in all 10 layers", got)
+			}
+		})
+	}
+	if got := compile(bf16, 1, on); got[kernels.KernelAttentionGQAMMA] != 10 || len(got) != 1 {
+		t.Errorf("bf16 cache, decode, on: attention kernels %v, want attention_gqa_mma in all 10 layers", got)
+	}
+}
+
 // mma-decode-attention puts decode's attention (split over key ranges) of the 10
 // attention layers on attention_gqa_mma on the CUDA target with a float32 or a bf16
 // cache, staged (attention_gqa_staged) with staged-decode-attention on too, and off gives

@@ -23,17 +23,23 @@ PROMPTS=${PROMPTS:-512,4096}
 DEPTH=${DEPTH:-32768}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+# The CPU-only work starts first, beside the GPU steps: the full synthetic model for the
+# bench and nvcc's register counts.
+if has bench && [ ! -f /tmp/full/config.json ]; then
+	./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1 &
+	synth=$!
+fi
+if has regs; then
+	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
+	(cd "$OUT" && timeout 300 nvcc -arch=sm_90 -Xptxas -v -c -o /dev/null kernels.cu > ptxas.txt 2>&1; echo "nvcc exit $?" >> ptxas.txt) &
+	regs=$!
+fi
 if has tests; then
 	(cd cuda && timeout 400 ../.dev/cuda.test -test.v -test.count=1 -test.run \
 		'^(TestPrefillAttention.*|TestLongContextOptionsKeepTheAnswer)$' > "$OUT/fa2_tests.txt" 2>&1
 	echo "tests exit $?")
 	echo "$(grep -c -- '--- PASS' "$OUT/fa2_tests.txt") passed, $(grep -c -- '--- FAIL' "$OUT/fa2_tests.txt") failed"
 	grep -E -- '--- FAIL' "$OUT/fa2_tests.txt" | head
-fi
-if has regs; then
-	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"
-	(cd "$OUT" && timeout 200 nvcc -arch=sm_90 -Xptxas -v -c -o /dev/null kernels.cu > ptxas.txt 2>&1; echo "nvcc exit $?")
-	grep -A3 -E "entry function '(attention_prefill_fa2|attention_prefill_mma)'" "$OUT/ptxas.txt" | grep -E "entry|registers|spill"
 fi
 if has check; then
 	for layout in mlx-q4 hf; do
@@ -47,8 +53,13 @@ if has check; then
 	done
 	echo "check: $(grep -c '^PASS' "$OUT/fa2_check.txt") PASS, $(grep -c '^FAIL' "$OUT/fa2_check.txt") FAIL"
 fi
+if has regs; then
+	wait "$regs"
+	grep "nvcc exit" "$OUT/ptxas.txt"
+	grep -A3 -E "entry function '(attention_prefill_fa2|attention_prefill_mma)'" "$OUT/ptxas.txt" | grep -E "entry|registers|spill"
+fi
 if has bench; then
-	[ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
+	[ -n "${synth:-}" ] && wait "$synth"
 	B="bench --backend cuda --model /tmp/full --contexts= --repeats 3 --bandwidth-mib 0 --kv-cache bf16"
 	for round in $(seq "$ROUNDS"); do
 		for v in on off; do

@@ -10,8 +10,9 @@
 #  check:  pistil check on both golden layouts over a bf16 cache with the pass on: whole,
 #          --chunk 7, --chunk 32, --decode-from 40;
 #  bench:  prefill over a bf16 cache of PROMPTS (default 512,4096) at depth 0 and of 4,096
-#          tokens on top of DEPTH (default 32768), 3 repeats, the pass on and off
-#          alternating, ROUNDS rounds (default 2).
+#          tokens on top of DEPTH (default 32768), 3 repeats, the pass on, off and on with
+#          single products (FA_SPLIT=0) alternating (VARIANTS), ROUNDS rounds (default 2).
+# The check step also runs the single products (FA_SPLIT=0) whole and in chunks of 7.
 # Logs in $OUT; each step prints a summary.
 set -u
 export PISTIL_TESTDATA=${PISTIL_TESTDATA:-$PWD/testdata}
@@ -22,6 +23,8 @@ ROUNDS=${ROUNDS:-2}
 PROMPTS=${PROMPTS:-512,4096}
 DEPTH=${DEPTH:-32768}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
+sed 's/^# kernel_defines = .*/kernel_defines = ["FA_SPLIT=0"]/' pipeline.toml > /tmp/fa2single.toml
+grep -q '^kernel_defines = \["FA_SPLIT=0"\]' /tmp/fa2single.toml || { echo "pipeline.toml has no kernel_defines example"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 # The CPU-only work starts first, beside the GPU steps: the full synthetic model for the
 # bench and nvcc's register counts.
@@ -50,6 +53,12 @@ if has check; then
 				-pass=fa2-attention/on --kv-cache bf16 --tolerance bf16-kv $args >> "$OUT/fa2_check.txt" 2>&1
 			echo "$layout $args: exit $? $(grep -E '^max abs error' "$OUT/fa2_check.txt" | tail -1)"
 		done
+		for args in "" "--chunk 7"; do
+			echo "== $layout single $args" >> "$OUT/fa2_check.txt"
+			timeout 120 ./.dev/pistil check --backend cuda --model $M --reference $M/reference.safetensors --pipeline /tmp/fa2single.toml \
+				-pass=fa2-attention/on --kv-cache bf16 --tolerance bf16-kv $args >> "$OUT/fa2_check.txt" 2>&1
+			echo "$layout single $args: exit $? $(grep -E '^max abs error' "$OUT/fa2_check.txt" | tail -1)"
+		done
 	done
 	echo "check: $(grep -c '^PASS' "$OUT/fa2_check.txt") PASS, $(grep -c '^FAIL' "$OUT/fa2_check.txt") FAIL"
 fi
@@ -62,11 +71,13 @@ if has bench; then
 	[ -n "${synth:-}" ] && wait "$synth"
 	B="bench --backend cuda --model /tmp/full --contexts= --repeats 3 --bandwidth-mib 0 --kv-cache bf16"
 	for round in $(seq "$ROUNDS"); do
-		for v in on off; do
+		for v in ${VARIANTS:-on off single}; do
 			echo "== round $round fa2 $v"
 			log="$OUT/fa2_bench_${round}_$v.txt"
-			timeout 250 ./.dev/pistil $B --prompts "$PROMPTS" --depths 0 -pass=fa2-attention/$v > "$log" 2>&1
-			timeout 250 ./.dev/pistil $B --prompts 4096 --depths "$DEPTH" -pass=fa2-attention/$v >> "$log" 2>&1
+			sw="-pass=fa2-attention/$v"
+			[ $v = single ] && sw="-pass=fa2-attention/on --pipeline /tmp/fa2single.toml"
+			timeout 250 ./.dev/pistil $B --prompts "$PROMPTS" --depths 0 $sw > "$log" 2>&1
+			timeout 250 ./.dev/pistil $B --prompts 4096 --depths "$DEPTH" $sw >> "$log" 2>&1
 			grep -E "^prefill|rror" "$log"
 		done
 	done

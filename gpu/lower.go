@@ -858,6 +858,22 @@ func fa2AttentionShape(D int) bool { return D == 64 || D == 128 || D == 256 }
 // kernels.AttnFA2Rows rows are every query head of the kv head for each token.
 func FA2QueryTile(NH, KVH int) int { return kernels.AttnFA2Rows / (NH / KVH) }
 
+// FA2AttentionSplits is PrefillAttentionSplits for attention_prefill_fa2, whose group
+// takes a whole multiprocessor (its group memory) and four times attention_prefill_mma's
+// rows: the keys are cut only when the (kv head, query tile) pairs leave multiprocessors
+// idle (ParallelGroups counts two groups a multiprocessor), an agent's short turn on a
+// long context; a chunk of 1,024 tokens of the model (128 pairs) stays whole.
+func (t *Target) FA2AttentionSplits(T, NH, KVH, D int) int {
+	if !t.TiledPrefillAttention(T, NH, KVH, D) || !fa2AttentionShape(D) {
+		return 1
+	}
+	groups, sms := ceilDiv(T, FA2QueryTile(NH, KVH))*KVH, t.ParallelGroups/2
+	if groups >= sms*3/4 {
+		return 1
+	}
+	return min(kernels.AttnMaxSplits, ceilDiv(sms, groups))
+}
+
 // AttrPrefillTiled is the attention attr (an int, 1) with which the compiler's
 // tile-attention pass asks for attention_prefill; without it, or where the kernel does
 // not apply, attention runs one group per (kv head, token) as before.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"pistil/gpu"
 	"pistil/graph"
 	"pistil/models/qwen35moe"
 	"pistil/ops/kernels"
@@ -91,6 +92,27 @@ func TestFA2AttentionChoosesItsKernel(t *testing.T) {
 	}
 	if got := compile(bf16, 1, on); got[kernels.KernelAttentionGQAMMA] != 10 || len(got) != 1 {
 		t.Errorf("bf16 cache, decode, on: attention kernels %v, want attention_gqa_mma in all 10 layers", got)
+	}
+	// Its key split is its own: one group a multiprocessor and 16 tokens a group, so a
+	// chunk of 1,024 tokens (128 groups) stays whole where a turn of 128 tokens (16
+	// groups) is cut to fill the 132 multiprocessors.
+	for _, tc := range []struct{ T, splits int }{{1024, 1}, {128, 9}, {512, 3}} {
+		if got := gpu.CUDA.FA2AttentionSplits(tc.T, 16, 2, 256); got != tc.splits {
+			t.Errorf("FA2AttentionSplits at %d tokens: %d, want %d", tc.T, got, tc.splits)
+		}
+		p := compileStep(t, bf16, "cuda", tc.T, on)
+		n := 0
+		for _, d := range p.Dispatches {
+			if d.Kernel == kernels.KernelAttentionPrefillFA2 {
+				n++
+				if s := max(d.Attrs.Int("splits"), 1); s != tc.splits {
+					t.Errorf("%d tokens: dispatch %d (%s) in %d key ranges, want %d", tc.T, d.Index, d.Op, s, tc.splits)
+				}
+			}
+		}
+		if n != 10 {
+			t.Errorf("%d tokens: %d attention_prefill_fa2 dispatches, want 10", tc.T, n)
+		}
 	}
 }
 

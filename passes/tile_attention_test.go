@@ -22,13 +22,18 @@ func attentionKernels(t *testing.T, p *plan.Plan, NH, KVH int) map[string]int {
 			continue
 		}
 		got[d.Kernel]++
-		if d.Kernel != kernels.KernelAttentionPrefill {
+		tile := gpu.PrefillQueryTile(NH, KVH)
+		switch d.Kernel {
+		case kernels.KernelAttentionPrefill:
+		case kernels.KernelAttentionPrefillFA2:
+			tile = gpu.FA2QueryTile(NH, KVH)
+		default:
 			continue
 		}
-		tiles := (p.Tokens + gpu.PrefillQueryTile(NH, KVH) - 1) / gpu.PrefillQueryTile(NH, KVH)
+		tiles := (p.Tokens + tile - 1) / tile
 		splits := max(d.Attrs.Int("splits"), 1)
 		if want := [3]int{KVH, tiles, splits}; d.Grid != want {
-			t.Errorf("dispatch %d (%s): attention_prefill on grid %v, want %v", d.Index, d.Op, d.Grid, want)
+			t.Errorf("dispatch %d (%s): %s on grid %v, want %v", d.Index, d.Op, d.Kernel, d.Grid, want)
 		}
 	}
 	return got

@@ -13,7 +13,8 @@ import (
 
 // On the 35B-A3B's shapes with a float32 KV cache (the engine's default) or a bf16 one,
 // mma-attention puts every tiled prefill attention of the 10 attention layers on
-// attention_prefill_mma on the CUDA target, split or whole, and off gives back
+// attention_prefill_mma on the CUDA target, split or whole (fa2-attention off: on, a bf16
+// cache's runs on attention_prefill_fa2, TestFA2AttentionChoosesItsKernel), and off gives back
 // attention_prefill; Metal (no tensor cores) keeps attention_prefill with the pass on;
 // decode is the same plan either way (attention_gqa_mma: mma-decode-attention's).
 func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
@@ -26,7 +27,7 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 		return g
 	}
 	f32, bf16 := build(graph.F32), build(graph.BF16)
-	on := passes.Config{Off: map[string]bool{"mma-attention": false}}
+	on := passes.Config{Off: map[string]bool{"mma-attention": false, "fa2-attention": true}}
 	off := passes.Config{Off: map[string]bool{"mma-attention": true}}
 	compile := func(g *graph.Graph, target string, T int, cfg passes.Config) map[string]int {
 		t.Helper()
@@ -53,11 +54,10 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 	}
 }
 
-// fa2-attention puts the 35B-A3B's tiled prefill attention over a bf16 cache on
-// attention_prefill_fa2 on the CUDA target, split or whole, and leaves a float32
-// cache's on attention_prefill_mma; off (the default) gives back attention_prefill_mma,
-// and with mma-attention off it marks nothing (attention_prefill); decode keeps
-// attention_gqa_mma.
+// fa2-attention (on by default) puts the 35B-A3B's tiled prefill attention over a bf16
+// cache on attention_prefill_fa2 on the CUDA target, split or whole, and leaves a float32
+// cache's on attention_prefill_mma; off gives back attention_prefill_mma, and with
+// mma-attention off it marks nothing (attention_prefill); decode keeps attention_gqa_mma.
 func TestFA2AttentionChoosesItsKernel(t *testing.T) {
 	cfg := qwen35moe.Default()
 	build := func(kv graph.DType) *graph.Graph {
@@ -68,8 +68,9 @@ func TestFA2AttentionChoosesItsKernel(t *testing.T) {
 		return g
 	}
 	f32, bf16 := build(graph.F32), build(graph.BF16)
-	on := passes.Config{Off: map[string]bool{"fa2-attention": false}}
-	noMMA := passes.Config{Off: map[string]bool{"fa2-attention": false, "mma-attention": true}}
+	on := passes.Config{}
+	off := passes.Config{Off: map[string]bool{"fa2-attention": true}}
+	noMMA := passes.Config{Off: map[string]bool{"mma-attention": true}}
 	compile := func(g *graph.Graph, T int, cfg passes.Config) map[string]int {
 		t.Helper()
 		return attentionKernels(t, compileStep(t, g, "cuda", T, cfg), 16, 2)
@@ -79,8 +80,8 @@ func TestFA2AttentionChoosesItsKernel(t *testing.T) {
 			if got := compile(bf16, T, on); got[kernels.KernelAttentionPrefillFA2] != 10 || len(got) != 1 {
 				t.Errorf("bf16 cache, on: attention kernels %v, want attention_prefill_fa2 in all 10 layers", got)
 			}
-			if got := compile(bf16, T, passes.Config{}); got[kernels.KernelAttentionPrefillMMA] != 10 || len(got) != 1 {
-				t.Errorf("bf16 cache, default: attention kernels %v, want attention_prefill_mma in all 10 layers", got)
+			if got := compile(bf16, T, off); got[kernels.KernelAttentionPrefillMMA] != 10 || len(got) != 1 {
+				t.Errorf("bf16 cache, off: attention kernels %v, want attention_prefill_mma in all 10 layers", got)
 			}
 			if got := compile(f32, T, on); got[kernels.KernelAttentionPrefillMMA] != 10 || len(got) != 1 {
 				t.Errorf("f32 cache, on: attention kernels %v, want attention_prefill_mma in all 10 layers", got)

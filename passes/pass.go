@@ -172,7 +172,7 @@ var Passes = []Pass{
 		Doc: "the tensor-core matrix-vector twins copy each group's weight tile into group memory with cp.async (no registers held, the whole tile in flight; issued before the programmatic-launch wait unless the router chooses the tile) instead of each warp loading its own"},
 	{Name: "mma-attention", Fn: mmaAttention,
 		Doc: "a GPU target with tensor cores: tiled prefill attention over a float32 or bf16 cache runs both its products on the tensor cores (attention_prefill_mma, tf32 split in three)"},
-	{Name: "fa2-attention", Fn: fa2Attention, DefaultOff: true,
+	{Name: "fa2-attention", Fn: fa2Attention,
 		Doc: "a GPU target with tensor cores: tiled prefill attention over a bf16 cache with head dims of 64, 128 or 256 runs on attention_prefill_fa2, each warp owning 16 query rows whole (FlashAttention-2's form: no partial scores meet in group memory, P stays in registers, a group's K/V tile serves 128 rows); needs mma-attention"},
 	{Name: "mma-decode-attention", Fn: mmaDecodeAttention,
 		Doc: "a GPU target with tensor cores: attention that is not tiled for prefill (decode's, whole or split into key ranges) runs on attention_gqa_mma: the group's warps split the head dims, each loading its slice of every key tile straight from the cache into tf32 mma fragments split in three"},

@@ -42,7 +42,8 @@ func attentionKernels(t *testing.T, p *plan.Plan, NH, KVH int) map[string]int {
 // On the 35B-A3B's shapes (16 query heads over 2 kv heads, head dim 256): with
 // tile-attention every prefill attention of the 10 attention layers runs as
 // attention_prefill (split over key ranges for chunks of few query tiles) on Metal, and
-// as its tensor-core twin attention_prefill_mma (mma-attention) on CUDA; -pass=tile-attention/off gives back one group per (kv head, token):
+// on CUDA over this graph's bf16 cache (the model builder's default) as
+// attention_prefill_fa2 (mma-attention and fa2-attention); -pass=tile-attention/off gives back one group per (kv head, token):
 // attention_gqa, or on CUDA its tensor-core twin attention_gqa_mma (mma-decode-attention);
 // decode is the same plan either way; the CPU ignores the pass.
 func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
@@ -51,7 +52,7 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	for _, target := range []string{"cuda", "metal"} {
 		tiled, untiled := kernels.KernelAttentionPrefill, kernels.KernelAttentionGQA
 		if target == "cuda" {
-			tiled, untiled = kernels.KernelAttentionPrefillMMA, kernels.KernelAttentionGQAMMA
+			tiled, untiled = kernels.KernelAttentionPrefillFA2, kernels.KernelAttentionGQAMMA
 		}
 		for _, T := range []int{2, 7, 64, 200, 512} {
 			t.Run(fmt.Sprintf("%s/T=%d", target, T), func(t *testing.T) {

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Prefill attention with whole rows a warp (fa2-attention, attention_prefill_fa2, off by
-# default) on a GPU machine, from the repository root with .dev/pistil and .dev/cuda.test
+# Prefill attention with whole rows a warp (fa2-attention, attention_prefill_fa2, on by
+# default since the thirty-fifth session) on a GPU machine, from the repository root with .dev/pistil and .dev/cuda.test
 # carried (cuda/device_pack.sh). STEPS picks (default "tests regs check bench"):
 #  tests:  the prefill attention cases (TestPrefillAttentionFA2 and the others beside it)
 #          and the golden fixtures' long-context options (TestLongContextOptionsKeepTheAnswer:

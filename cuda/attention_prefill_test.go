@@ -171,3 +171,54 @@ func TestPrefillAttentionMMA(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
 	}
 }
+
+// attention_prefill_fa2 (the fa2-attention pass's mark) against the reference over a
+// bf16 cache: head dims 64, 128 and 256, 1 to 8 query heads per kv head (a group's 128
+// rows are 128 to 16 tokens), one and two kv heads, steps that end inside a group's
+// tokens and inside a warp's 16 rows, contexts inside one 64-key tile and past several,
+// whole and split over key ranges; then the model's shape over more than one group of
+// tokens, and partial states range by range with empty ranges.
+func TestPrefillAttentionFA2(t *testing.T) {
+	g := openGPU(t)
+	r := rand.New(rand.NewPCG(19, 20))
+	fa2 := func(c opCase) opCase {
+		c.attrs = c.attrs.Clone()
+		c.attrs[gpu.AttrMMAAttention] = true
+		c.attrs[gpu.AttrFA2Attention] = true
+		c.name = "fa2/" + c.name
+		return c
+	}
+	n := 0
+	for _, D := range []int{64, 128, 256} {
+		for _, G := range []int{1, 2, 4, 8} {
+			for ci, C := range []int{0, 13, 301} {
+				for ti, T := range []int{2, 5, 37, 140} {
+					if D > 64 && (ci+ti+G)%3 != 0 {
+						continue
+					}
+					kvh := 1 + n%2
+					n++
+					c := fa2(prefillCase(r, D, G, kvh, C, T, graph.BF16, 0))
+					t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+					// At most 7 ranges: each is a group of 128 rows, which the emulator runs
+					// one after another.
+					c.splits = min(max(gpu.CUDA.PrefillAttentionSplits(T, G*kvh, kvh, D), 3), 7)
+					c.name += fmt.Sprintf("/split%d", c.splits)
+					t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+				}
+			}
+		}
+	}
+	c := fa2(prefillCase(r, 256, 8, 2, 75, 130, graph.BF16, 0))
+	t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	for _, tc := range []struct{ D, G, kvh, C, T, splits int }{
+		{64, 8, 1, 40, 9, 4}, {128, 2, 2, 301, 21, 7}, {64, 1, 1, 45, 40, 3}, {256, 8, 2, 45, 9, 3}, {256, 8, 2, 200, 20, 5},
+	} {
+		c := fa2(prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, graph.BF16, 0))
+		c.name = fmt.Sprintf("%s/partial%d", c.name, tc.splits)
+		c.op = "attention_partial"
+		c.attrs = graph.Attrs{"scale": c.attrs.Float("scale"), "splits": int64(tc.splits), "key_block": int64(kernels.AttnKeyBlock),
+			gpu.AttrPrefillTiled: int64(1), gpu.AttrMMAAttention: true, gpu.AttrFA2Attention: true}
+		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
+	}
+}

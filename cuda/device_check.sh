@@ -134,6 +134,14 @@ for layout in mlx-q4 hf; do
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=mma-attention/on
 	check --model "$dir" --reference "$ref" --chunk 32 -pass=mma-attention/on
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-attention/on
+	# Prefill attention over a bf16 cache: with whole rows a warp (attention_prefill_fa2;
+	# fa2-attention, on by default) in chunks of 32, and on attention_prefill_mma (off),
+	# whole, in chunks of 7 and 32, and before decode (the other bf16 lines run the default).
+	check --model "$dir" --reference "$ref" --chunk 32 --kv-cache bf16 --tolerance bf16-kv
+	check --model "$dir" --reference "$ref" -pass=fa2-attention/off --kv-cache bf16 --tolerance bf16-kv
+	check --model "$dir" --reference "$ref" --chunk 7 -pass=fa2-attention/off --kv-cache bf16 --tolerance bf16-kv
+	check --model "$dir" --reference "$ref" --chunk 32 -pass=fa2-attention/off --kv-cache bf16 --tolerance bf16-kv
+	check --model "$dir" --reference "$ref" --decode-from 40 -pass=fa2-attention/off --kv-cache bf16 --tolerance bf16-kv
 	# The GDN gated norm in out_proj's kernel (gated_rms_norm_matvec_q4; off by default:
 	# slower on the H200), and the norm fusion off altogether.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=gated-norm-matvec/on

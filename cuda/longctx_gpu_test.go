@@ -19,7 +19,9 @@ import (
 // prefilled tokens cross it and reach 8 blocks), with a float32 and a bf16 KV cache, and
 // the bf16 KV cache in prefill chunks of 7, and decode attention staged through group
 // memory (staged-decode-attention, which keeps equal key ranges) from 40 prefilled
-// tokens. Skips without a GPU (or cuda/emu).
+// tokens, and the bf16 cache's prefill attention on attention_prefill_mma (fa2-attention
+// off; on, the default, the bf16 lines run attention_prefill_fa2), whole and in chunks of
+// 7. Skips without a GPU (or cuda/emu).
 func TestLongContextOptionsKeepTheAnswer(t *testing.T) {
 	if _, err := loadDriver(); err != nil {
 		t.Skipf("no GPU: %v", err)
@@ -37,6 +39,8 @@ func TestLongContextOptionsKeepTheAnswer(t *testing.T) {
 		{"blocks/bf16/decode-from-40", graph.BF16, blocks, 0, 40, "bf16-kv"},
 		{"bf16/chunk-7", graph.BF16, passes.Config{}, 7, 0, "bf16-kv"},
 		{"staged/f32/decode-from-40", graph.F32, passes.Config{Off: map[string]bool{"staged-decode-attention": false}}, 0, 40, "exact"},
+		{"mma/bf16/whole", graph.BF16, passes.Config{Off: map[string]bool{"fa2-attention": true}}, 0, 0, "bf16-kv"},
+		{"mma/bf16/chunk-7", graph.BF16, passes.Config{Off: map[string]bool{"fa2-attention": true}}, 7, 0, "bf16-kv"},
 	}
 	for _, layout := range []string{"mlx-q4", "hf"} {
 		ref, err := verify.LoadReference(fixtures.Golden(layout) + "/reference.safetensors")

@@ -680,7 +680,7 @@ func runOnGPU(g *device, c opCase, in []gpu.Operand, alloc func(graph.Type) (gpu
 	case c.splits > 0:
 		attrs := c.blocks.Attrs()
 		attrs["scale"], attrs["splits"], attrs["key_block"] = c.attrs.Float("scale"), int64(c.splits), int64(kernels.AttnKeyBlock)
-		for _, mark := range []string{gpu.AttrPrefillTiled, gpu.AttrMMAAttention, gpu.AttrMMADecodeAttention, gpu.AttrStagedDecodeAttention} {
+		for _, mark := range []string{gpu.AttrPrefillTiled, gpu.AttrMMAAttention, gpu.AttrFA2Attention, gpu.AttrMMADecodeAttention, gpu.AttrStagedDecodeAttention} {
 			if v, ok := c.attrs[mark]; ok {
 				attrs[mark] = v // as split-attention carries the one and mma-attention sets the other
 			}

@@ -148,6 +148,7 @@ var tensorCorePasses = []struct{ attr, pass string }{
 	{gpu.AttrIMMAMatvec, "imma-matvec"},
 	{gpu.AttrStagedMatvec, "staged-matvec"},
 	{gpu.AttrMMAAttention, "mma-attention"},
+	{gpu.AttrFA2Attention, "fa2-attention"},
 }
 
 // groupMemoryPasses are the passes that put a dispatch on a kernel whose group memory
@@ -156,6 +157,7 @@ var groupMemoryPasses = map[string]string{
 	kernels.KernelGatedDeltaChunked:   "chunked-delta",
 	kernels.KernelAttentionGQAStaged:  "staged-decode-attention",
 	kernels.KernelAttentionPrefillMMA: "mma-attention",
+	kernels.KernelAttentionPrefillFA2: "fa2-attention",
 }
 
 // lowered is a plan turned into launches, one per dispatch.

@@ -812,17 +812,66 @@ func mmaAttentionShape(t *Target, T, NH, KVH, D int) bool {
 // prefillAttentionLaunch is attention_prefill's launch (grid kv heads x query tiles x
 // key ranges), on the tensor cores when the dispatch is marked AttrMMAAttention
 // (attention_prefill_mma takes the same tile of queries, so the grid is the same, in
-// groups of kernels.AttnMMAHalves·D threads: a warp per 32 head dims and half the rows).
+// groups of kernels.AttnMMAHalves·D threads: a warp per 32 head dims and half the rows),
+// and with whole rows a warp when it is also marked AttrFA2Attention
+// (attention_prefill_fa2: tiles of kernels.AttnFA2Rows query rows, the same key ranges).
 func prefillAttentionLaunch(c *ctx, d *plan.Dispatch, args kernels.AttentionArgs) (*Launch, error) {
 	grid := [3]int{int(args.KVH), ceilDiv(int(args.T), PrefillQueryTile(int(args.NH), int(args.KVH))), int(args.Splits)}
+	fa2 := d.Attrs.Bool(AttrFA2Attention)
 	if !d.Attrs.Bool(AttrMMAAttention) {
+		if fa2 {
+			return nil, fmt.Errorf("%s: marked %s without %s, whose kernel it replaces", d.Op, AttrFA2Attention, AttrMMAAttention)
+		}
 		return newKernel(kernels.KernelAttentionPrefill, grid, 256, args)
 	}
 	if !mmaAttentionShape(c.t, int(args.T), int(args.NH), int(args.KVH), int(args.D)) {
 		return nil, fmt.Errorf("%s: marked %s, which needs tensor cores and head dims of 32, 64, 128 or 256 (target %s, head dim %d)",
 			d.Op, AttrMMAAttention, c.t.Name, args.D)
 	}
+	if fa2 {
+		if args.CacheDType != kernels.DTBF16 || !fa2AttentionShape(int(args.D)) {
+			return nil, fmt.Errorf("%s: marked %s, which needs a bf16 cache and head dims of 64, 128 or 256 (cache type code %d, head dim %d)",
+				d.Op, AttrFA2Attention, args.CacheDType, args.D)
+		}
+		grid[1] = ceilDiv(int(args.T), FA2QueryTile(int(args.NH), int(args.KVH)))
+		return newKernel(kernels.KernelAttentionPrefillFA2, grid, kernels.AttnFA2Threads, args)
+	}
 	return newKernel(kernels.KernelAttentionPrefillMMA, grid, kernels.AttnMMAHalves*int(args.D), args)
+}
+
+// AttrFA2Attention (bool) runs a prefill attention marked AttrMMAAttention over a bf16
+// cache on attention_prefill_fa2: each warp owns 16 query rows whole, FlashAttention-2's
+// form (the fa2-attention pass; FA2AttentionShape).
+const AttrFA2Attention = "fa2_attention"
+
+// FA2AttentionShape says whether attention_prefill_fa2 serves an attention or
+// attention_partial dispatch of these operands (q, k cache, v cache, ...) that
+// attention_prefill_mma serves (MMAAttentionShape): a bf16 cache and head dims of 64,
+// 128 or 256.
+func (t *Target) FA2AttentionShape(op string, in []Operand) bool {
+	return t.MMAAttentionShape(op, in) && in[1].DType == graph.BF16 && fa2AttentionShape(in[0].Shape[2])
+}
+
+func fa2AttentionShape(D int) bool { return D == 64 || D == 128 || D == 256 }
+
+// FA2QueryTile is how many tokens one group of attention_prefill_fa2 takes: its
+// kernels.AttnFA2Rows rows are every query head of the kv head for each token.
+func FA2QueryTile(NH, KVH int) int { return kernels.AttnFA2Rows / (NH / KVH) }
+
+// FA2AttentionSplits is PrefillAttentionSplits for attention_prefill_fa2, whose group
+// takes a whole multiprocessor (its group memory) and four times attention_prefill_mma's
+// rows: the keys are cut only when the (kv head, query tile) pairs leave multiprocessors
+// idle (ParallelGroups counts two groups a multiprocessor), an agent's short turn on a
+// long context; a chunk of 1,024 tokens of the model (128 pairs) stays whole.
+func (t *Target) FA2AttentionSplits(T, NH, KVH, D int) int {
+	if !t.TiledPrefillAttention(T, NH, KVH, D) || !fa2AttentionShape(D) {
+		return 1
+	}
+	groups, sms := ceilDiv(T, FA2QueryTile(NH, KVH))*KVH, t.ParallelGroups/2
+	if groups >= sms*3/4 {
+		return 1
+	}
+	return min(kernels.AttnMaxSplits, ceilDiv(sms, groups))
 }
 
 // AttrPrefillTiled is the attention attr (an int, 1) with which the compiler's

@@ -98,6 +98,22 @@ func stagedDecode(u *Unit, t *Target, v *graph.Value) bool {
 	return t.GPU.StagedDecodeAttentionShape(q[0], q[1], k[1], q[2], v.Args[1].Type.DType)
 }
 
+// fa2Prefill says whether a tiled prefill attention will run on attention_prefill_fa2
+// (mma-attention and fa2-attention on, a bf16 cache and a head dim it serves), whose
+// groups are a multiprocessor each and take four times the rows: its key split is its
+// own (gpu.Target.FA2AttentionSplits).
+func fa2Prefill(u *Unit, t *Target, v *graph.Value) bool {
+	if !u.passOn("mma-attention") || !u.passOn("fa2-attention") || !t.GPU.TensorCores {
+		return false
+	}
+	bind := graph.Bindings{T: u.Phase.Tokens, N: 1}
+	var operands []gpu.Operand
+	for _, a := range v.Args[:3] {
+		operands = append(operands, gpu.Operand{DType: a.Type.DType, Shape: a.Type.Shape.Eval(bind)})
+	}
+	return t.GPU.FA2AttentionShape("attention", operands)
+}
+
 // splitAttention, for a GPU target, cuts the keys of attention steps with few (kv head,
 // token) pairs (decode) into ranges that separate groups compute concurrently: attention
 // becomes attention_partial then attention_merge, two planned dispatches. Off, every
@@ -125,6 +141,9 @@ func splitAttention(u *Unit) error {
 		tiled := v.Attrs.Int(gpu.AttrPrefillTiled) != 0
 		if tiled {
 			splits = t.GPU.PrefillAttentionSplits(q[0], q[1], k[1], q[2])
+			if fa2Prefill(u, t, v) {
+				splits = t.GPU.FA2AttentionSplits(q[0], q[1], k[1], q[2])
+			}
 		}
 		if splits < 2 {
 			continue

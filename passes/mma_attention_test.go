@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"pistil/gpu"
 	"pistil/graph"
 	"pistil/models/qwen35moe"
 	"pistil/ops/kernels"
@@ -12,7 +13,8 @@ import (
 
 // On the 35B-A3B's shapes with a float32 KV cache (the engine's default) or a bf16 one,
 // mma-attention puts every tiled prefill attention of the 10 attention layers on
-// attention_prefill_mma on the CUDA target, split or whole, and off gives back
+// attention_prefill_mma on the CUDA target, split or whole (fa2-attention off: on, a bf16
+// cache's runs on attention_prefill_fa2, TestFA2AttentionChoosesItsKernel), and off gives back
 // attention_prefill; Metal (no tensor cores) keeps attention_prefill with the pass on;
 // decode is the same plan either way (attention_gqa_mma: mma-decode-attention's).
 func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
@@ -25,7 +27,7 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 		return g
 	}
 	f32, bf16 := build(graph.F32), build(graph.BF16)
-	on := passes.Config{Off: map[string]bool{"mma-attention": false}}
+	on := passes.Config{Off: map[string]bool{"mma-attention": false, "fa2-attention": true}}
 	off := passes.Config{Off: map[string]bool{"mma-attention": true}}
 	compile := func(g *graph.Graph, target string, T int, cfg passes.Config) map[string]int {
 		t.Helper()
@@ -49,6 +51,69 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 	}
 	if a, b := compile(f32, "cuda", 1, on), compile(f32, "cuda", 1, off); fmt.Sprint(a) != fmt.Sprint(b) || a[kernels.KernelAttentionGQAMMA] != 10 {
 		t.Errorf("decode attention kernels %v on, %v off: want attention_gqa_mma in all 10 layers both ways", a, b)
+	}
+}
+
+// fa2-attention (on by default) puts the 35B-A3B's tiled prefill attention over a bf16
+// cache on attention_prefill_fa2 on the CUDA target, split or whole, and leaves a float32
+// cache's on attention_prefill_mma; off gives back attention_prefill_mma, and with
+// mma-attention off it marks nothing (attention_prefill); decode keeps attention_gqa_mma.
+func TestFA2AttentionChoosesItsKernel(t *testing.T) {
+	cfg := qwen35moe.Default()
+	build := func(kv graph.DType) *graph.Graph {
+		g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg), KVDType: kv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	f32, bf16 := build(graph.F32), build(graph.BF16)
+	on := passes.Config{}
+	off := passes.Config{Off: map[string]bool{"fa2-attention": true}}
+	noMMA := passes.Config{Off: map[string]bool{"mma-attention": true}}
+	compile := func(g *graph.Graph, T int, cfg passes.Config) map[string]int {
+		t.Helper()
+		return attentionKernels(t, compileStep(t, g, "cuda", T, cfg), 16, 2)
+	}
+	for _, T := range []int{2, 64, 512, 1024} {
+		t.Run(fmt.Sprintf("T=%d", T), func(t *testing.T) {
+			if got := compile(bf16, T, on); got[kernels.KernelAttentionPrefillFA2] != 10 || len(got) != 1 {
+				t.Errorf("bf16 cache, on: attention kernels %v, want attention_prefill_fa2 in all 10 layers", got)
+			}
+			if got := compile(bf16, T, off); got[kernels.KernelAttentionPrefillMMA] != 10 || len(got) != 1 {
+				t.Errorf("bf16 cache, off: attention kernels %v, want attention_prefill_mma in all 10 layers", got)
+			}
+			if got := compile(f32, T, on); got[kernels.KernelAttentionPrefillMMA] != 10 || len(got) != 1 {
+				t.Errorf("f32 cache, on: attention kernels %v, want attention_prefill_mma in all 10 layers", got)
+			}
+			if got := compile(bf16, T, noMMA); got[kernels.KernelAttentionPrefill] != 10 || len(got) != 1 {
+				t.Errorf("bf16 cache, on without mma-attention: attention kernels %v, want attention_prefill in all 10 layers", got)
+			}
+		})
+	}
+	if got := compile(bf16, 1, on); got[kernels.KernelAttentionGQAMMA] != 10 || len(got) != 1 {
+		t.Errorf("bf16 cache, decode, on: attention kernels %v, want attention_gqa_mma in all 10 layers", got)
+	}
+	// Its key split is its own: one group a multiprocessor and 16 tokens a group, so a
+	// chunk of 1,024 tokens (128 groups) stays whole where a turn of 128 tokens (16
+	// groups) is cut to fill the 132 multiprocessors.
+	for _, tc := range []struct{ T, splits int }{{1024, 1}, {128, 9}, {512, 3}} {
+		if got := gpu.CUDA.FA2AttentionSplits(tc.T, 16, 2, 256); got != tc.splits {
+			t.Errorf("FA2AttentionSplits at %d tokens: %d, want %d", tc.T, got, tc.splits)
+		}
+		p := compileStep(t, bf16, "cuda", tc.T, on)
+		n := 0
+		for _, d := range p.Dispatches {
+			if d.Kernel == kernels.KernelAttentionPrefillFA2 {
+				n++
+				if s := max(d.Attrs.Int("splits"), 1); s != tc.splits {
+					t.Errorf("%d tokens: dispatch %d (%s) in %d key ranges, want %d", tc.T, d.Index, d.Op, s, tc.splits)
+				}
+			}
+		}
+		if n != 10 {
+			t.Errorf("%d tokens: %d attention_prefill_fa2 dispatches, want 10", tc.T, n)
+		}
 	}
 }
 

@@ -173,6 +173,19 @@ func mmaAttention(u *Unit) error {
 	return nil
 }
 
+// fa2Attention marks, for a GPU target with tensor cores, every prefill attention that
+// mma-attention marked and that runs over a bf16 cache with head dims of 64, 128 or 256
+// with gpu.AttrFA2Attention, so select-kernels launches attention_prefill_fa2
+// (ops/kernels/attention_mma.k: each warp owns 16 query rows whole, FlashAttention-2's
+// form, a group 128 rows; the same bf16 products and key ranges as attention_prefill_mma).
+// Off, they keep attention_prefill_mma.
+func fa2Attention(u *Unit) error {
+	return markKernelChoice(u, "fa2-attention", gpu.AttrMMAAttention, gpu.AttrFA2Attention,
+		func(t *gpu.Target, _ *plan.Dispatch, in []gpu.Operand) bool {
+			return t.FA2AttentionShape("attention", in)
+		})
+}
+
 // mmaDecodeAttention marks, for a GPU target with tensor cores, every attention that runs
 // one group per (kv head, token, key range) rather than tiled for prefill (decode's,
 // whole or split into key ranges) with gpu.AttrMMADecodeAttention, so select-kernels

@@ -22,13 +22,18 @@ func attentionKernels(t *testing.T, p *plan.Plan, NH, KVH int) map[string]int {
 			continue
 		}
 		got[d.Kernel]++
-		if d.Kernel != kernels.KernelAttentionPrefill {
+		tile := gpu.PrefillQueryTile(NH, KVH)
+		switch d.Kernel {
+		case kernels.KernelAttentionPrefill:
+		case kernels.KernelAttentionPrefillFA2:
+			tile = gpu.FA2QueryTile(NH, KVH)
+		default:
 			continue
 		}
-		tiles := (p.Tokens + gpu.PrefillQueryTile(NH, KVH) - 1) / gpu.PrefillQueryTile(NH, KVH)
+		tiles := (p.Tokens + tile - 1) / tile
 		splits := max(d.Attrs.Int("splits"), 1)
 		if want := [3]int{KVH, tiles, splits}; d.Grid != want {
-			t.Errorf("dispatch %d (%s): attention_prefill on grid %v, want %v", d.Index, d.Op, d.Grid, want)
+			t.Errorf("dispatch %d (%s): %s on grid %v, want %v", d.Index, d.Op, d.Kernel, d.Grid, want)
 		}
 	}
 	return got
@@ -37,7 +42,8 @@ func attentionKernels(t *testing.T, p *plan.Plan, NH, KVH int) map[string]int {
 // On the 35B-A3B's shapes (16 query heads over 2 kv heads, head dim 256): with
 // tile-attention every prefill attention of the 10 attention layers runs as
 // attention_prefill (split over key ranges for chunks of few query tiles) on Metal, and
-// as its tensor-core twin attention_prefill_mma (mma-attention) on CUDA; -pass=tile-attention/off gives back one group per (kv head, token):
+// on CUDA over this graph's bf16 cache (the model builder's default) as
+// attention_prefill_fa2 (mma-attention and fa2-attention); -pass=tile-attention/off gives back one group per (kv head, token):
 // attention_gqa, or on CUDA its tensor-core twin attention_gqa_mma (mma-decode-attention);
 // decode is the same plan either way; the CPU ignores the pass.
 func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
@@ -46,7 +52,7 @@ func TestTileAttentionChoosesThePrefillKernel(t *testing.T) {
 	for _, target := range []string{"cuda", "metal"} {
 		tiled, untiled := kernels.KernelAttentionPrefill, kernels.KernelAttentionGQA
 		if target == "cuda" {
-			tiled, untiled = kernels.KernelAttentionPrefillMMA, kernels.KernelAttentionGQAMMA
+			tiled, untiled = kernels.KernelAttentionPrefillFA2, kernels.KernelAttentionGQAMMA
 		}
 		for _, T := range []int{2, 7, 64, 200, 512} {
 			t.Run(fmt.Sprintf("%s/T=%d", target, T), func(t *testing.T) {

@@ -102,10 +102,13 @@ const (
 	// copied into group memory by cp.async, four tiles ahead, the rows earlier steps wrote
 	// before the programmatic-launch wait (the staged-decode-attention pass).
 	KernelAttentionGQAStaged = "attention_gqa_staged"
-	KernelExpertMMA16Q4      = "expert_mma16_q4"
-	KernelExpertMMA32Q4      = "expert_mma32_q4"
-	KernelExpertMMA64Q4      = "expert_mma64_q4"
-	KernelExpertMMASplitKQ4  = "expert_mma_splitk_q4"
+	// KernelAttentionPrefillFA2 is attention_prefill_mma over a bf16 cache with whole query
+	// rows a warp, FlashAttention-2's form (the fa2-attention pass).
+	KernelAttentionPrefillFA2 = "attention_prefill_fa2"
+	KernelExpertMMA16Q4       = "expert_mma16_q4"
+	KernelExpertMMA32Q4       = "expert_mma32_q4"
+	KernelExpertMMA64Q4       = "expert_mma64_q4"
+	KernelExpertMMASplitKQ4   = "expert_mma_splitk_q4"
 
 	// The decode matrix-vector products on the tensor cores (matvec_mma.k), each the twin
 	// of a SIMT kernel of the same arguments (MMAMatvecTwin).
@@ -226,7 +229,7 @@ var CUDANames = []string{KernelMatmulMMA, KernelMatmulMMASplitK, KernelExpertMMA
 	KernelMatvecMMAQ4, KernelMatvecFusedMMAQ4, KernelExpertMVSwiGLUMMAQ4, KernelExpertMVSwiGLUSharedMMAQ4,
 	KernelMatvecIMMAQ4, KernelMatvecFusedIMMAQ4, KernelExpertMVSwiGLUIMMAQ4, KernelExpertMVSwiGLUSharedIMMAQ4,
 	KernelMatvecStagedQ4, KernelMatvecFusedStagedQ4, KernelMatvecFusedNormStagedQ4, KernelExpertMVSwiGLUStagedQ4, KernelExpertMVSwiGLUSharedStagedQ4,
-	KernelAttentionPrefillMMA, KernelAttentionGQAMMA, KernelAttentionGQAStaged, KernelRouterQ8, KernelGatedDeltaChunked}
+	KernelAttentionPrefillMMA, KernelAttentionGQAMMA, KernelAttentionGQAStaged, KernelAttentionPrefillFA2, KernelRouterQ8, KernelGatedDeltaChunked}
 
 // DynamicGroupMemory is the group memory a CUDA-only kernel takes at launch instead of
 // declaring it (a static declaration holds at most 48 KB) on a GPU that gives a group at
@@ -243,6 +246,8 @@ func DynamicGroupMemory(name string, limit int) int {
 		return AttnMMAGroupMemoryFor(1)
 	case KernelAttentionGQAStaged:
 		return AttnStagedGroupMemory
+	case KernelAttentionPrefillFA2:
+		return AttnFA2GroupMemory
 	case KernelGatedDeltaChunked:
 		return DeltaChunkGroupMemory
 	}
@@ -279,6 +284,9 @@ const (
 	AttnMMAHalves         = 2      // AM_HALVES: attention_prefill_mma's group is AttnMMAHalves·D threads
 	AttnGQAMMAHeads       = 8      // AD_HEADS: attention_gqa_mma serves up to this many query heads per kv head
 	AttnStagedGroupMemory = 139264 // AS_SMEM_BYTES: attention_gqa_staged's dynamic group memory (four float32 key tiles and the partial scores)
+	AttnFA2Rows           = 128    // FA_ROWS: attention_prefill_fa2's query rows (token, head) a group, 16 a warp
+	AttnFA2Threads        = 256    // FA_THREADS: its group size
+	AttnFA2GroupMemory    = 202752 // FA_SMEM_BYTES(256): its dynamic group memory (q's bf16 hi and lo parts for its rows, a K and a V tile of 64 keys, rows of 264 bf16)
 	MMATileM              = 64     // MMA_TM: matmul_mma's weight rows per group
 	MMATileN              = 64     // MMA_TN: matmul_mma's activation rows per group
 	MMAWideTileM          = 128    // MMA_WIDE_TM: matmul_mma_wide's and expert_mma32w's weight rows per group

@@ -12,21 +12,24 @@ import (
 )
 
 // On the 35B-A3B's shapes with a float32 KV cache (the engine's default) or a bf16 one,
+// modelWithCache builds the 35B-A3B's graph (MLX 4-bit weights) with a KV cache of kv.
+func modelWithCache(t *testing.T, kv graph.DType) *graph.Graph {
+	t.Helper()
+	cfg := qwen35moe.Default()
+	g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg), KVDType: kv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // mma-attention puts every tiled prefill attention of the 10 attention layers on
 // attention_prefill_mma on the CUDA target, split or whole (fa2-attention off: on, a bf16
 // cache's runs on attention_prefill_fa2, TestFA2AttentionChoosesItsKernel), and off gives back
 // attention_prefill; Metal (no tensor cores) keeps attention_prefill with the pass on;
 // decode is the same plan either way (attention_gqa_mma: mma-decode-attention's).
 func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
-	cfg := qwen35moe.Default()
-	build := func(kv graph.DType) *graph.Graph {
-		g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg), KVDType: kv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
-	f32, bf16 := build(graph.F32), build(graph.BF16)
+	f32, bf16 := modelWithCache(t, graph.F32), modelWithCache(t, graph.BF16)
 	on := passes.Config{Off: map[string]bool{"mma-attention": false, "fa2-attention": true}}
 	off := passes.Config{Off: map[string]bool{"mma-attention": true}}
 	compile := func(g *graph.Graph, target string, T int, cfg passes.Config) map[string]int {
@@ -59,15 +62,7 @@ func TestMMAAttentionChoosesTheTensorCoreKernel(t *testing.T) {
 // cache's on attention_prefill_mma; off gives back attention_prefill_mma, and with
 // mma-attention off it marks nothing (attention_prefill); decode keeps attention_gqa_mma.
 func TestFA2AttentionChoosesItsKernel(t *testing.T) {
-	cfg := qwen35moe.Default()
-	build := func(kv graph.DType) *graph.Graph {
-		g, err := qwen35moe.Build(cfg, qwen35moe.BuildOptions{WeightType: qwen35moe.MLXWeightType(cfg), KVDType: kv})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
-	f32, bf16 := build(graph.F32), build(graph.BF16)
+	f32, bf16 := modelWithCache(t, graph.F32), modelWithCache(t, graph.BF16)
 	on := passes.Config{}
 	off := passes.Config{Off: map[string]bool{"fa2-attention": true}}
 	noMMA := passes.Config{Off: map[string]bool{"mma-attention": true}}

@@ -1,4 +1,9 @@
 #!/bin/bash
+# Thirty-fifth session: attention_prefill_fa2 (fa2-attention, on by default for a bf16
+# cache) ran only its per-op tests and 12 check lines on an H100, and was timed on four
+# attention layers alone. Next: `bash cuda/device_pack.sh`, then `cuda/device_check.sh`
+# whole (its bf16 lines now run the kernel), and `ROUNDS=2 bash cuda/device_fa2.sh` for
+# the full model's table (it synthesizes /tmp/full beside the tests).
 # First: the owed H200 check, cuda/device_check.sh on an H200 (the thirty-fourth session
 # ran it whole on an H100, on main and on main with attn-stage, which it then merged).
 # From the thirty-first session: the H200 check owed since the twenty-fourth

@@ -38,6 +38,20 @@ func prefillCase(r *rand.Rand, D, G, kvh, C, T int, dt graph.DType, splits int) 
 		splits: splits}
 }
 
+// partialCase is an attention case as attention_partial over splits key ranges (the
+// split form's first dispatch, checked range by range), with the case's kernel marks.
+func partialCase(c opCase, splits int) opCase {
+	attrs := graph.Attrs{"scale": c.attrs.Float("scale"), "splits": int64(splits), "key_block": int64(kernels.AttnKeyBlock)}
+	for _, mark := range []string{gpu.AttrPrefillTiled, gpu.AttrMMAAttention, gpu.AttrFA2Attention} {
+		if v, ok := c.attrs[mark]; ok {
+			attrs[mark] = v
+		}
+	}
+	c.name = fmt.Sprintf("%s/partial%d", c.name, splits)
+	c.op, c.attrs = "attention_partial", attrs
+	return c
+}
+
 // attention_prefill against the reference over the shapes that matter: head dims 64,
 // 128 and 256 (the model's), 1, 2, 4 and 8 query heads per kv head (the model has 8),
 // contexts 0, 40 and past several key tiles, step lengths that are not multiples of the
@@ -105,11 +119,7 @@ func TestPrefillAttentionPartialStates(t *testing.T) {
 		// beyond), the last one empty for the later tokens.
 		{64, 1, 1, 45, 40, 3}, {256, 8, 2, 45, 9, 3},
 	} {
-		c := prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, graph.BF16, 0)
-		c.name = fmt.Sprintf("%s/partial%d", c.name, tc.splits)
-		c.op = "attention_partial"
-		c.attrs = graph.Attrs{"scale": c.attrs.Float("scale"), "splits": int64(tc.splits), "key_block": int64(kernels.AttnKeyBlock),
-			gpu.AttrPrefillTiled: int64(1)}
+		c := partialCase(prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, graph.BF16, 0), tc.splits)
 		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
 	}
 }
@@ -163,11 +173,7 @@ func TestPrefillAttentionMMA(t *testing.T) {
 		if i%2 == 1 {
 			dt = graph.BF16
 		}
-		c := mma(prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, dt, 0))
-		c.name = fmt.Sprintf("%s/partial%d", c.name, tc.splits)
-		c.op = "attention_partial"
-		c.attrs = graph.Attrs{"scale": c.attrs.Float("scale"), "splits": int64(tc.splits), "key_block": int64(kernels.AttnKeyBlock),
-			gpu.AttrPrefillTiled: int64(1), gpu.AttrMMAAttention: true}
+		c := partialCase(mma(prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, dt, 0)), tc.splits)
 		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
 	}
 }
@@ -214,11 +220,7 @@ func TestPrefillAttentionFA2(t *testing.T) {
 	for _, tc := range []struct{ D, G, kvh, C, T, splits int }{
 		{64, 8, 1, 40, 9, 4}, {128, 2, 2, 301, 21, 7}, {64, 1, 1, 45, 40, 3}, {256, 8, 2, 45, 9, 3}, {256, 8, 2, 200, 20, 5},
 	} {
-		c := fa2(prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, graph.BF16, 0))
-		c.name = fmt.Sprintf("%s/partial%d", c.name, tc.splits)
-		c.op = "attention_partial"
-		c.attrs = graph.Attrs{"scale": c.attrs.Float("scale"), "splits": int64(tc.splits), "key_block": int64(kernels.AttnKeyBlock),
-			gpu.AttrPrefillTiled: int64(1), gpu.AttrMMAAttention: true, gpu.AttrFA2Attention: true}
+		c := partialCase(fa2(prefillCase(r, tc.D, tc.G, tc.kvh, tc.C, tc.T, graph.BF16, 0)), tc.splits)
 		t.Run(c.name, func(t *testing.T) { runOpCase(t, g, c) })
 	}
 }

@@ -12,6 +12,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"unsafe"
 
@@ -522,6 +523,22 @@ func ExpertTileFor(slots, E int) int {
 		}
 	}
 	return ExpertTiles[len(ExpertTiles)-1]
+}
+
+// ExpertRowsOverTile is the share of experts that receive more than tile of slots routed
+// rows over E experts, were the routing uniform: each expert's rows are then Poisson with
+// mean slots/E (many tokens, each choosing k of E). Those experts run their tile twice
+// over their weights. Real routers favour some experts, which only fattens this tail.
+func ExpertRowsOverTile(slots, E, tile int) float64 {
+	mean := float64(slots) / float64(max(E, 1))
+	pmf, cdf := math.Exp(-mean), 0.0
+	for k := 0; k <= tile; k++ {
+		if k > 0 {
+			pmf *= mean / float64(k)
+		}
+		cdf += pmf
+	}
+	return max(0, 1-cdf)
 }
 
 // TensorCoreShape says whether a matmul-family dispatch with these operands gains from

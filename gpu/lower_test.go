@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"math"
 	"testing"
 
 	"pistil/ops"
@@ -84,6 +85,29 @@ func TestTargetsAgreeWithKernelTuning(t *testing.T) {
 	}{{CUDA, kernels.CUDA}, {Metal, kernels.Metal}} {
 		if c.target.CombineRows != int(c.tuning.CombineRows) || c.target.CombineRows <= 0 {
 			t.Errorf("%s: CombineRows %d, the kernels' MVC_ROWS %d", c.target.Name, c.target.CombineRows, c.tuning.CombineRows)
+		}
+	}
+}
+
+// ExpertRowsOverTile is the tail of a Poisson distribution with mean slots/E: the values
+// of P(X > 16) below were computed independently (1 - Σ e^-m m^k / k! for k <= 16, in
+// Python). A cut at 10% therefore falls between 11 and 12.25 rows an expert.
+func TestExpertRowsOverTile(t *testing.T) {
+	for _, c := range []struct {
+		slots, experts, tile int
+		want                 float64
+	}{
+		{2048, 256, 16, 0.0037180212812841784}, // 256 tokens x 8 of 256: 8 an expert
+		{3072, 256, 16, 0.10129100743983788},   // 12
+		{3136, 256, 16, 0.11542940545520741},   // 12.25
+		{4096, 256, 16, 0.43403757699012335},   // 512 tokens: 16
+		{8192, 256, 16, 0.9986083327129703},    // 1,024 tokens: 32
+		{0, 256, 16, 0},
+		{100000, 1, 16, 1}, // e^-mean underflows to zero: every expert is over
+	} {
+		got := ExpertRowsOverTile(c.slots, c.experts, c.tile)
+		if math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("ExpertRowsOverTile(%d, %d, %d) = %.12f, want %.12f", c.slots, c.experts, c.tile, got, c.want)
 		}
 	}
 }

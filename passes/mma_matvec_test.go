@@ -111,7 +111,8 @@ func TestExpertSplitKMarksSmallExpertTiles(t *testing.T) {
 // tiles of 32 routed rows: in a 1,024-token chunk (T·k/E = 32) the 150 of matmul_mma_q4
 // (the GDN's qkv, z and output projections, attention's q and output projections, the
 // shared experts' down projections) and the 120 routed gate, up and down projections;
-// at 512 tokens the experts' tiles hold 16 rows and stay, and of the dense matmuls only
+// at 512 tokens (busy-expert-tiles off: TestBusyExpertTilesGrowTheTile has it on) the
+// experts' tiles hold 16 rows and stay, and of the dense matmuls only
 // the 70 of 8,192 and 4,096 rows (GDN qkv and z, attention's q) run on matmul_mma (the
 // rest fill too few 64 x 64 tiles and are split-k's); off, or on Metal, none.
 func TestMMAWideRowsMarksDenseAndTile32(t *testing.T) {
@@ -123,7 +124,7 @@ func TestMMAWideRowsMarksDenseAndTile32(t *testing.T) {
 		wantDense, wantEx int
 	}{{"cuda", 1024, true, 150, 120}, {"cuda", 1024, false, 0, 0}, {"cuda", 512, true, 70, 0}, {"metal", 1024, true, 0, 0}} {
 		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: c.tokens, Backend: c.backend},
-			passes.Config{Off: map[string]bool{"mma-wide-rows": !c.on}})
+			passes.Config{Off: map[string]bool{"mma-wide-rows": !c.on, "busy-expert-tiles": true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,4 +162,48 @@ func fullModelGraph(t *testing.T) *graph.Graph {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// On the 35B-A3B's prefill plans, busy-expert-tiles gives the 120 routed gate, up and
+// down projections of a 512-token chunk (16 rows an expert on average, 43% of experts
+// over 16 were the routing uniform) the wide 32-row tile, and leaves them their 16-row
+// tile at 256 tokens (8 an expert, 0.4% over 16), where it measured slower; 1,024-token
+// chunks have the 32-row tile from expert-tiles already. Without mma-wide-rows, with
+// expert-split-k taking the 16-row tiles, off, or on Metal, nothing grows.
+func TestBusyExpertTilesGrowTheTile(t *testing.T) {
+	g := fullModelGraph(t)
+	for _, c := range []struct {
+		name             string
+		backend          string
+		tokens           int
+		off              map[string]bool
+		wantWide, want16 int
+	}{
+		{"512", "cuda", 512, nil, 120, 0},
+		{"512/off", "cuda", 512, map[string]bool{"busy-expert-tiles": true}, 0, 120},
+		{"256", "cuda", 256, nil, 0, 120},
+		{"1024", "cuda", 1024, nil, 120, 0},
+		{"512/narrow", "cuda", 512, map[string]bool{"mma-wide-rows": true}, 0, 120},
+		{"512/split-k", "cuda", 512, map[string]bool{"expert-split-k": false}, 0, 0},
+		{"512/metal", "metal", 512, nil, 0, 0},
+	} {
+		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: c.tokens, Backend: c.backend},
+			passes.Config{Off: c.off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wide, tile16 := 0, 0
+		for _, d := range p.Dispatches {
+			switch d.Kernel {
+			case kernels.KernelExpertMMA32W, kernels.KernelExpertMMA32WQ4:
+				wide++
+			case kernels.KernelExpertMMA16, kernels.KernelExpertMMA16Q4:
+				tile16++
+			}
+		}
+		if wide != c.wantWide || tile16 != c.want16 {
+			t.Errorf("%s: %d routed-expert dispatches on the wide tile and %d on the 16-row tile, want %d and %d",
+				c.name, wide, tile16, c.wantWide, c.want16)
+		}
+	}
 }

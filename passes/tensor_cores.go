@@ -254,6 +254,43 @@ func expertTiles(u *Unit) error {
 	return nil
 }
 
+// busyExpertTileShare is the share of experts past which busy-expert-tiles grows a tile:
+// one expert in ten running its 16-row tile twice.
+const busyExpertTileShare = 0.1
+
+// busyExpertTiles grows the mma expert tiles of 16 routed rows to the wide tile of 32
+// (expert_mma32w, with mma-wide-rows) where more than one expert in ten would receive over
+// 16 rows (gpu.ExpertRowsOverTile; from T·k/E of about 12.2: the full model's 512-token
+// chunks, 16 on average, where 43% would), so those experts read their weights once, not
+// twice; the wide tile multiplies an expert of at most 16 rows on two of its four token
+// sub-tiles (MMA_PARTIAL_SUBTILES), the products of the 16-row tile. At 8 rows an expert
+// (256-token chunks: 0.4% over 16) the 16-row tile stays, which measured faster there
+// (its four groups a multiprocessor against the wide tile's three). Tiles expert-split-k
+// took keep their 16 rows; without mma-wide-rows nothing grows (the narrow 32-row tile,
+// expert_mma32, was not measured against it).
+func busyExpertTiles(u *Unit) error {
+	if u.Plan == nil || !u.passOn("mma-wide-rows") {
+		return nil
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if !d.Attrs.Bool(gpu.AttrTensorCores) || d.Attrs.Bool(gpu.AttrExpertSplitK) ||
+			(d.Op != "expert_matmul" && d.Op != "expert_qmatmul") || d.Attrs.Int(gpu.AttrExpertTile) != gpu.ExpertTiles[0] {
+			continue
+		}
+		in, _ := dispatchOperands(u.Plan, d)
+		w, ids := in[1], in[2]
+		if len(w.Shape) != 3 || len(ids.Shape) != 2 {
+			continue // the lowering reports the bad shape
+		}
+		if gpu.ExpertRowsOverTile(ids.Shape[0]*ids.Shape[1], w.Shape[0], gpu.ExpertTiles[0]) > busyExpertTileShare {
+			setAttr(d, gpu.AttrExpertTile, int64(kernels.MMAWideTileN))
+			u.count("busy-expert-tiles: "+d.Op, 1)
+		}
+	}
+	return nil
+}
+
 // Three kernel choices for the matmuls of short prefill steps (an agent's turn is cut
 // into pieces of a few to a few hundred tokens), each a pass that marks the dispatches
 // of a multi-token step whose shape it covers, so select-kernels picks its kernel:

@@ -586,9 +586,15 @@ func (t *Target) MMASplitKShape(op string, in []Operand) bool {
 	if (op != "matmul" && op != "qmatmul") || !t.TensorCoreShape(op, in) {
 		return false
 	}
+	return MMATiles(in) < t.ParallelGroups
+}
+
+// MMATiles is how many 64x64 tiles (matmul_mma's groups; the wide tile's 128x32 are as
+// many) the product of a matmul-family dispatch's operands (activations, weights) has.
+func MMATiles(in []Operand) int {
 	M, K := in[1].Shape[0], in[1].Shape[1]
 	rows := prod(in[0].Shape) / K
-	return ceilDiv(M, kernels.MMATileM)*ceilDiv(rows, kernels.MMATileN) < t.ParallelGroups
+	return ceilDiv(M, kernels.MMATileM) * ceilDiv(rows, kernels.MMATileN)
 }
 
 // ExpertSplitKShape says whether a routed-expert matmul marked for the tensor cores

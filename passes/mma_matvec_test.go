@@ -111,8 +111,8 @@ func TestExpertSplitKMarksSmallExpertTiles(t *testing.T) {
 // tiles of 32 routed rows: in a 1,024-token chunk (T·k/E = 32) the 150 of matmul_mma_q4
 // (the GDN's qkv, z and output projections, attention's q and output projections, the
 // shared experts' down projections) and the 120 routed gate, up and down projections;
-// at 512 tokens (busy-expert-tiles off: TestBusyExpertTilesGrowTheTile has it on) the
-// experts' tiles hold 16 rows and stay, and of the dense matmuls only
+// at 512 tokens (busy-expert-tiles and split-k-only-idle off: their own tests have them
+// on) the experts' tiles hold 16 rows and stay, and of the dense matmuls only
 // the 70 of 8,192 and 4,096 rows (GDN qkv and z, attention's q) run on matmul_mma (the
 // rest fill too few 64 x 64 tiles and are split-k's); off, or on Metal, none.
 func TestMMAWideRowsMarksDenseAndTile32(t *testing.T) {
@@ -124,7 +124,7 @@ func TestMMAWideRowsMarksDenseAndTile32(t *testing.T) {
 		wantDense, wantEx int
 	}{{"cuda", 1024, true, 150, 120}, {"cuda", 1024, false, 0, 0}, {"cuda", 512, true, 70, 0}, {"metal", 1024, true, 0, 0}} {
 		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: c.tokens, Backend: c.backend},
-			passes.Config{Off: map[string]bool{"mma-wide-rows": !c.on, "busy-expert-tiles": true}})
+			passes.Config{Off: map[string]bool{"mma-wide-rows": !c.on, "busy-expert-tiles": true, "split-k-only-idle": true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,6 +204,59 @@ func TestBusyExpertTilesGrowTheTile(t *testing.T) {
 		if wide != c.wantWide || tile16 != c.want16 {
 			t.Errorf("%s: %d routed-expert dispatches on the wide tile and %d on the 16-row tile, want %d and %d",
 				c.name, wide, tile16, c.wantWide, c.want16)
+		}
+	}
+}
+
+// On the 35B-A3B's prefill plans, split-k-only-idle takes matmul_mma_splitk back from the
+// 512-token chunk's matmuls of 256 tiles (30 GDN and 10 attention output projections, 40
+// shared experts' down projections: 2,048 rows x 512 tokens), which run on the wide tile
+// instead, and leaves it the rest (the shared experts' gate and up, k and v, the GDN's a
+// and b, the routers); in a 256-token chunk the GDN's z projections (4,096 rows: 256
+// tiles) move and its output projections (128 tiles) keep the split. Without
+// mma-wide-rows, off, or on Metal, nothing changes.
+func TestSplitKOnlyIdleKeepsTheSplitForIdleTiles(t *testing.T) {
+	g := fullModelGraph(t)
+	count := func(backend string, tokens int, off map[string]bool) (split, wide int) {
+		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: tokens, Backend: backend}, passes.Config{Off: off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range p.Dispatches {
+			switch d.Kernel {
+			case kernels.KernelMatmulMMASplitK, kernels.KernelMatmulMMASplitKQ4:
+				split++
+			case kernels.KernelMatmulMMAWide, kernels.KernelMatmulMMAWideQ4:
+				wide++
+			}
+		}
+		return split, wide
+	}
+	for _, c := range []struct {
+		name    string
+		backend string
+		tokens  int
+		off     map[string]bool
+		moved   int // split-k dispatches that became wide ones, against the pass off
+	}{
+		{"512", "cuda", 512, nil, 80},
+		{"256", "cuda", 256, nil, 30},
+		{"1024", "cuda", 1024, nil, 0},
+		{"512/narrow", "cuda", 512, map[string]bool{"mma-wide-rows": true}, 0},
+		{"512/metal", "metal", 512, nil, 0},
+	} {
+		off := map[string]bool{"split-k-only-idle": true}
+		for k, v := range c.off {
+			off[k] = v
+		}
+		split, wide := count(c.backend, c.tokens, c.off)
+		split0, wide0 := count(c.backend, c.tokens, off)
+		if split0-split != c.moved || wide-wide0 != c.moved {
+			t.Errorf("%s: split-k %d -> %d and wide %d -> %d dispatches with the pass on, want %d moved from one to the other",
+				c.name, split0, split, wide0, wide, c.moved)
+		}
+		if c.name == "512" && split == 0 {
+			t.Errorf("512: no matmul kept the split; the shared experts' gate and up (64 tiles) should")
 		}
 	}
 }

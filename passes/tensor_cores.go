@@ -43,6 +43,37 @@ func mmaSplitK(u *Unit) error {
 	})
 }
 
+// splitKOnlyIdle takes matmul_mma_splitk back from the matmuls mma-split-k gave it whose
+// tiles still give every multiprocessor a group (at least gpu.Target.ParallelGroups / 2,
+// which counts two a multiprocessor), so mma-wide-rows gives them the wide tile: in a
+// 512-token chunk of the full model the GDN and attention output projections and the
+// shared experts' down projections, 256 tiles each (2,048 rows by 512 tokens). On the
+// H100 the 128x32 wide tile, whose warps each walk all of K, ran those faster than the
+// split tiles of 32x16 that share each tile's k-steps among four warps (the GDN output
+// projection's split-k launch took 221 µs, the wide input projection of twice its
+// products 227). Matmuls of fewer tiles (a 256-token chunk's output projections: 128)
+// keep the split; that chunk's GDN z projections (256 tiles) move, unmeasured. Only with
+// mma-wide-rows: the 64x64 tile was not measured against it.
+func splitKOnlyIdle(u *Unit) error {
+	t, err := TargetFor(u.Phase.Backend)
+	if err != nil || t.GPU == nil || u.Plan == nil || !u.passOn("mma-wide-rows") {
+		return err
+	}
+	for i := range u.Plan.Dispatches {
+		d := &u.Plan.Dispatches[i]
+		if !d.Attrs.Bool(gpu.AttrMMASplitK) {
+			continue
+		}
+		if in, _ := dispatchOperands(u.Plan, d); gpu.MMATiles(in) >= t.GPU.ParallelGroups/2 {
+			a := d.Attrs.Clone()
+			delete(a, gpu.AttrMMASplitK)
+			d.Attrs = a
+			u.count("split-k-only-idle: "+d.Op, 1)
+		}
+	}
+	return nil
+}
+
 // expertSplitK gives the tensor-core routed-expert matmuls whose experts receive at most
 // 16 rows on average (gpu.Target.ExpertSplitKShape: prefill chunks of up to 512 tokens of
 // the full model) the kernel that shares each tile's k-steps out among its warps,

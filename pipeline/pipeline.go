@@ -182,7 +182,7 @@ func Default() *Pipeline {
 			"fuse-dequant": true, "fuse-gdn-gates": true, "fuse-conv-silu": true, "fuse-slice-l2": true, "fuse-gdn-prologue": false, "fuse-conv-l2": true, "fuse-delta-norm": false,
 			"fuse-swiglu": true, "fuse-router": true, "fuse-moe-combine": true, "fuse-shared-gate": true, "fuse-shared-expert": true, "fuse-expert-routing": false,
 			"fuse-projections": true, "fuse-add-norm": true, "fuse-norm-out-proj": true, "gated-norm-matvec": false,
-			"fuse-qk-norm-rope": true, "fuse-slice-rope": true, "fuse-rope-append": true, "fuse-attn-gate": true, "tensor-cores": true, "mma-split-k": true, "expert-tiles": true, "expert-split-k": false, "busy-expert-tiles": true, "mma-wide-rows": true, "slice-views": true, "batched-matvec": false, "expert-gather": false, "expert-per-slot": true, "tile-attention": true,
+			"fuse-qk-norm-rope": true, "fuse-slice-rope": true, "fuse-rope-append": true, "fuse-attn-gate": true, "tensor-cores": true, "mma-split-k": true, "split-k-only-idle": true, "expert-tiles": true, "expert-split-k": false, "busy-expert-tiles": true, "mma-wide-rows": true, "slice-views": true, "batched-matvec": false, "expert-gather": false, "expert-per-slot": true, "tile-attention": true,
 			"mma-matvec": true, "imma-matvec": false, "staged-matvec": true, "mma-attention": true, "fa2-attention": true, "mma-decode-attention": true, "staged-decode-attention": false, "chunked-delta": true, "router-matvec": false, "norm-matvec": true, "norm-matvec-q4": false,
 			"check": false,
 		},

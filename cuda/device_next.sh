@@ -1,9 +1,16 @@
 #!/bin/bash
+# Thirty-sixth session: busy-expert-tiles and split-k-only-idle (passes, no kernel change)
+# landed after one H100 call each; cuda/device_check.sh ran whole on aa9a0e1 (before
+# them) on an H100 in 588 s, so it now takes PARTS="tests" or PARTS="checks", a call each.
+# Next, first: split-k-only-idle at 256 tokens, where it moves the GDN z projections
+# (unmeasured): `pistil bench --backend cuda --model /tmp/full --contexts= --repeats 3
+# --bandwidth-mib 0 --prompts 128,256,384,512 --depths 0`, the pass on and off alternating,
+# two rounds (about 90 s); then PARTS=checks and PARTS=tests of cuda/device_check.sh on
+# the tree (its two new lines check busy-expert-tiles on and off), on an H200 if one comes.
 # Thirty-fifth session: attention_prefill_fa2 (fa2-attention, on by default for a bf16
 # cache) ran only its per-op tests and 12 check lines on an H100, and was timed on four
-# attention layers alone. Next: `bash cuda/device_pack.sh`, then `cuda/device_check.sh`
-# whole (its bf16 lines now run the kernel), and `ROUNDS=2 bash cuda/device_fa2.sh` for
-# the full model's table (it synthesizes /tmp/full beside the tests).
+# attention layers alone. (Done in the thirty-sixth session on an H100: device_check.sh
+# whole, and the full model's table, cuda/README.md.)
 # First: the owed H200 check, cuda/device_check.sh on an H200 (the thirty-fourth session
 # ran it whole on an H100, on main and on main with attn-stage, which it then merged).
 # From the thirty-first session: the H200 check owed since the twenty-fourth

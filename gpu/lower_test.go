@@ -91,7 +91,7 @@ func TestTargetsAgreeWithKernelTuning(t *testing.T) {
 
 // ExpertRowsOverTile is the tail of a Poisson distribution with mean slots/E: the values
 // of P(X > 16) below were computed independently (1 - Σ e^-m m^k / k! for k <= 16, in
-// Python). A cut at 10% therefore falls between 11 and 12.25 rows an expert.
+// Python). A cut at 10% therefore falls just under 12 rows an expert (11.98).
 func TestExpertRowsOverTile(t *testing.T) {
 	for _, c := range []struct {
 		slots, experts, tile int

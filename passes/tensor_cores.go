@@ -291,7 +291,7 @@ const busyExpertTileShare = 0.1
 
 // busyExpertTiles grows the mma expert tiles of 16 routed rows to the wide tile of 32
 // (expert_mma32w, with mma-wide-rows) where more than one expert in ten would receive over
-// 16 rows (gpu.ExpertRowsOverTile; from T·k/E of about 12.2: the full model's 512-token
+// 16 rows (gpu.ExpertRowsOverTile; from T·k/E of about 12.0: the full model's 512-token
 // chunks, 16 on average, where 43% would), so those experts read their weights once, not
 // twice; the wide tile multiplies an expert of at most 16 rows on two of its four token
 // sub-tiles (MMA_PARTIAL_SUBTILES), the products of the 16-row tile. At 8 rows an expert

@@ -53,6 +53,14 @@ var Shapes = []Shape{
 	{Name: "h2048-real", Layout: synth.MLXQ4, Dims: real2048},
 	{Name: "h2048-real", Layout: synth.MLXQ8, Dims: real2048},
 	{Name: "h2048-real", Layout: synth.HF, Dims: real2048},
+	// The GPU's tile choices at their edges, whole (83 tokens): attention's q projection
+	// and the DeltaNet's qkv projection have 8,192 rows, 256 tiles of 64x64, which
+	// split-k-only-idle moves from the split-k tile to the wide one; 48 experts top-8 get
+	// 13.8 rows each, which busy-expert-tiles gives the wide 32-row tile (64-token chunks,
+	// 10.7 rows, keep the 16-row tile).
+	{Name: "h256-wide-edges", Layout: synth.MLXQ4, Dims: synth.Dims{Vocab: 512, Hidden: 256, Layers: 2, AttentionInterval: 2,
+		Heads: 16, KVHeads: 2, HeadDim: 256, LinearKeyHeads: 16, LinearValueHeads: 32, LinearKeyDim: 128, LinearValueDim: 128, ConvKernel: 4,
+		Experts: 48, TopK: 8, ExpertWidth: 128, SharedWidth: 256}},
 	// 8 query heads per KV head of 128, top-4 of 64.
 	{Name: "h2048-gqa8-top4of64", Layout: synth.MLXQ4, Dims: synth.Dims{Vocab: 512, Hidden: 2048, Layers: 2, AttentionInterval: 2,
 		Heads: 8, KVHeads: 1, HeadDim: 128, LinearKeyHeads: 8, LinearValueHeads: 16, LinearKeyDim: 64, LinearValueDim: 128, ConvKernel: 4,

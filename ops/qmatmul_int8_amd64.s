@@ -223,18 +223,21 @@ q4i8loads:
 	VFMADD231PS Z29, Z8, acc; \
 	VFMADD231PS xs, Z30, acc
 
-// func q4Int8Dot1VNNI(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32)
+// func q4Int8Dot1VNNI(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32, ahead int)
 //
 // out[r] = the dot of one activation row (acts, blocks blocks in the int8 layout) with
 // each of rows consecutive weight rows of blocks blocks: decode's matrix-vector product.
 // The weight bytes are transposed as in q4Int8Dot8VNNI; with one activation row the
-// transpose is paid per weight byte, which the loads from memory still outlast.
-TEXT ·q4Int8Dot1VNNI(SB), NOSPLIT, $0-56
+// transpose is paid per weight byte, which the loads from memory still outlast. Each
+// block asks for the weight bytes ahead bytes past it (int8RowAhead: how far depends on
+// the machine's memory).
+TEXT ·q4Int8Dot1VNNI(SB), NOSPLIT, $0-64
 	MOVQ codes+0(FP), SI
 	MOVQ scales+8(FP), R8
 	MOVQ biases+16(FP), R9
 	MOVQ rows+32(FP), BX
 	MOVQ out+48(FP), DX
+	MOVQ ahead+56(FP), R11
 
 	MOVL         $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z24
@@ -250,13 +253,10 @@ q4i8d1row:
 	VPXORD Z0, Z0, Z0
 
 q4i8d1block:
-	// Eight blocks ahead; measured (BenchmarkQMatmulStreamInt8, one worker): none 13.5,
-	// 2 KiB ahead 13.9, 8 KiB ahead 12.2 GB/s. 1 KiB ahead cut the L2-resident kernel
-	// from 37 to 14 GB/s.
-	PREFETCHT0  2048(SI)
-	PREFETCHT0  2112(SI)
-	PREFETCHT0  2176(SI)
-	PREFETCHT0  2240(SI)
+	PREFETCHT0  (SI)(R11*1)
+	PREFETCHT0  64(SI)(R11*1)
+	PREFETCHT0  128(SI)(R11*1)
+	PREFETCHT0  192(SI)(R11*1)
 	VMOVDQU64   (SI), Z10
 	VMOVDQU64   128(SI), Z11
 	VSHUFI64X2  $0x88, 64(SI), Z10, Z12
@@ -393,3 +393,16 @@ zero:
 	VZEROUPPER
 	RET
 
+
+// func cpuVendor() (ebx, ecx, edx uint32)
+//
+// The vendor string CPUID's leaf 0 returns, in EBX, EDX, ECX order ("AuthenticAMD",
+// "GenuineIntel").
+TEXT ·cpuVendor(SB), NOSPLIT, $0-12
+	XORL AX, AX
+	XORL CX, CX
+	CPUID
+	MOVL BX, ebx+0(FP)
+	MOVL CX, ecx+4(FP)
+	MOVL DX, edx+8(FP)
+	RET

@@ -58,7 +58,9 @@ type CPU struct {
 	Activations string `toml:"activations"`
 	// Int8Kernel names the int8 activations' kernel (ops.SetInt8Kernel: "avx512vnni",
 	// "avx512vnni-plain" (its prefetch, staged stores and long expert work items off),
-	// "avx512vnni-rowcalls", "avxvnni", "avxvnni-rowcalls", "avx2", "avx2-rowcalls", "go",
+	// "avx512vnni-rowcalls", "avx512vnni-near" (decode's one-row kernel prefetching 2 KiB
+	// ahead, where "avx512vnni" asks 8 KiB on AMD), "avxvnni", "avxvnni-rowcalls", "avx2",
+	// "avx2-rowcalls", "go",
 	// those the machine has), process-wide; empty, the fastest. PISTIL_CPU_INT8_KERNEL
 	// overrides it.
 	Int8Kernel string `toml:"int8_kernel"`

@@ -187,20 +187,9 @@ func TestBusyExpertTilesGrowTheTile(t *testing.T) {
 		{"512/split-k", "cuda", 512, map[string]bool{"expert-split-k": false}, 0, 0},
 		{"512/metal", "metal", 512, nil, 0, 0},
 	} {
-		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: c.tokens, Backend: c.backend},
-			passes.Config{Off: c.off})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wide, tile16 := 0, 0
-		for _, d := range p.Dispatches {
-			switch d.Kernel {
-			case kernels.KernelExpertMMA32W, kernels.KernelExpertMMA32WQ4:
-				wide++
-			case kernels.KernelExpertMMA16, kernels.KernelExpertMMA16Q4:
-				tile16++
-			}
-		}
+		k := prefillKernels(t, g, c.backend, c.tokens, c.off)
+		wide := k[kernels.KernelExpertMMA32W] + k[kernels.KernelExpertMMA32WQ4]
+		tile16 := k[kernels.KernelExpertMMA16] + k[kernels.KernelExpertMMA16Q4]
 		if wide != c.wantWide || tile16 != c.want16 {
 			t.Errorf("%s: %d routed-expert dispatches on the wide tile and %d on the 16-row tile, want %d and %d",
 				c.name, wide, tile16, c.wantWide, c.want16)
@@ -218,19 +207,8 @@ func TestBusyExpertTilesGrowTheTile(t *testing.T) {
 func TestSplitKOnlyIdleKeepsTheSplitForIdleTiles(t *testing.T) {
 	g := fullModelGraph(t)
 	count := func(backend string, tokens int, off map[string]bool) (split, wide int) {
-		p, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: tokens, Backend: backend}, passes.Config{Off: off})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range p.Dispatches {
-			switch d.Kernel {
-			case kernels.KernelMatmulMMASplitK, kernels.KernelMatmulMMASplitKQ4:
-				split++
-			case kernels.KernelMatmulMMAWide, kernels.KernelMatmulMMAWideQ4:
-				wide++
-			}
-		}
-		return split, wide
+		k := prefillKernels(t, g, backend, tokens, off)
+		return k[kernels.KernelMatmulMMASplitK] + k[kernels.KernelMatmulMMASplitKQ4], k[kernels.KernelMatmulMMAWide] + k[kernels.KernelMatmulMMAWideQ4]
 	}
 	for _, c := range []struct {
 		name    string
@@ -259,4 +237,20 @@ func TestSplitKOnlyIdleKeepsTheSplitForIdleTiles(t *testing.T) {
 			t.Errorf("512: no matmul kept the split; the shared experts' gate and up (64 tiles) should")
 		}
 	}
+}
+
+// prefillKernels compiles g's prefill plan of tokens tokens for backend, the passes named
+// in off switched off (or, for a pass off by default, on where the value is false), and
+// counts its dispatches by kernel.
+func prefillKernels(t *testing.T, g *graph.Graph, backend string, tokens int, off map[string]bool) map[string]int {
+	t.Helper()
+	p, err := passes.Compile(g, ops.Default, passes.Phase{Name: "prefill", Tokens: tokens, Backend: backend}, passes.Config{Off: off})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, d := range p.Dispatches {
+		counts[d.Kernel]++
+	}
+	return counts
 }

@@ -81,10 +81,10 @@ func q4Int8Dot1VNNI(codes *byte, scales, biases *uint16, blocks, rows int, acts 
 
 func cpuVendor() (ebx, ecx, edx uint32)
 
-// int8RowNear is how far ahead of its loads the one-row VNNI kernel asks for weight
-// bytes on the machines measured best there: eight blocks. On the Intel Xeon kind
-// (BenchmarkQMatmulStreamInt8, one worker): none 13.5 GB/s, 2 KiB ahead 13.9, 8 KiB
-// 12.2; 1 KiB ahead cut the L2-resident kernel from 37 to 14 GB/s.
+// int8RowNear (eight blocks) is how far ahead of its loads the one-row VNNI kernel asks
+// for weight bytes where the Intel Xeon kind measured it best (BenchmarkQMatmulStreamInt8,
+// one worker): none 13.5 GB/s, 2 KiB ahead 13.9, 8 KiB 12.2; 1 KiB ahead cut the
+// L2-resident kernel from 37 to 14 GB/s.
 const int8RowNear = 2048
 
 // int8RowFar is the distance on AMD: on the AMD EPYC kind (Zen 5, 2 cores; thirty-sixth

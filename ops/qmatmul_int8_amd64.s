@@ -393,7 +393,6 @@ zero:
 	VZEROUPPER
 	RET
 
-
 // func cpuVendor() (ebx, ecx, edx uint32)
 //
 // The vendor string CPUID's leaf 0 returns, in EBX, EDX, ECX order ("AuthenticAMD",

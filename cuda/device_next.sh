@@ -7,6 +7,10 @@
 # --bandwidth-mib 0 --prompts 128,256,384,512 --depths 0`, the pass on and off alternating,
 # two rounds (about 90 s); then PARTS=checks and PARTS=tests of cuda/device_check.sh on
 # the tree (its two new lines check busy-expert-tiles on and off), on an H200 if one comes.
+# Then cuda/device_bf16_default.sh (about 6 minutes): the wide fixture over a bf16 cache
+# against issue 11's bound, and decode at 0 / 4,096 / 32,768 over both caches, the
+# evidence for or against a bf16 KV cache as the CUDA default (prefill at depth 6,200
+# against 4,045 tok/s on an H100).
 # Thirty-fifth session: attention_prefill_fa2 (fa2-attention, on by default for a bf16
 # cache) ran only its per-op tests and 12 check lines on an H100, and was timed on four
 # attention layers alone. (Done in the thirty-sixth session on an H100: device_check.sh

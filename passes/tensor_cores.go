@@ -65,9 +65,7 @@ func splitKOnlyIdle(u *Unit) error {
 			continue
 		}
 		if in, _ := dispatchOperands(u.Plan, d); gpu.MMATiles(in) >= t.GPU.ParallelGroups/2 {
-			a := d.Attrs.Clone()
-			delete(a, gpu.AttrMMASplitK)
-			d.Attrs = a
+			clearAttr(d, gpu.AttrMMASplitK)
 			u.count("split-k-only-idle: "+d.Op, 1)
 		}
 	}
@@ -268,6 +266,17 @@ func expertTiles(u *Unit) error {
 	if u.Plan == nil {
 		return nil
 	}
+	eachTensorCoreExpertMatmul(u, func(d *plan.Dispatch, slots, experts int) {
+		setAttr(d, gpu.AttrExpertTile, int64(gpu.ExpertTileFor(slots, experts)))
+		u.count("expert-tiles: "+d.Op, 1)
+	})
+	return nil
+}
+
+// eachTensorCoreExpertMatmul calls fn with every routed-expert matmul marked for the
+// tensor cores, its routed slots (T·k) and its experts, skipping operands of the wrong
+// rank (the lowering reports them).
+func eachTensorCoreExpertMatmul(u *Unit, fn func(d *plan.Dispatch, slots, experts int)) {
 	for i := range u.Plan.Dispatches {
 		d := &u.Plan.Dispatches[i]
 		if !d.Attrs.Bool(gpu.AttrTensorCores) || (d.Op != "expert_matmul" && d.Op != "expert_qmatmul") {
@@ -276,13 +285,10 @@ func expertTiles(u *Unit) error {
 		in, _ := dispatchOperands(u.Plan, d)
 		w, ids := in[1], in[2]
 		if len(w.Shape) != 3 || len(ids.Shape) != 2 {
-			continue // the lowering reports the bad shape
+			continue
 		}
-		tile := gpu.ExpertTileFor(ids.Shape[0]*ids.Shape[1], w.Shape[0])
-		setAttr(d, gpu.AttrExpertTile, int64(tile))
-		u.count("expert-tiles: "+d.Op, 1)
+		fn(d, ids.Shape[0]*ids.Shape[1], w.Shape[0])
 	}
-	return nil
 }
 
 // busyExpertTileShare is the share of experts past which busy-expert-tiles grows a tile:
@@ -303,22 +309,15 @@ func busyExpertTiles(u *Unit) error {
 	if u.Plan == nil || !u.passOn("mma-wide-rows") {
 		return nil
 	}
-	for i := range u.Plan.Dispatches {
-		d := &u.Plan.Dispatches[i]
-		if !d.Attrs.Bool(gpu.AttrTensorCores) || d.Attrs.Bool(gpu.AttrExpertSplitK) ||
-			(d.Op != "expert_matmul" && d.Op != "expert_qmatmul") || d.Attrs.Int(gpu.AttrExpertTile) != gpu.ExpertTiles[0] {
-			continue
+	eachTensorCoreExpertMatmul(u, func(d *plan.Dispatch, slots, experts int) {
+		if d.Attrs.Bool(gpu.AttrExpertSplitK) || d.Attrs.Int(gpu.AttrExpertTile) != gpu.ExpertTiles[0] {
+			return
 		}
-		in, _ := dispatchOperands(u.Plan, d)
-		w, ids := in[1], in[2]
-		if len(w.Shape) != 3 || len(ids.Shape) != 2 {
-			continue // the lowering reports the bad shape
-		}
-		if gpu.ExpertRowsOverTile(ids.Shape[0]*ids.Shape[1], w.Shape[0], gpu.ExpertTiles[0]) > busyExpertTileShare {
+		if gpu.ExpertRowsOverTile(slots, experts, gpu.ExpertTiles[0]) > busyExpertTileShare {
 			setAttr(d, gpu.AttrExpertTile, int64(kernels.MMAWideTileN))
 			u.count("busy-expert-tiles: "+d.Op, 1)
 		}
-	}
+	})
 	return nil
 }
 
@@ -384,6 +383,14 @@ func setAttr(d *plan.Dispatch, key string, v any) {
 		a = map[string]any{}
 	}
 	a[key] = v
+	d.Attrs = a
+}
+
+// clearAttr removes one attribute from a copy of the dispatch's attributes, for
+// setAttr's reason.
+func clearAttr(d *plan.Dispatch, key string) {
+	a := d.Attrs.Clone()
+	delete(a, key)
 	d.Attrs = a
 }
 

@@ -37,13 +37,13 @@ func attnPrefetchRows(p uintptr, stride, n, D int)
 func attnScoresAVX512(q *float32, nq, D int, k *float32, kStride, nk int, s *float32)
 
 //go:noescape
-func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32, aheadK, aheadV int)
+func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32, aheadK, aheadV int, toL2 bool)
 
 //go:noescape
 func attnScoresBF16AVX512(q *float32, nq, D int, k *uint16, kStride, nk int, s *float32)
 
 //go:noescape
-func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32, aheadK, aheadV int)
+func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32, aheadK, aheadV int, toL2 bool)
 
 //go:noescape
 func attnExp2Sum16AVX512(s *float32, n, stride int, m, l *float32)
@@ -115,39 +115,60 @@ var avx2AttnKernels = &attnKernels{
 // avx512AttnKernels: the scores and the value accumulation in 512-bit registers (two rows
 // per FMA), and the softmax's exponentials; its row maximum, a small share, stays AVX2. The
 // accumulation takes D in blocks of 32 (the AVX2 kernel takes the other head dims). A
-// bf16 cache is read in place.
-var avx512AttnKernels = &attnKernels{
-	name: "avx512",
-	scores: func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
-		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
-		attnScoresAVX512(&q[0], nq, D, &k[0], kStride, nk, &s[0])
-	},
-	accum: func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32, ahead attnAhead) {
-		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
-		if D%32 != 0 {
-			burstAhead(unsafe.Pointer(&v[0]), vStride*4, nk, D*4, ahead)
-			attnAccumAVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
-			return
-		}
-		attnAccumAVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0], ahead.k, ahead.v)
-	},
-	rowMax:   avx2AttnKernels.rowMax,
-	exp2Sum:  exp2SumAVX512,
-	prefetch: avx2AttnKernels.prefetch,
-	scoresBF16: func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32) {
-		checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
-		attnScoresBF16AVX512(&q[0], nq, D, &k[0], kStride, nk, &s[0])
-	},
-	accumBF16: func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32, ahead attnAhead) {
-		checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
-		if D%32 != 0 {
-			burstAhead(unsafe.Pointer(&v[0]), vStride*2, nk, D*2, ahead)
-			attnAccumBF16AVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
-			return
-		}
-		attnAccumBF16AVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0], ahead.k, ahead.v)
-	},
-	fetchesAhead: true,
+// bf16 cache is read in place. Its value passes ask for the next passes' rows into the L2
+// cache where attnAheadToL2 says so; avx512L1AttnKernels ("avx512-l1", the off switch)
+// always into the L1. The two give the same bits: a hint changes no value.
+var (
+	avx512AttnKernels   = newAVX512AttnKernels("avx512", func() bool { return attnAheadToL2 })
+	avx512L1AttnKernels = newAVX512AttnKernels("avx512-l1", func() bool { return false })
+)
+
+// attnAheadToL2: the AVX-512 value passes fetch the next passes' keys and values with
+// PREFETCHT1 (into the L2) instead of PREFETCHT0 (into the L1, where the pass still reads
+// its own 64 KiB of values a 128-byte strip at a time). Set on AMD processors of family
+// 0x19 (Zen 4; Zen 3 has no AVX-512): on the AMD EPYC kind with Zen 4 (2 cores, thirty-
+// seventh session, full model, int8-all decode at context 4,096, alternating) attention ran
+// at 19.9-21.0 GB/s against 14.5-14.8 (cpu/README.md). Not measured on Intel or Zen 5,
+// which keep the L1.
+var attnAheadToL2 bool
+
+// attnL2AheadFamily is the AMD family whose value passes fetch ahead into the L2.
+const attnL2AheadFamily = 0x19
+
+func newAVX512AttnKernels(name string, toL2 func() bool) *attnKernels {
+	return &attnKernels{
+		name: name,
+		scores: func(q []float32, nq, D int, k []float32, kStride, nk int, s []float32) {
+			checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
+			attnScoresAVX512(&q[0], nq, D, &k[0], kStride, nk, &s[0])
+		},
+		accum: func(p []float32, nq, D int, v []float32, vStride, nk int, o []float32, ahead attnAhead) {
+			checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
+			if D%32 != 0 {
+				burstAhead(unsafe.Pointer(&v[0]), vStride*4, nk, D*4, ahead)
+				attnAccumAVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
+				return
+			}
+			attnAccumAVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0], ahead.k, ahead.v, toL2())
+		},
+		rowMax:   avx2AttnKernels.rowMax,
+		exp2Sum:  exp2SumAVX512,
+		prefetch: avx2AttnKernels.prefetch,
+		scoresBF16: func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32) {
+			checkAttn(nq, D, nk, len(q) >= nq*D && len(k) >= (nk-1)*kStride+D && len(s) >= nk*nq)
+			attnScoresBF16AVX512(&q[0], nq, D, &k[0], kStride, nk, &s[0])
+		},
+		accumBF16: func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32, ahead attnAhead) {
+			checkAttn(nq, D, nk, len(p) >= nk*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
+			if D%32 != 0 {
+				burstAhead(unsafe.Pointer(&v[0]), vStride*2, nk, D*2, ahead)
+				attnAccumBF16AVX2(&p[0], nq, D, &v[0], vStride, nk, &o[0])
+				return
+			}
+			attnAccumBF16AVX512(&p[0], nq, D, &v[0], vStride, nk, &o[0], ahead.k, ahead.v, toL2())
+		},
+		fetchesAhead: true,
+	}
 }
 
 // burstAhead asks for ahead's rows (n rows of rowBytes, stride bytes apart, at their
@@ -174,8 +195,10 @@ func init() {
 		attnFast = avx2AttnKernels
 		attnKernelSets = append(attnKernelSets, avx2AttnKernels)
 		if cpu.X86.HasAVX512F {
+			// "avx512-l1" first: "avx512", the last, is the default.
 			attnFast = avx512AttnKernels
-			attnKernelSets = append(attnKernelSets, avx512AttnKernels)
+			attnKernelSets = append(attnKernelSets, avx512L1AttnKernels, avx512AttnKernels)
+			attnAheadToL2 = amdFamily() == attnL2AheadFamily
 		}
 	}
 }

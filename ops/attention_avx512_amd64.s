@@ -276,7 +276,7 @@ sdone:
 	VZEROUPPER
 	RET
 
-// func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32, aheadK, aheadV int)
+// func attnAccumAVX512(p *float32, nq, D int, v *float32, vStride, nk int, o *float32, aheadK, aheadV int, toL2 bool)
 // Per 8 output rows (two quads) and block of 32 dims (D is a multiple of 32), 16
 // accumulators Z16-Z31 stay in registers while every key's value block (Z0, Z1) meets its
 // probabilities, broadcast a row a register. aheadK and aheadV are byte distances from a
@@ -284,8 +284,10 @@ sdone:
 // KV head, else of the next block; stride for stride): the lines there are asked for as
 // the values are read, so the memory fetches spread over the FMAs instead of waiting in
 // one burst. aheadK 0 asks for nothing (a prefill's value passes, whose rows are cached;
-// aheadV is then 0 too).
-TEXT ·attnAccumAVX512(SB), NOSPLIT, $0-72
+// aheadV is then 0 too). toL2 asks with PREFETCHT1 instead of PREFETCHT0: into the L2
+// cache, not the L1, where the 8 strips of the block's own values are still being read
+// (attnAheadToL2).
+TEXT ·attnAccumAVX512(SB), NOSPLIT, $0-73
 	MOVQ nq+8(FP), R13
 	SHLQ $2, R13                // R13: bytes of one key's probabilities
 	MOVQ D+16(FP), R11
@@ -314,10 +316,19 @@ akeys:
 	VMOVUPS    64(DI), Z1       // dims 16-31: chunks 2 and 3
 	TESTQ      SI, SI
 	JZ         anext
+	CMPB       toL2+72(FP), $0
+	JNE        al2
 	PREFETCHT0 (DI)(SI*1)
 	PREFETCHT0 64(DI)(SI*1)
 	PREFETCHT0 (DI)(R15*1)
 	PREFETCHT0 64(DI)(R15*1)
+	JMP        anext
+
+al2:
+	PREFETCHT1 (DI)(SI*1)
+	PREFETCHT1 64(DI)(SI*1)
+	PREFETCHT1 (DI)(R15*1)
+	PREFETCHT1 64(DI)(R15*1)
 
 anext:
 	BROADCAST_P
@@ -570,11 +581,11 @@ bsdone:
 	VZEROUPPER
 	RET
 
-// func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32, aheadK, aheadV int)
+// func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *float32, aheadK, aheadV int, toL2 bool)
 // attnAccumAVX512 over bf16 values: a key's block of 32 dims is one 64-byte load, whose
 // even dims (shifted up) are chunks 0 and 2 of the block and odd dims (masked) chunks 1
 // and 3; one line of each stream ahead a key.
-TEXT ·attnAccumBF16AVX512(SB), NOSPLIT, $0-72
+TEXT ·attnAccumBF16AVX512(SB), NOSPLIT, $0-73
 	MOVQ         nq+8(FP), R13
 	SHLQ         $2, R13        // R13: bytes of one key's probabilities
 	MOVQ         D+16(FP), R11
@@ -604,8 +615,15 @@ bakeys:
 	VMOVDQU32  (DI), Z0
 	TESTQ      SI, SI
 	JZ         banext
+	CMPB       toL2+72(FP), $0
+	JNE        bal2
 	PREFETCHT0 (DI)(SI*1)
 	PREFETCHT0 (DI)(R15*1)
+	JMP        banext
+
+bal2:
+	PREFETCHT1 (DI)(SI*1)
+	PREFETCHT1 (DI)(R15*1)
 
 banext:
 	VPANDD     Z13, Z0, Z1      // odd dims: chunks 1 and 3

@@ -87,7 +87,7 @@ var attnFast = goAttnKernels
 var attnKernelSets = []*attnKernels{goAttnKernels}
 
 // AttentionKernelNames are the names SetAttentionKernel knows on some machine.
-var AttentionKernelNames = []string{"go", "avx2", "avx512"}
+var AttentionKernelNames = []string{"go", "avx2", "avx512-l1", "avx512"}
 
 // AttentionKernel names the tiled attention's kernel set in use.
 func AttentionKernel() string { return attnFast.name }

@@ -79,29 +79,27 @@ func q4Int8Dot1AVXVNNI(codes []byte, scales, biases []uint16, blocks int, acts [
 //go:noescape
 func q4Int8Dot1VNNI(codes *byte, scales, biases *uint16, blocks, rows int, acts *byte, out *float32, ahead int)
 
-func cpuVendor() (ebx, ecx, edx uint32)
-
 // int8RowNear (eight blocks) is how far ahead of its loads the one-row VNNI kernel asks
 // for weight bytes where the Intel Xeon kind measured it best (BenchmarkQMatmulStreamInt8,
 // one worker): none 13.5 GB/s, 2 KiB ahead 13.9, 8 KiB 12.2; 1 KiB ahead cut the
 // L2-resident kernel from 37 to 14 GB/s.
 const int8RowNear = 2048
 
-// int8RowFar is the distance on AMD: on the AMD EPYC kind (Zen 5, 2 cores; thirty-sixth
-// session, full model, int8-all decode at context 0, binaries alternating) 2 KiB ahead
-// gave 16.8-17.6 tok/s in five runs, 4 KiB 18.2-19.0 in five, 8 KiB 19.2 and 19.3 in two
-// (cpu/README.md). Zen 4 was not measured.
+// int8RowFar is the distance on Zen 5 and later AMD processors: on the AMD EPYC kind
+// with Zen 5 (2 cores; thirty-sixth session, full model, int8-all decode at context 0,
+// binaries alternating) 2 KiB ahead gave 16.8-17.6 tok/s in five runs, 4 KiB 18.2-19.0 in
+// five, 8 KiB 19.2 and 19.3 in two. On the same kind with Zen 4 (family 0x19, thirty-
+// seventh session) 2 KiB was as fast as 8 KiB or faster in all seven alternating rounds
+// (17.0-19.6 against 16.1-18.6 tok/s), so Zen 4 keeps int8RowNear (cpu/README.md).
 const int8RowFar = 8192
 
-// int8RowAhead is the distance "avx512vnni" runs with: int8RowFar on AMD processors,
-// int8RowNear on the others ("avx512vnni-near" is int8RowNear everywhere).
+// int8RowAhead is the distance "avx512vnni" runs with: int8RowFar on AMD processors of
+// family 0x1A (Zen 5) and later, int8RowNear on the others ("avx512vnni-near" is
+// int8RowNear everywhere).
 var int8RowAhead = int8RowNear
 
-// isAMD reports whether CPUID names the processor's vendor AuthenticAMD.
-func isAMD() bool {
-	ebx, ecx, edx := cpuVendor()
-	return ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163 // "Auth" "enti" "cAMD"
-}
+// int8RowFarFamily is the first AMD family that runs int8RowFar.
+const int8RowFarFamily = 0x1a
 
 // q4Int8Dot1AVX512 is the one-row VNNI kernel (qmatmul_int8_amd64.s) behind the length
 // checks: decode under activations = "int8-all".
@@ -189,7 +187,7 @@ func init() {
 			int8StagedSets[name], int8StagedStores = true, true
 			int8ExpertRowsSets[name], int8ExpertRows = 1024, 1024
 		}
-		if isAMD() {
+		if amdFamily() >= int8RowFarFamily {
 			int8RowAhead = int8RowFar
 		}
 	}

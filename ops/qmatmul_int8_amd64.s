@@ -392,16 +392,3 @@ TEXT ·quantizeGroupAVX512(SB), NOSPLIT, $0-24
 zero:
 	VZEROUPPER
 	RET
-
-// func cpuVendor() (ebx, ecx, edx uint32)
-//
-// The vendor string CPUID's leaf 0 returns, in EBX, EDX, ECX order ("AuthenticAMD",
-// "GenuineIntel").
-TEXT ·cpuVendor(SB), NOSPLIT, $0-12
-	XORL AX, AX
-	XORL CX, CX
-	CPUID
-	MOVL BX, ebx+0(FP)
-	MOVL CX, ecx+4(FP)
-	MOVL DX, edx+8(FP)
-	RET

@@ -59,13 +59,14 @@ type CPU struct {
 	// Int8Kernel names the int8 activations' kernel (ops.SetInt8Kernel: "avx512vnni",
 	// "avx512vnni-plain" (its prefetch, staged stores and long expert work items off),
 	// "avx512vnni-rowcalls", "avx512vnni-near" (decode's one-row kernel prefetching 2 KiB
-	// ahead, where "avx512vnni" asks 8 KiB on AMD), "avxvnni", "avxvnni-rowcalls", "avx2",
+	// ahead, where "avx512vnni" asks 8 KiB on AMD Zen 5), "avxvnni", "avxvnni-rowcalls", "avx2",
 	// "avx2-rowcalls", "go",
 	// those the machine has), process-wide; empty, the fastest. PISTIL_CPU_INT8_KERNEL
 	// overrides it.
 	Int8Kernel string `toml:"int8_kernel"`
 	// AttentionKernel names the tiled attention's kernel set (ops.SetAttentionKernel:
-	// "avx512", "avx2", "go", those the machine has), process-wide; empty, the fastest.
+	// "avx512", "avx512-l1", "avx2", "go", those the machine has), process-wide; empty,
+	// the fastest.
 	// PISTIL_CPU_ATTENTION_KERNEL overrides it.
 	AttentionKernel string `toml:"attention_kernel"`
 	// WorkerPool runs the parallel loops on persistent helpers that spin briefly between

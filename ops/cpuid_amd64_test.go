@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,20 +77,11 @@ func TestPrefetchTuningsFollowTheProcessor(t *testing.T) {
 			t.Errorf("int8RowAhead = %d on a %s processor of family %#x, want %d", int8RowAhead, vendor, family, want)
 		}
 	}
-	if attnFast == avx512AttnKernels || hasAttnKernels(avx512AttnKernels) {
+	if slices.Contains(attnKernelSets, avx512AttnKernels) {
 		if want := family == attnL2AheadFamily; attnAheadToL2 != want {
 			t.Errorf("attnAheadToL2 = %v on a %s processor of family %#x, want %v", attnAheadToL2, vendor, family, want)
 		}
 	}
-}
-
-func hasAttnKernels(k *attnKernels) bool {
-	for _, s := range attnKernelSets {
-		if s == k {
-			return true
-		}
-	}
-	return false
 }
 
 // The AVX-512 value passes' fetches into the L2 (attnAheadToL2) and into the L1
@@ -97,7 +89,7 @@ func hasAttnKernels(k *attnKernels) bool {
 // (8 query rows of a KV head, rows of 512 bytes or more), float32 and bf16 caches, on one
 // and two workers. Both branches run on every machine, whichever this one takes.
 func TestAttentionAheadLevelsSumTheSameBits(t *testing.T) {
-	if !hasAttnKernels(avx512AttnKernels) {
+	if !slices.Contains(attnKernelSets, avx512AttnKernels) {
 		t.Skip("no AVX-512 attention kernels on this machine")
 	}
 	oldFast, oldL2 := attnFast, attnAheadToL2

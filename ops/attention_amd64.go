@@ -128,8 +128,9 @@ var (
 // its own 64 KiB of values a 128-byte strip at a time). Set on AMD processors of family
 // 0x19 (Zen 4; Zen 3 has no AVX-512): on the AMD EPYC kind with Zen 4 (2 cores, thirty-
 // seventh session, full model, int8-all decode at context 4,096, alternating) attention ran
-// at 19.9-21.0 GB/s against 14.5-15.0 (cpu/README.md). Not measured on Intel or Zen 5,
-// which keep the L1.
+// at 19.9-21.0 GB/s against 14.5-15.0 (cpu/README.md). On the Intel Xeon kind the
+// thirty-fourth session measured the L2 level with the L1; Zen 5 was not measured. Both
+// keep the L1.
 var attnAheadToL2 bool
 
 // attnL2AheadFamily is the AMD family whose value passes fetch ahead into the L2.

@@ -75,7 +75,7 @@ const AttentionKernelEnv = "PISTIL_CPU_ATTENTION_KERNEL"
 type Backend struct {
 	Workers int
 	Kernels string // ops.Env.Kernels: "fast" (or empty) or "reference"
-	// Activations is ops.Env.Activations: "f32" (or empty) or "int8".
+	// Activations is ops.Env.Activations: "f32" (or empty), "int16", "int8" or "int8-all".
 	Activations string
 	// PrefaultWeights maps the weights' pages into the process when a plan loads (prefault),
 	// if they fit in the available memory.

@@ -11,12 +11,12 @@ import (
 
 // A decode step's allocations stay few (the CPU program keeps each dispatch's operand
 // tensors; scratch tensors, prepared activations and quantized expert inputs come from
-// pools): fewer than 16 per dispatch of the decode plan on the golden fixture, with float32
-// and with int8 activations. Session 21 measured 12.9 and 10.1 a dispatch here, 30.8 and
+// pools): fewer than 16 per dispatch of the decode plan on the golden fixture, with float32,
+// int16 and int8 activations. Session 21 measured 12.9 and 10.1 a dispatch here, 30.8 and
 // 29.6 before (cpu/README.md); what is left is mostly the worker pool's jobs, the parallel
 // loops' closures and the routed experts' per-call tables.
 func TestDecodeStepAllocationsAreFew(t *testing.T) {
-	for _, acts := range []string{"", "int8-all"} {
+	for _, acts := range []string{"", "int16", "int8-all"} {
 		t.Run("activations="+acts, func(t *testing.T) {
 			m, _ := openTiny(t, "mlx-q4", exec.Options{Activations: acts, WorkerPool: true})
 			p, err := m.Plan(1)

@@ -48,8 +48,8 @@ type Options struct {
 	Passes passes.Config
 	// Kernels picks the CPU backend's kernels: "fast" (or empty) or "reference".
 	Kernels string
-	// Activations is the CPU backend's prefill matmul activations: "f32" (or empty) or
-	// "int8" (ops.ActivationsInt8).
+	// Activations is the CPU backend's q4 matmul activations: "f32" (or empty), "int16"
+	// (decode), "int8" (prefill) or "int8-all" (both) (ops.CheckActivations).
 	Activations string
 	// Int8Kernel names the CPU backend's int8 kernel (ops.SetInt8Kernel); empty, the fastest.
 	Int8Kernel string

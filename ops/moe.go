@@ -332,8 +332,18 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		}
 		quantized = newInt8Source(env, w, sources, func(s int) []float32 { return xs[s*K : (s+1)*K] })
 	}
+	// A decode token's one row under "int16" meets every expert it was routed to: it is
+	// quantized once and read by all of them (released once, below).
+	var shared *quantActs
+	if fast && perToken && T == 1 && int16Fits(env, w, 1) {
+		shared = prepareActsFrom(env, w, 1, func(int) []float32 { return xs[:K] })
+	}
 	parallelItems(env, len(used), func(_, i int) {
 		rows := rowsOf[i]
+		if shared != nil {
+			work[i] = expertWork{acts: shared}
+			return
+		}
 		if quantized != nil && (len(rows) > 1 || int8Fits(env, w, 1)) {
 			work[i] = expertWork{acts: quantized.gather(w, len(rows), func(p int) int {
 				if perToken {
@@ -385,6 +395,10 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		}
 		mulBlock(wk.x, len(rows), wk.xsums, w, e*M, lo, hi, scratch[worker], dst)
 	})
+	if shared != nil {
+		shared.release()
+		return nil
+	}
 	for _, wk := range work {
 		if wk.acts != nil {
 			wk.acts.release()

@@ -95,17 +95,18 @@ type quantActs struct {
 	x    []float32 // rows of K in kernel order; P==1: one row, else ceil(P/4)*4 rows
 	xsum []float32 // P==1: [G]; else per block of four rows [G][4]
 	// int8, when not nil, is the rows quantized in the int8 kernel's layout
-	// (qmatmul_int8.go), which then replaces x and xsum.
-	int8 []byte
-	buf  *actsBuffers
+	// (qmatmul_int8.go), which then replaces x and xsum; int16 likewise the one row in
+	// the int16 kernel's layout (qmatmul_int16.go).
+	int8, int16 []byte
+	buf         *actsBuffers
 }
 
 // actsBuffers back a quantActs' x and xsum; release hands them to the next call (a
 // prefill chunk's activations are megabytes per matmul, and allocating them every call
 // was a visible share of the time in clearing memory).
 type actsBuffers struct {
-	x, xsum []float32
-	int8    []byte
+	x, xsum     []float32
+	int8, int16 []byte
 	// acts is the quantActs these buffers back, handed out and recycled with them: a
 	// decode step prepares activations hundreds of times.
 	acts quantActs
@@ -116,7 +117,7 @@ var actsPool sync.Pool
 // release recycles a (with its buffers); a must not be used after it.
 func (a *quantActs) release() {
 	if buf := a.buf; buf != nil {
-		a.buf, a.x, a.xsum, a.int8 = nil, nil, nil, nil
+		a.buf, a.x, a.xsum, a.int8, a.int16 = nil, nil, nil, nil, nil
 		actsPool.Put(buf)
 	}
 }
@@ -130,7 +131,7 @@ func prepareActs(env *Env, w weightRows, x []float32, P int) *quantActs {
 
 // prepareActsFrom is prepareActs over P rows that row(p) returns, wherever they lie (the
 // tokens routed to one expert, gathered in the same pass). env also says whether the rows
-// are quantized to int8 (int8Fits).
+// are quantized to int8 (int8Fits), or a decode row to int16 (int16Fits).
 func prepareActsFrom(env *Env, w weightRows, P int, row func(p int) []float32) *quantActs {
 	K, group := w.cols, w.t.Group
 	G := K / group
@@ -143,6 +144,10 @@ func prepareActsFrom(env *Env, w weightRows, P int, row func(p int) []float32) *
 	*a = quantActs{k: k, bits: bitsIndex(w.t.DType), P: P, K: K, buf: buf}
 	if int8Fits(env, w, P) {
 		prepareInt8(env, a, G, row)
+		return a
+	}
+	if int16Fits(env, w, P) {
+		prepareInt16(a, row(0))
 		return a
 	}
 	rows := P
@@ -274,6 +279,10 @@ func mulQuantRow(a *quantActs, w weightRows, rowBase, lo, hi int, dst []float32)
 	dst = dst[:hi-lo]
 	if a.int8 != nil {
 		mulQuantInt8RowTo(a, 0, w, rowBase, lo, hi, dst)
+		return
+	}
+	if a.int16 != nil {
+		mulQuantInt16Row(a, w, rowBase, lo, hi, dst)
 		return
 	}
 	dot1, group := a.k.dot1[a.bits], w.t.Group

@@ -54,10 +54,10 @@ const (
 // CheckActivations names a bad activation choice ("" is float32).
 func CheckActivations(choice string) error {
 	switch choice {
-	case "", ActivationsF32, ActivationsInt8, ActivationsInt8All:
+	case "", ActivationsF32, ActivationsInt16, ActivationsInt8, ActivationsInt8All:
 		return nil
 	}
-	return fmt.Errorf("activations %q: want %q, %q or %q", choice, ActivationsF32, ActivationsInt8, ActivationsInt8All)
+	return fmt.Errorf("activations %q: want %q, %q, %q or %q", choice, ActivationsF32, ActivationsInt16, ActivationsInt8, ActivationsInt8All)
 }
 
 // int8Activations reports whether env asks for int8 activations (never with the

@@ -564,6 +564,26 @@ func TestActivationsChoice(t *testing.T) {
 			t.Errorf("%+v: int8Decode = %v, want %v", *c.env, got, c.want)
 		}
 	}
+	// "int16" is int16 in decode alone, never int8, never with the reference kernels.
+	for _, c := range []struct {
+		env        *Env
+		int16, any bool
+	}{
+		{nil, false, false},
+		{&Env{Activations: ActivationsInt16}, true, false},
+		{&Env{Activations: ActivationsInt16, Kernels: KernelsReference}, false, false},
+		{&Env{Activations: ActivationsInt8All}, false, true},
+	} {
+		if got := c.env.int16Decode(); got != c.int16 {
+			t.Errorf("%+v: int16Decode = %v, want %v", c.env, got, c.int16)
+		}
+		if got := c.env.int8Activations(); got != c.any {
+			t.Errorf("%+v: int8Activations = %v, want %v", c.env, got, c.any)
+		}
+	}
+	if err := CheckActivations(ActivationsInt16); err != nil {
+		t.Errorf("CheckActivations(int16) = %v", err)
+	}
 }
 
 // TestStoreAccStagedSameAsDirect holds the staged stores (int8StagedStores) to the element

@@ -51,8 +51,9 @@ type Env struct {
 	Bind    graph.Bindings
 	Workers int
 	Kernels string
-	// Activations is ActivationsF32 or ActivationsInt8 for the quantized matmuls of more
-	// than one row; empty means float32.
+	// Activations is ActivationsF32, ActivationsInt16 (decode's one-row q4 matmuls),
+	// ActivationsInt8 (those of more than one row) or ActivationsInt8All (both); empty
+	// means float32.
 	Activations string
 	// Labels is the pprof labels of the dispatch being run (op=<op>), which the worker
 	// pool's helpers take on for its parallel loops; nil, none.

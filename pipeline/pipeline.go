@@ -52,9 +52,10 @@ type Phases struct {
 type CPU struct {
 	Workers int    `toml:"workers"`
 	Kernels string `toml:"kernels"` // "fast" or "reference" (ops.KernelsFast, ops.KernelsReference)
-	// Activations is "f32", "int8" or "int8-all" (ops.ActivationsF32, ops.ActivationsInt8,
-	// ops.ActivationsInt8All): the q4 matmuls' activations under the fast kernels, int8 in
-	// prefill only or in decode too.
+	// Activations is "f32", "int16", "int8" or "int8-all" (ops.ActivationsF32,
+	// ops.ActivationsInt16, ops.ActivationsInt8, ops.ActivationsInt8All): the q4 matmuls'
+	// activations under the fast kernels: int16 in decode only, int8 in prefill only or in
+	// decode too.
 	Activations string `toml:"activations"`
 	// Int8Kernel names the int8 activations' kernel (ops.SetInt8Kernel: "avx512vnni",
 	// "avx512vnni-plain" (its prefetch, staged stores and long expert work items off),

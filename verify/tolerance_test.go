@@ -63,7 +63,21 @@ func TestToleranceFailures(t *testing.T) {
 	if f := bf16KV.Failures(&rounded); len(f) != 1 || !strings.Contains(f[0], "max abs error") {
 		t.Errorf("bf16-kv at a max abs error of 0.2: %v", f)
 	}
-	if _, err := LookupTolerance("int4"); err == nil || !strings.Contains(err.Error(), "exact, int8, bf16-kv") {
+	// int16 holds its measured worst case (the fixture's one rerouted token) and fails
+	// int8's: agreement below 90%, or a perplexity ratio of int8's size.
+	int16, err := LookupTolerance("int16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rerouted := Report{MaxAbsErr: 4.48, Top1Agree: 0.9464, EnginePPL: 9.8557, ReferencePPL: 10, GreedyMatch: true}
+	if f := int16.Failures(&rerouted); len(f) != 0 {
+		t.Errorf("int16 on its measured worst case: %v", f)
+	}
+	int8Measured := Report{MaxAbsErr: 9.9, Top1Agree: 0.7788, EnginePPL: 8.4318, ReferencePPL: 10, GreedyMatch: true}
+	if f := int16.Failures(&int8Measured); len(f) != 2 || !strings.Contains(f[0], "top-1") || !strings.Contains(f[1], "perplexity") {
+		t.Errorf("int16 on int8-all's measured figures: %v", f)
+	}
+	if _, err := LookupTolerance("int4"); err == nil || !strings.Contains(err.Error(), "exact, int8, int16, bf16-kv") {
 		t.Errorf("unknown tolerance: %v", err)
 	}
 }

@@ -102,6 +102,32 @@ func copyCheckpoint(t *testing.T, edit func(name string, shape []int, data []byt
 	return dir
 }
 
+// TestCheckInt16AtItsTolerance: with int16 activations in decode, check holds the golden
+// mlx-q4 fixture to the int16 tolerance in every mode (whole prefill runs the one-row
+// kernel too, for experts that one token was routed to), and where the machine has the
+// int16 kernel the exact tolerance fails with --chunk 1 (every step one-row matmuls): the
+// flag is not a way around the test.
+func TestCheckInt16AtItsTolerance(t *testing.T) {
+	pipe := filepath.Join(t.TempDir(), "pipeline.toml")
+	if err := os.WriteFile(pipe, []byte("[cpu]\nactivations = \""+ops.ActivationsInt16+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--model", goldenMLX, "--reference", goldenMLX + "/reference.safetensors", "--pipeline", pipe}
+	for _, mode := range [][]string{nil, {"--chunk", "1"}, {"--chunk", "7"}, {"--chunk", "32"}, {"--decode-from", "3"}} {
+		args := append(append(append([]string(nil), base...), mode...), "--tolerance", "int16")
+		if err := runCheck(args); err != nil {
+			t.Errorf("int16 %v: %v", mode, err)
+		}
+	}
+	if !ops.HasInt16Kernel() {
+		t.Logf("no int16 kernel on this machine: the float32 kernels ran")
+		return
+	}
+	if err := runCheck(append(base, "--chunk", "1")); err == nil || !strings.Contains(err.Error(), "FAIL") {
+		t.Errorf("int16 --chunk 1 at the exact tolerance: check said %v, want a FAIL", err)
+	}
+}
+
 // TestCheckInt8AtItsTolerance: with int8 activations, check holds the golden mlx-q4 fixture
 // to the int8 tolerance in every prefill mode, with each int8 kernel this machine has
 // (the AVX2 one, its row kernel included under "int8-all", forced through

@@ -1,4 +1,13 @@
 #!/bin/bash
+# Thirty-eighth session (H100 only: four asks for an H200 found none; a call naming
+# nvidia-h200 without needs_h200 came as an H100): PARTS=tests passed whole (1,751, 0
+# failed); PARTS=checks passed 111 of 152 lines, 0 failed, before a 420 s limit (the hf
+# fixture's last 39 lines and both all/off lines not run); split-k-only-idle at 256
+# tokens measured, +3.3% (cuda/README.md). Next, first: PARTS=checks LAYOUTS=hf (the
+# lines not run), then on whatever card comes for nvidia-h200 (an H200 when one is lent;
+# needs_h200 is for work that cannot fit an H100, not for this) PARTS=tests, PARTS=checks
+# LAYOUTS=mlx-q4 and LAYOUTS=hf, a call each; then cuda/device_bf16_default.sh. (A wait for a background `pistil synth` must
+# not `pgrep -f "pistil synth"`: that matches the waiting shell's own command line.)
 # Thirty-sixth session: busy-expert-tiles and split-k-only-idle (passes, no kernel change)
 # landed after one H100 call each; cuda/device_check.sh ran whole on aa9a0e1 (before
 # them) on an H100 in 588 s, so it now takes PARTS="tests" or PARTS="checks", a call each.

@@ -48,8 +48,8 @@ var Tolerances = []Tolerance{
 		Name: "int16", MinTop1: 0.9, MaxPPLRatio: 1.03, Greedy: true,
 		Why: `[cpu] activations = "int16": the one-row q4 matmuls (decode) round their activations to int16 per ` +
 			"group of 64 (up to max|x|/65,534 each, 128 times finer than int8); through the golden fixture's random " +
-			"model that moves the router's logits by up to about 5e-4, and one decoded token whose fourth and fifth " +
-			"experts stand 2.4e-4 apart is routed to the fifth, so agreement, not the exact bound, is held",
+			"model that moves the gap between a token's fourth and fifth router logits by up to about 5e-4, and one " +
+			"decoded token whose two stand 2.4e-4 apart is routed to the fifth, so agreement, not the exact bound, is held",
 	},
 	{
 		// Measured on CPU (AMD EPYC, commit of this tolerance) on both golden fixtures,

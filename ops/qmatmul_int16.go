@@ -27,6 +27,9 @@ import (
 // the 16 dword lanes of one vector, which one conversion and one FMA by the group's
 // s_g·sx_g add to the row's float32 sums. No transpose and no repack of the weights.
 //
+// The AVX2 kernel does the same on 256-bit registers (four VPMADDWD a group) for machines
+// without AVX-512 BW and VNNI.
+//
 // Activation layout of one row of G groups (int16RowBytes(G) bytes):
 //
 //	[0, 128·G)                 group g at 128·g: xq[2i] for i < 32, then xq[2i+1]
@@ -55,9 +58,19 @@ const (
 // back).
 type int16Dot1 func(codes []byte, scales, biases []uint16, groups int, acts []byte, out []float32)
 
-// int16RowKernel is the machine's row kernel (the amd64 init sets it where AVX-512 BW and
-// VNNI are); nil, and "int16" runs the float32 kernels.
+// int16RowKernel is the machine's row kernel, the fastest of int16RowKernelSets (the
+// amd64 init adds AVX2's, then AVX-512 VNNI's); nil, and "int16" runs the float32 kernels.
 var int16RowKernel int16Dot1
+
+// int16RowKernelSets holds every row kernel this machine has, by name: the tests check each.
+var int16RowKernelSets = map[string]int16Dot1{}
+
+// addInt16RowKernel lists a row kernel of this machine and makes it the one in use (the
+// amd64 init adds them slowest first).
+func addInt16RowKernel(name string, k int16Dot1) {
+	int16RowKernelSets[name] = k
+	int16RowKernel = k
+}
 
 // HasInt16Kernel reports whether this machine has the int16 row kernel: where it has
 // none, activations = "int16" runs the float32 kernels.

@@ -12,11 +12,11 @@ import (
 // Tests of the int16-activation decode path (activations = "int16", qmatmul_int16.go).
 
 // int16RowKernels is every int16 row kernel of this machine by name: the portable oracle
-// and, where the machine has one, the assembly.
+// and the assembly ones it has.
 func int16RowKernels() map[string]int16Dot1 {
 	kernels := map[string]int16Dot1{"go": q4Int16Dot1Go}
-	if int16RowKernel != nil {
-		kernels["machine"] = int16RowKernel
+	for name, k := range int16RowKernelSets {
+		kernels[name] = k
 	}
 	return kernels
 }
@@ -283,9 +283,9 @@ func BenchmarkInt16RowKernel(b *testing.B) {
 				}
 			})
 		}
-		if int16RowKernel != nil {
-			run("int16", func(r int) {
-				int16RowKernel(wt.Data[r*rowBytes:(r+int16RowRun)*rowBytes], u16(wt.Scales)[r*G:(r+int16RowRun)*G],
+		for name, kernel := range int16RowKernelSets {
+			run("int16-"+name, func(r int) {
+				kernel(wt.Data[r*rowBytes:(r+int16RowRun)*rowBytes], u16(wt.Scales)[r*G:(r+int16RowRun)*G],
 					u16(wt.Biases)[r*G:(r+int16RowRun)*G], G, acts16, out)
 			})
 		}

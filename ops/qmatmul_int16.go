@@ -19,7 +19,8 @@ import (
 //	Σ w·x ≈ Σ w·x̂ = Σ_g s_g·sx_g·(Σ q·xq) + b_g·sx_g·(Σ xq)
 //
 // with w = s·q + b per group and x̂ = sx·xq, as the int8 path (qmatmul_int8.go), both
-// integer sums exact in int32 (4·15·32,767 per lane and group at most).
+// integer sums exact in int32 (a lane holds at most eight products of 15·32,767 a group,
+// fewer than 2^24: its conversion to float32 is exact too).
 //
 // The kernel widens a group's 32 code bytes to 32 words (VPMOVZXBW): the low nibble of
 // byte i is element 2i, the high nibble element 2i+1, so the activation row stores each
@@ -41,15 +42,14 @@ import (
 const ActivationsInt16 = "int16"
 
 const (
-	int16Group      = 64                 // the only group size the layout takes
-	int16GroupBytes = 2 * int16Group     // activation bytes of one group
-	int16TableUnit  = 16                 // the scale tables are padded to this many groups
-	int16Step       = 32767              // the largest code: steps of max|x|/int16Step
-	int16CodeBytes  = int16Group / 2     // q4 code bytes of one group
-	int16RowRun     = int8RowRun         // weight rows one kernel call covers at most
-	int16RoundBias  = 0x1.8p23           // adding it leaves a float's nearest integer in its low bits
-	int16RoundBits  = 0x4b400000         // the bits of int16RoundBias
-	int16TableBytes = 4 * int16TableUnit // bytes of one unit of a scale table
+	int16Group      = 64             // the only group size the layout takes
+	int16GroupBytes = 2 * int16Group // activation bytes of one group
+	int16TableUnit  = 16             // the scale tables are padded to this many groups
+	int16Step       = 32767          // the largest code: steps of max|x|/int16Step
+	int16CodeBytes  = int16Group / 2 // q4 code bytes of one group
+	int16RowRun     = int8RowRun     // weight rows one kernel call covers at most
+	int16RoundBias  = 0x1.8p23       // adding it leaves a float's nearest integer in its low bits
+	int16RoundBits  = 0x4b400000     // the bits of int16RoundBias
 )
 
 // int16Dot1 is one implementation of the one-row int16 kernel: out[r] = the dot of the

@@ -1,17 +1,11 @@
 package ops_test
 
 import (
-	"fmt"
 	"math"
 	"testing"
 
 	"pistil/graph"
-	"pistil/internal/fixtures"
-	"pistil/models/checkpoint"
-	"pistil/models/qwen35moe"
-	"pistil/models/safetensors"
 	"pistil/ops"
-	"pistil/passes"
 )
 
 // The int16 decode path on the golden model's own activations: every row of every q4
@@ -25,46 +19,12 @@ func TestInt16GoldenMatmulsAreRoundedProducts(t *testing.T) {
 	if !ops.HasInt16Kernel() {
 		t.Skip("no int16 kernel on this machine")
 	}
-	dir := fixtures.Path("golden/tiny-s1/mlx-q4")
-	ck, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	g, err := qwen35moe.Build(ck.Config(), qwen35moe.BuildOptions{WeightType: ck.WeightType, KVDType: graph.F32, ConvStateDType: graph.F32, AllLogits: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := safetensors.Open(dir + "/reference.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	tokens, err := ref.Data("tokens")
-	if err != nil {
-		t.Fatal(err)
-	}
-	T := len(tokens) / 4
-	u := &passes.Unit{Graph: g.Clone(), Phase: passes.Phase{Name: "prefill", Tokens: T}, Ops: ops.Default}
-	if err := passes.Run(u, passes.Config{Check: true}, "fuse-dequant"); err != nil {
-		t.Fatal(err)
-	}
-	bind := graph.Bindings{T: T, N: T}
-	source := func(v *graph.Value) (*ops.Tensor, error) {
-		switch v.Op {
-		case graph.OpWeight:
-			return ck.Tensor(v.Name)
-		case graph.OpState:
-			return ops.NewTensor(v.Type.DType, v.Type.Shape.Eval(bind)...), nil
-		case graph.OpInput:
-			return &ops.Tensor{DType: graph.I32, Shape: []int{T}, Data: tokens}, nil
-		}
-		return nil, fmt.Errorf("source %s", v.Op)
-	}
+	u, bind, source := goldenPrompt(t)
+	T := bind.T
 	f32 := &ops.Env{Bind: bind, Workers: 2}
 	int16 := &ops.Env{Bind: graph.Bindings{T: 1, N: T}, Workers: 2, Activations: ops.ActivationsInt16}
 	checked := 0
-	_, err = ops.RunObserved(u.Graph, f32, source, func(v *graph.Value, in, out []*ops.Tensor) {
+	_, err := ops.RunObserved(u.Graph, f32, source, func(v *graph.Value, in, out []*ops.Tensor) {
 		if (v.Op != "qmatmul" && v.Op != "expert_qmatmul") || in[1].DType != graph.Q4 {
 			return
 		}

@@ -21,52 +21,17 @@ import (
 // group boundary, a partial block or the experts' row gather shows here; what remains
 // between int8 and float32 is the rounding, logged per matmul against its bound.
 func TestInt8GoldenMatmulsAreRoundedProducts(t *testing.T) {
-	dir := fixtures.Path("golden/tiny-s1/mlx-q4")
-	ck, err := checkpoint.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	g, err := qwen35moe.Build(ck.Config(), qwen35moe.BuildOptions{WeightType: ck.WeightType, KVDType: graph.F32, ConvStateDType: graph.F32, AllLogits: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := safetensors.Open(dir + "/reference.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	tokens, err := ref.Data("tokens")
-	if err != nil {
-		t.Fatal(err)
-	}
-	T := len(tokens) / 4
-	u := &passes.Unit{Graph: g.Clone(), Phase: passes.Phase{Name: "prefill", Tokens: T}, Ops: ops.Default}
-	if err := passes.Run(u, passes.Config{Check: true}, "fuse-dequant"); err != nil {
-		t.Fatal(err)
-	}
-	bind := graph.Bindings{T: T, N: T}
-	source := func(v *graph.Value) (*ops.Tensor, error) {
-		switch v.Op {
-		case graph.OpWeight:
-			return ck.Tensor(v.Name)
-		case graph.OpState:
-			return ops.NewTensor(v.Type.DType, v.Type.Shape.Eval(bind)...), nil
-		case graph.OpInput:
-			return &ops.Tensor{DType: graph.I32, Shape: []int{T}, Data: tokens}, nil
-		}
-		return nil, fmt.Errorf("source %s", v.Op)
-	}
 	kernels := []string{"avx2", "avxvnni", "avx512vnni"}
 	best := ops.Int8KernelName()
 	if best == "" {
 		t.Skip("no int8 kernel on this machine")
 	}
 	defer ops.SetInt8Kernel(best)
+	u, bind, source := goldenPrompt(t)
 	f32 := &ops.Env{Bind: bind, Workers: 2}
 	int8 := &ops.Env{Bind: bind, Workers: 2, Activations: ops.ActivationsInt8}
 	checked := 0
-	_, err = ops.RunObserved(u.Graph, f32, source, func(v *graph.Value, in, out []*ops.Tensor) {
+	_, err := ops.RunObserved(u.Graph, f32, source, func(v *graph.Value, in, out []*ops.Tensor) {
 		if (v.Op != "qmatmul" && v.Op != "expert_qmatmul") || in[1].DType != graph.Q4 || in[0].Shape[0] < 2 {
 			return
 		}
@@ -100,6 +65,51 @@ func TestInt8GoldenMatmulsAreRoundedProducts(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no q4 matmul of more than one row in the golden prompt")
 	}
+}
+
+// goldenPrompt is the mlx-q4 golden fixture's prompt as one prefill step, fused as the CPU
+// runs it: the unit, its bindings and the source of its weights, states and tokens (the
+// checkpoint closes when t ends).
+func goldenPrompt(t *testing.T) (*passes.Unit, graph.Bindings, func(v *graph.Value) (*ops.Tensor, error)) {
+	t.Helper()
+	dir := fixtures.Path("golden/tiny-s1/mlx-q4")
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	g, err := qwen35moe.Build(ck.Config(), qwen35moe.BuildOptions{WeightType: ck.WeightType, KVDType: graph.F32, ConvStateDType: graph.F32, AllLogits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := safetensors.Open(dir + "/reference.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	tokens, err := ref.Data("tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens = append([]byte(nil), tokens...) // the source outlives the reference file
+	T := len(tokens) / 4
+	u := &passes.Unit{Graph: g.Clone(), Phase: passes.Phase{Name: "prefill", Tokens: T}, Ops: ops.Default}
+	if err := passes.Run(u, passes.Config{Check: true}, "fuse-dequant"); err != nil {
+		t.Fatal(err)
+	}
+	bind := graph.Bindings{T: T, N: T}
+	source := func(v *graph.Value) (*ops.Tensor, error) {
+		switch v.Op {
+		case graph.OpWeight:
+			return ck.Tensor(v.Name)
+		case graph.OpState:
+			return ops.NewTensor(v.Type.DType, v.Type.Shape.Eval(bind)...), nil
+		case graph.OpInput:
+			return &ops.Tensor{DType: graph.I32, Shape: []int{T}, Data: tokens}, nil
+		}
+		return nil, fmt.Errorf("source %s", v.Op)
+	}
+	return u, bind, source
 }
 
 // rounded is one output of an int8 matmul as the float64 product of the rounded

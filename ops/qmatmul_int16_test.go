@@ -23,22 +23,7 @@ func int16RowKernels() map[string]int16Dot1 {
 
 // roundedActs16 is x with every group of 64 rounded as the int16 path rounds it: to the
 // nearest of ±32,767 steps of max|x|/32,767, halves to even.
-func roundedActs16(x []float32) []float32 {
-	out := make([]float32, len(x))
-	for g := 0; g+int16Group <= len(x); g += int16Group {
-		var amax float32
-		for _, v := range x[g : g+int16Group] {
-			amax = max(amax, abs32(v))
-		}
-		if amax == 0 {
-			continue
-		}
-		for i := g; i < g+int16Group; i++ {
-			out[i] = float32(math.RoundToEven(float64(x[i]*(int16Step/amax)))) * (amax / int16Step)
-		}
-	}
-	return out
-}
+func roundedActs16(x []float32) []float32 { return roundedActsTo(x, int16Step) }
 
 // The layout holds each group's rounded activations where the kernel reads them (the even
 // elements, then the odd ones), its scale max|x|/32,767 and the bias term's sx·Σxq, each

@@ -79,7 +79,11 @@ func TestInt8QMatmulWithinQuantizationBound(t *testing.T) {
 
 // roundedActs is x with every group of 64 rounded the way the int8 path rounds it: to
 // the nearest of ±127 steps of max|x|/127, halves to even.
-func roundedActs(x []float32) []float32 {
+func roundedActs(x []float32) []float32 { return roundedActsTo(x, 127) }
+
+// roundedActsTo is x with every group of 64 rounded to the nearest of ±steps steps of
+// max|x|/steps, halves to even, in float32 as the quantizers compute it.
+func roundedActsTo(x []float32, steps float32) []float32 {
 	out := make([]float32, len(x))
 	for g := 0; g+int8Group <= len(x); g += int8Group {
 		var amax float32
@@ -90,7 +94,7 @@ func roundedActs(x []float32) []float32 {
 			continue
 		}
 		for i := g; i < g+int8Group; i++ {
-			out[i] = float32(math.RoundToEven(float64(x[i]*(127/amax)))) * (amax / 127)
+			out[i] = float32(math.RoundToEven(float64(x[i]*(steps/amax)))) * (amax / steps)
 		}
 	}
 	return out

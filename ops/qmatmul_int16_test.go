@@ -247,22 +247,14 @@ func BenchmarkInt16RowKernel(b *testing.B) {
 	acts8 := make([]byte, int8RowBytes(G))
 	quantizeInt8Row(x, G, acts8)
 	out := make([]float32, int16RowRun)
-	for _, size := range []struct {
-		name string
-		M    int
-	}{{"l2", 256}, {"stream", 1 << 17}} {
-		wt := randQuantized(rng, 4, int16Group, size.M, K)
-		w, err := newWeightRows(wt)
-		if err != nil {
-			b.Fatal(err)
-		}
+	forRowKernelSizes(b, rng, K, func(size string, M int, wt *Tensor, w weightRows) {
 		bytes := int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases))
 		rowBytes := K / 2
 		run := func(name string, kernel func(r int)) {
-			b.Run(fmt.Sprintf("%s/%s", size.name, name), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%s", size, name), func(b *testing.B) {
 				b.SetBytes(bytes)
 				for b.Loop() {
-					for r := 0; r < size.M; r += int16RowRun {
+					for r := 0; r < M; r += int16RowRun {
 						kernel(r)
 					}
 				}
@@ -288,7 +280,7 @@ func BenchmarkInt16RowKernel(b *testing.B) {
 				ks.dot1[0](data, scales, biases, int16Group, one.x, one.xsum)
 			}
 		})
-	}
+	})
 }
 
 // BenchmarkQMatmulStreamInt16 is BenchmarkQMatmulStream under "int16", beside "int8-all"

@@ -197,6 +197,45 @@ func BenchmarkInt8RowKernel(b *testing.B) {
 	acts := make([]byte, int8RowBytes(G))
 	quantizeInt8Row(x, G, acts)
 	out := make([]float32, int8RowRun)
+	forRowKernelSizes(b, rng, K, func(size string, M int, wt *Tensor, w weightRows) {
+		for _, ks := range quantKernelSets {
+			if ks == goQuantKernels {
+				continue
+			}
+			one := actsWith(ks, w, x, 1)
+			b.Run(size+"/f32-"+ks.name, func(b *testing.B) {
+				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+				for b.Loop() {
+					for r := 0; r < M; r++ {
+						data, scales, biases := w.locate(r)
+						ks.dot1[0](data, scales, biases, int8Group, one.x, one.xsum)
+					}
+				}
+			})
+		}
+		for _, name := range int8RowKernelNames() {
+			if size == "stream" && name == "go" {
+				continue
+			}
+			kernel := int8RowKernelSets[name]
+			b.Run(size+"/"+name, func(b *testing.B) {
+				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
+				rowBytes, rowGroups := K/2, G
+				for b.Loop() {
+					for r := 0; r < M; r += int8RowRun {
+						kernel(wt.Data[r*rowBytes:(r+int8RowRun)*rowBytes], u16(wt.Scales)[r*rowGroups:(r+int8RowRun)*rowGroups],
+							u16(wt.Biases)[r*rowGroups:(r+int8RowRun)*rowGroups], G/int8Groups, acts, out)
+					}
+				}
+			})
+		}
+	})
+}
+
+// forRowKernelSizes calls body with the row benchmarks' random q4 weights of rows of K:
+// l2, 256 rows (in the L2 cache); stream, 2^17 rows (151 MB at K = 2,048, several times
+// the L3 cache), swept in order as decode streams a matrix from memory.
+func forRowKernelSizes(b *testing.B, rng *rand.Rand, K int, body func(size string, M int, wt *Tensor, w weightRows)) {
 	for _, size := range []struct {
 		name string
 		M    int
@@ -206,37 +245,7 @@ func BenchmarkInt8RowKernel(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, ks := range quantKernelSets {
-			if ks == goQuantKernels {
-				continue
-			}
-			one := actsWith(ks, w, x, 1)
-			b.Run(size.name+"/f32-"+ks.name, func(b *testing.B) {
-				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
-				for b.Loop() {
-					for r := 0; r < size.M; r++ {
-						data, scales, biases := w.locate(r)
-						ks.dot1[0](data, scales, biases, int8Group, one.x, one.xsum)
-					}
-				}
-			})
-		}
-		for _, name := range int8RowKernelNames() {
-			if size.name == "stream" && name == "go" {
-				continue
-			}
-			kernel := int8RowKernelSets[name]
-			b.Run(size.name+"/"+name, func(b *testing.B) {
-				b.SetBytes(int64(len(wt.Data) + len(wt.Scales) + len(wt.Biases)))
-				rowBytes, rowGroups := K/2, G
-				for b.Loop() {
-					for r := 0; r < size.M; r += int8RowRun {
-						kernel(wt.Data[r*rowBytes:(r+int8RowRun)*rowBytes], u16(wt.Scales)[r*rowGroups:(r+int8RowRun)*rowGroups],
-							u16(wt.Biases)[r*rowGroups:(r+int8RowRun)*rowGroups], G/int8Groups, acts, out)
-					}
-				}
-			})
-		}
+		body(size.name, size.M, wt, w)
 	}
 }
 

@@ -295,3 +295,28 @@ func BenchmarkQMatmulStreamInt16(b *testing.B) {
 	}
 	benchQMatmulStream(b, envs)
 }
+
+// A non-finite activation is not rounded away: a row holding a NaN or an infinity gives
+// non-finite sums from every int16 kernel, as the float32 kernels do, so the router's
+// non-finite check still sees it downstream.
+func TestInt16RowKeepsNonFiniteActivations(t *testing.T) {
+	rng := rand.New(rand.NewSource(45))
+	const G, rows = 3, 4
+	K := G * int16Group
+	w := quantize(randTensor(rng, 0.1, rows, K), 4, int16Group)
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		x := randF32(rng, K, 1)
+		x[int16Group+5] = bad
+		acts := make([]byte, int16RowBytes(G))
+		quantizeInt16Row(x, G, acts)
+		for name, kernel := range int16RowKernels() {
+			got := make([]float32, rows)
+			kernel(w.Data, u16(w.Scales), u16(w.Biases), G, acts, got)
+			for r, v := range got {
+				if !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) {
+					t.Fatalf("%s with x holding %v: row %d = %v, want a non-finite sum", name, bad, r, v)
+				}
+			}
+		}
+	}
+}

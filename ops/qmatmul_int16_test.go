@@ -161,19 +161,8 @@ func TestInt16DecodeIsProductOfRoundedActivations(t *testing.T) {
 	for _, G := range []int{3, 8, 11, 32} {
 		K := G * int16Group
 		const E, M, k = 5, 150, 3
-		w := quantize(randTensor(rng, 0.1, E, M, K), 4, int16Group)
-		ref := rowsOf(w)
-		x := randTensor(rng, 1, 1, K)
-		for g := 0; g < G; g++ {
-			x.F32()[g*int16Group+rng.Intn(int16Group)] *= 8
-		}
+		w, ref, x, ids, ge := decodeExpertCase(t, rng, E, M, G, []int32{4, 0, 2})
 		rounded := roundedActs16(x.F32())
-		ids := NewTensor(graph.I32, 1, k)
-		copy(ids.I32(), []int32{4, 0, 2})
-		ge, err := opGraph("expert_qmatmul", nil, x, w, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
 		infoE, _ := Default.Info("expert_qmatmul")
 		got := NewTensor(graph.F32, 1, k, M)
 		if err := infoE.Ref(env, ge.Values[3], []*Tensor{x, w, ids}, []*Tensor{got}); err != nil {

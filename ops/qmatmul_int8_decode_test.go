@@ -121,19 +121,8 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 	for _, G := range []int{3, 8, 11, 32} {
 		K := G * int8Group
 		const E, M, k = 5, 150, 3
-		w := quantize(randTensor(rng, 0.1, E, M, K), 4, int8Group)
-		ref := rowsOf(w)
-		x := randTensor(rng, 1, 1, K)
-		for g := 0; g < G; g++ {
-			x.F32()[g*int8Group+rng.Intn(int8Group)] *= 8 // an outlier per group, as real rows have
-		}
+		w, ref, x, ids, ge := decodeExpertCase(t, rng, E, M, G, []int32{4, 0, 2})
 		rounded := roundedActs(x.F32())
-		ids := NewTensor(graph.I32, 1, k)
-		copy(ids.I32(), []int32{4, 0, 2})
-		ge, err := opGraph("expert_qmatmul", nil, x, w, ids)
-		if err != nil {
-			t.Fatal(err)
-		}
 		infoE, _ := Default.Info("expert_qmatmul")
 		forEachInt8Kernel(t, func(name string) {
 			if int8RowKernel == nil {
@@ -179,6 +168,28 @@ func TestInt8DecodeIsProductOfRoundedActivations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decodeExpertCase is a decode step's routed-expert matmul for the decode tests: a stack of
+// E experts of M q4 rows of G groups (w, and its rows decoded, ref), one activation row x
+// with an outlier per group (as real rows have), routed to the experts routed (ids), and
+// the expert_qmatmul graph of the three.
+func decodeExpertCase(t *testing.T, rng *rand.Rand, E, M, G int, routed []int32) (w *Tensor, ref []float32, x, ids *Tensor, ge *graph.Graph) {
+	t.Helper()
+	K := G * int8Group
+	w = quantize(randTensor(rng, 0.1, E, M, K), 4, int8Group)
+	ref = rowsOf(w)
+	x = randTensor(rng, 1, 1, K)
+	for g := 0; g < G; g++ {
+		x.F32()[g*int8Group+rng.Intn(int8Group)] *= 8
+	}
+	ids = NewTensor(graph.I32, 1, len(routed))
+	copy(ids.I32(), routed)
+	ge, err := opGraph("expert_qmatmul", nil, x, w, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, ref, x, ids, ge
 }
 
 // BenchmarkInt8RowKernel times each one-row kernel alone on one core, side by side with

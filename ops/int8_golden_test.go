@@ -36,7 +36,7 @@ func TestInt8GoldenMatmulsAreRoundedProducts(t *testing.T) {
 			return
 		}
 		info, _ := ops.Default.Info(v.Op)
-		products := roundedProducts(v.Op, in)
+		products := roundedProducts(v.Op, in, 127, 2)
 		for _, kernel := range kernels {
 			if ops.SetInt8Kernel(kernel) != nil {
 				continue
@@ -112,18 +112,19 @@ func goldenPrompt(t *testing.T) (*passes.Unit, graph.Bindings, func(v *graph.Val
 	return u, bind, source
 }
 
-// rounded is one output of an int8 matmul as the float64 product of the rounded
-// activations (want), the magnitude of its terms (mag) and the bound of the rounding's
-// effect, Σ_g max|x_g|/254·Σ|w_g| (bound).
+// rounded is one output of a matmul over rounded activations as the float64 product of
+// the rounded activations (want), the magnitude of its terms (mag) and the bound of the
+// rounding's effect, Σ_g max|x_g|/(2·steps)·Σ|w_g| (bound).
 type rounded struct {
 	out              int
 	want, mag, bound float64
 }
 
-// roundedProducts lists the outputs the int8 path computes: every output of a qmatmul,
-// and the rows of an expert_qmatmul whose expert has more than one (one row takes the
-// float32 kernels).
-func roundedProducts(op string, in []*ops.Tensor) []rounded {
+// roundedProducts lists the outputs a path that rounds each group of 64 activations to
+// ±steps steps of max|x|/steps computes: every output of a qmatmul, and the rows of an
+// expert_qmatmul whose expert has at least minRows (int8 prefill leaves an expert's one
+// row to the float32 kernels: 127 and 2; int16 decode takes every row: 32,767 and 1).
+func roundedProducts(op string, in []*ops.Tensor, steps float32, minRows int) []rounded {
 	x, w := in[0], in[1]
 	K, M := w.Shape[len(w.Shape)-1], w.Shape[len(w.Shape)-2]
 	xs := x.F32()
@@ -142,7 +143,7 @@ func roundedProducts(op string, in []*ops.Tensor) []rounded {
 			count[id]++
 		}
 		for r, id := range ids {
-			if count[id] < 2 {
+			if count[id] < minRows {
 				continue
 			}
 			src := r
@@ -169,7 +170,7 @@ func roundedProducts(op string, in []*ops.Tensor) []rounded {
 		amax[g] = float64(m)
 		if m > 0 {
 			for i := g * 64; i < (g+1)*64; i++ {
-				xhat[i] = math.RoundToEven(float64(xs[i]*(127/m))) * float64(m/127)
+				xhat[i] = math.RoundToEven(float64(xs[i]*(steps/m))) * float64(m/steps)
 			}
 		}
 	}
@@ -185,7 +186,7 @@ func roundedProducts(op string, in []*ops.Tensor) []rounded {
 				d.mag += math.Abs(float64(row[i]) * xh)
 				wabs += math.Abs(float64(row[i]))
 			}
-			d.bound += amax[j.src*K/64+g] / 254 * wabs
+			d.bound += amax[j.src*K/64+g] / (2 * float64(steps)) * wabs
 		}
 		res = append(res, d)
 	}

@@ -164,8 +164,14 @@ func mulRowsOneRegion(env *Env, x []float32, wts, out []*Tensor) (bool, error) {
 		ws[i] = w
 		starts[i+1] = starts[i] + w.rows()
 	}
+	// The row is prepared once per weight type and group (what its preparation depends
+	// on): the GDN's four input projections share one.
 	acts := make([]*quantActs, len(ws))
 	for i, w := range ws {
+		if j := sameActs(ws[:i], w); j >= 0 {
+			acts[i] = acts[j]
+			continue
+		}
 		acts[i] = prepareActs(env.serial(), w, x, 1)
 	}
 	parallelBalanced(env, starts[len(ws)], func(_, lo, hi int) {
@@ -176,8 +182,21 @@ func mulRowsOneRegion(env *Env, x []float32, wts, out []*Tensor) (bool, error) {
 			}
 		}
 	})
-	for _, a := range acts {
-		a.release()
+	for i, a := range acts {
+		if sameActs(ws[:i], ws[i]) < 0 {
+			a.release()
+		}
 	}
 	return true, nil
+}
+
+// sameActs is the first of ws whose activations prepare as w's do (the same weight type
+// and group, for rows of the same length), or -1.
+func sameActs(ws []weightRows, w weightRows) int {
+	for j, o := range ws {
+		if o.t.DType == w.t.DType && o.t.Group == w.t.Group && o.cols == w.cols {
+			return j
+		}
+	}
+	return -1
 }

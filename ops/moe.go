@@ -332,10 +332,11 @@ func refExpertMatmul(env *Env, v *graph.Value, in, out []*Tensor) error {
 		}
 		quantized = newInt8Source(env, w, sources, func(s int) []float32 { return xs[s*K : (s+1)*K] })
 	}
-	// A decode token's one row under "int16" meets every expert it was routed to: it is
-	// quantized once and read by all of them (released once, below).
+	// A decode token's one row meets every expert it was routed to: where the int8 source
+	// does not already hold it, it is prepared once (interleaved, or quantized to int16)
+	// and read by all of them (released once, below).
 	var shared *quantActs
-	if fast && perToken && T == 1 && int16Fits(env, w, 1) {
+	if fast && perToken && T == 1 && quantized == nil {
 		shared = prepareActsFrom(env, w, 1, func(int) []float32 { return xs[:K] })
 	}
 	parallelItems(env, len(used), func(_, i int) {

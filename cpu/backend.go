@@ -67,7 +67,7 @@ func chooseKernel(setting, value, env string, set func(string) error) error {
 const Int8KernelEnv = "PISTIL_CPU_INT8_KERNEL"
 
 // AttentionKernelEnv names the environment variable that picks the tiled attention's
-// kernel set by name (ops.SetAttentionKernel: "avx512", "avx512-l1", "avx2", "go").
+// kernel set by name (ops.SetAttentionKernel: "avx512bf16", "avx512", "avx512-l1", "avx2", "go", "go-bf16").
 const AttentionKernelEnv = "PISTIL_CPU_ATTENTION_KERNEL"
 
 // Backend is the CPU backend. Workers is the goroutine count the references split heavy

@@ -54,7 +54,8 @@ type Options struct {
 	// Int8Kernel names the CPU backend's int8 kernel (ops.SetInt8Kernel); empty, the fastest.
 	Int8Kernel string
 	// AttentionKernel names the CPU backend's tiled-attention kernel set
-	// (ops.SetAttentionKernel: "avx512", "avx512-l1", "avx2", "go"); empty, the fastest.
+	// (ops.SetAttentionKernel: "avx512bf16", "avx512", "avx512-l1", "avx2", "go", "go-bf16");
+	// empty, the fastest.
 	AttentionKernel string
 	// WorkerPool runs the CPU backend's parallel loops on persistent spinning helpers
 	// (ops.SetWorkerPool; pipeline.toml [cpu] worker_pool); false starts goroutines per loop.

@@ -48,6 +48,17 @@ func attnAccumBF16AVX512(p *float32, nq, D int, v *uint16, vStride, nk int, o *f
 //go:noescape
 func attnExp2Sum16AVX512(s *float32, n, stride int, m, l *float32)
 
+// The bf16 products' kernels (AVX512_BF16, attention_avx512_amd64.s).
+
+//go:noescape
+func attnScoresDotAVX512(q *uint16, nq, D int, k *uint16, kStride, nk int, s *float32)
+
+//go:noescape
+func attnPairProbsAVX512(p *float32, nq, nk int, pp *uint32)
+
+//go:noescape
+func attnAccumDotAVX512(pp *uint32, nq, D int, v *uint16, vStride, nk int, o *float32, aheadK, aheadV int, toL2 bool)
+
 // exp2SumAVX512 is attnKernels.exp2Sum sixteen lanes at a time: 16 rows of every key
 // when nq is a multiple of 16; two keys' 8 rows (m and l doubled) when nq is 8, a last
 // odd key through the AVX2 kernel; other row counts through the AVX2 kernel.
@@ -185,6 +196,27 @@ func burstAhead(v unsafe.Pointer, stride, n, rowBytes int, ahead attnAhead) {
 	}
 }
 
+// newAVX512DotAttnKernels is the AVX-512 set with a bf16 cache's products in bf16 pairs
+// (VDPBF16PS) for head dims that are multiples of 32: "avx512bf16", on machines with
+// AVX512_BF16 (AMD Zen 4 and later, Intel Cooper Lake and Sapphire Rapids and later). Its
+// float32 cache kernels are the "avx512" set's.
+func newAVX512DotAttnKernels() *attnKernels {
+	k := *newAVX512AttnKernels("avx512bf16", func() bool { return attnAheadToL2 })
+	k.scoresDot = func(q []uint16, nq, D int, kr []uint16, kStride, nk int, s []float32) {
+		checkAttn(nq, 32, nk, D%32 == 0 && len(q) >= nq*D && len(kr) >= (nk-1)*kStride+D && len(s) >= nk*nq)
+		attnScoresDotAVX512(&q[0], nq, D, &kr[0], kStride, nk, &s[0])
+	}
+	k.pairProbs = func(p []float32, nq, nk int, pp []uint32) {
+		checkAttn(nq, 16, nk, len(p) >= nk*nq && len(pp) >= (nk+1)/2*nq)
+		attnPairProbsAVX512(&p[0], nq, nk, &pp[0])
+	}
+	k.accumDot = func(pp []uint32, nq, D int, v []uint16, vStride, nk int, o []float32, ahead attnAhead) {
+		checkAttn(nq, 32, nk, D%32 == 0 && len(pp) >= (nk+1)/2*nq && len(v) >= (nk-1)*vStride+D && len(o) >= nq*D)
+		attnAccumDotAVX512(&pp[0], nq, D, &v[0], vStride, nk, &o[0], ahead.k, ahead.v, attnAheadToL2)
+	}
+	return &k
+}
+
 func checkAttn(nq, D, nk int, lengthsOK bool) {
 	if nq <= 0 || nq%8 != 0 || D <= 0 || D%16 != 0 || nk <= 0 || !lengthsOK {
 		panic("ops: attention kernel called with a bad shape or a short slice")
@@ -196,9 +228,15 @@ func init() {
 		attnFast = avx2AttnKernels
 		attnKernelSets = append(attnKernelSets, avx2AttnKernels)
 		if cpu.X86.HasAVX512F {
-			// "avx512-l1" first: "avx512", the last, is the default.
+			// The last is the default: "avx512bf16" where the machine has VDPBF16PS (it
+			// differs from "avx512", its off switch, only over a bf16 cache, whose
+			// tolerance its roundings stay within), else "avx512".
 			attnFast = avx512AttnKernels
 			attnKernelSets = append(attnKernelSets, avx512L1AttnKernels, avx512AttnKernels)
+			if cpu.X86.HasAVX512BF16 && cpu.X86.HasAVX512BW {
+				attnFast = newAVX512DotAttnKernels()
+				attnKernelSets = append(attnKernelSets, attnFast)
+			}
 			attnAheadToL2 = amdFamily() == attnL2AheadFamily
 		}
 	}

@@ -648,3 +648,336 @@ banext:
 	JLT  bagroup
 	VZEROUPPER
 	RET
+
+// bf16 products (attnDotKernels, AVX512_BF16): a bf16 cache's keys and values meet the
+// query rows and the probabilities rounded to bf16 in VDPBF16PS, which multiplies the two
+// bf16 halves of each 32-bit lane and adds both products to the lane's float32: half the
+// instructions of the float32 FMAs per product. The Go assembler has no mnemonic for it
+// or for VCVTNEPS2BF16, so the macros below spell their EVEX encodings out (checked by
+// TestDotKernelsMatchGo against the Go kernels, and by objdump when written).
+
+// VDPBF16PS_Z(s2, s1, d): zmm d += the bf16 pair products of zmm s1 and zmm s2 (register
+// numbers 0-31), EVEX.512.F3.0F38.W0 52 /r: d in ModRM.reg (R, R'), s1 in EVEX.vvvv
+// (V'), s2 in ModRM.rm (B, X), each extension bit stored inverted.
+#define VDPBF16PS_Z(s2, s1, d) \
+	BYTE $0x62; \
+	BYTE $(((1-(((d)>>3)&1))<<7) | ((1-(((s2)>>4)&1))<<6) | ((1-(((s2)>>3)&1))<<5) | ((1-(((d)>>4)&1))<<4) | 2); \
+	BYTE $(((15-((s1)&15))<<3) | 6); \
+	BYTE $(0x40 | ((1-(((s1)>>4)&1))<<3)); \
+	BYTE $0x52; \
+	BYTE $(0xC0 | (((d)&7)<<3) | ((s2)&7))
+
+// VCVTNEPS2BF16_Y(s, d): xmm d = ymm s's eight floats rounded to bf16 (to nearest even),
+// EVEX.256.F3.0F38.W0 72 /r, registers 0-7.
+#define VCVTNEPS2BF16_Y(s, d) \
+	BYTE $0x62; BYTE $0xF2; BYTE $0x7E; BYTE $0x28; BYTE $0x72; \
+	BYTE $(0xC0 | ((d)<<3) | (s))
+
+// DOT4(q, a0, a1, a2, a3): the four keys' chunks (Z0-Z3) against the row pair in zmm q,
+// into the four keys' accumulators of that pair (the float32 chunk loop's FMAs).
+#define DOT4(q, a0, a1, a2, a3) \
+	VDPBF16PS_Z(q, 0, a0); \
+	VDPBF16PS_Z(q, 1, a1); \
+	VDPBF16PS_Z(q, 2, a2); \
+	VDPBF16PS_Z(q, 3, a3)
+
+// func attnScoresDotAVX512(q *uint16, nq, D int, k *uint16, kStride, nk int, s *float32)
+// attnScoresAVX512 over bf16 query rows and a bf16 cache: a quad's chunk c is 16 dims of
+// each row (32 bytes: 8 lanes of two dims), row r's at byte 128c + 32r, and a key's chunk
+// c is its dims 16c..16c+15 as stored, broadcast to both halves of a zmm. The lanes'
+// sums, the reduction and the stores are the float32 kernel's.
+TEXT ·attnScoresDotAVX512(SB), NOSPLIT, $0-56
+	MOVQ      nq+8(FP), R13
+	SHLQ      $2, R13           // R13: bytes of one key's scores
+	MOVQ      D+16(FP), R11
+	SHLQ      $1, R11           // R11: bytes of a plain bf16 row (a quad: 4x)
+	MOVQ      k+24(FP), DI
+	MOVQ      kStride+32(FP), R9
+	SHLQ      $1, R9            // R9: bytes between key rows
+	MOVQ      nk+40(FP), R10
+	MOVQ      s+48(FP), DX
+	VMOVDQU32 scorePerm<>(SB), Z14
+
+dkeys4:
+	CMPQ R10, $4
+	JLT  dkey1
+	MOVQ q+0(FP), AX
+	MOVQ DX, BX
+	LEAQ (DI)(R11*1), SI
+
+dgroup4:
+	ZERO_ACC
+	MOVQ DI, CX
+	LEAQ (DI)(R9*1), R12
+	MOVQ AX, R8
+
+dchunk4:
+	VBROADCASTF64X4 (CX), Z0
+	VBROADCASTF64X4 (R12), Z1
+	VBROADCASTF64X4 (CX)(R9*2), Z2
+	VBROADCASTF64X4 (R12)(R9*2), Z3
+	VMOVUPS         (R8), Z4
+	VMOVUPS         64(R8), Z5
+	VMOVUPS         (R8)(R11*4), Z6
+	VMOVUPS         64(R8)(R11*4), Z7
+	DOT4(4, 16, 20, 24, 28)
+	DOT4(5, 17, 21, 25, 29)
+	DOT4(6, 18, 22, 26, 30)
+	DOT4(7, 19, 23, 27, 31)
+	ADDQ            $32, CX
+	ADDQ            $32, R12
+	ADDQ            $128, R8
+	CMPQ            CX, SI
+	JLT             dchunk4
+
+	STORE_SCORES4
+	ADDQ          $32, BX
+	LEAQ          (AX)(R11*8), AX
+	LEAQ          (DX)(R13*1), CX
+	CMPQ          BX, CX
+	JLT           dgroup4
+
+	LEAQ (DI)(R9*4), DI
+	LEAQ (DX)(R13*4), DX
+	SUBQ $4, R10
+	JMP  dkeys4
+
+dkey1:
+	TESTQ R10, R10
+	JZ    ddone
+	MOVQ  q+0(FP), AX
+	MOVQ  DX, BX
+	LEAQ  (DI)(R11*1), SI
+
+dgroup1:
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	MOVQ   DI, CX
+	MOVQ   AX, R8
+
+dchunk1:
+	VBROADCASTF64X4 (CX), Z0
+	VMOVUPS         (R8), Z4
+	VMOVUPS         64(R8), Z5
+	VMOVUPS         (R8)(R11*4), Z6
+	VMOVUPS         64(R8)(R11*4), Z7
+	VDPBF16PS_Z(4, 0, 16)
+	VDPBF16PS_Z(5, 0, 17)
+	VDPBF16PS_Z(6, 0, 18)
+	VDPBF16PS_Z(7, 0, 19)
+	ADDQ            $32, CX
+	ADDQ            $128, R8
+	CMPQ            CX, SI
+	JLT             dchunk1
+
+	KEYSUM(Z16, Z17, Z18, Z19, Z0, Z1, Z2)
+	KEYPAIR(Z2, Z2, Z0, Z6)
+	VMOVUPS Y6, (BX)
+	ADDQ    $32, BX
+	LEAQ    (AX)(R11*8), AX
+	LEAQ    (DX)(R13*1), CX
+	CMPQ    BX, CX
+	JLT     dgroup1
+
+	ADDQ R9, DI
+	ADDQ R13, DX
+	DECQ R10
+	JMP  dkey1
+
+ddone:
+	VZEROUPPER
+	RET
+
+// func attnPairProbsAVX512(p *float32, nq, nk int, pp *uint32)
+// The value sums' probabilities in key pairs: pp[(j/2)*nq + i] holds p[j*nq+i] rounded to
+// bf16 in its low half and p[(j+1)*nq+i] in its high half (0 past an odd nk's last key),
+// as VDPBF16PS pairs them with two keys' interleaved value dims. nq is a multiple of 8.
+TEXT ·attnPairProbsAVX512(SB), NOSPLIT, $0-32
+	MOVQ p+0(FP), SI
+	MOVQ nq+8(FP), R13
+	SHLQ $2, R13                // R13: bytes of one key's probabilities (and of a pair's)
+	MOVQ nk+16(FP), R10
+	MOVQ pp+24(FP), DI
+
+ppairs:
+	CMPQ R10, $2
+	JLT  plast
+	XORQ CX, CX
+
+ppair:
+	VMOVUPS (SI)(CX*1), Y0
+	LEAQ    (SI)(R13*1), DX
+	VMOVUPS (DX)(CX*1), Y1
+	VCVTNEPS2BF16_Y(0, 0)
+	VCVTNEPS2BF16_Y(1, 1)
+	VPUNPCKLWD X1, X0, X2       // rows 0-3: (key j, key j+1) a lane
+	VPUNPCKHWD X1, X0, X3       // rows 4-7
+	VMOVDQU    X2, (DI)(CX*1)
+	VMOVDQU    X3, 16(DI)(CX*1)
+	ADDQ       $32, CX
+	CMPQ       CX, R13
+	JLT        ppair
+
+	LEAQ (SI)(R13*2), SI
+	ADDQ R13, DI
+	SUBQ $2, R10
+	JMP  ppairs
+
+plast:
+	TESTQ  R10, R10
+	JZ     pdone
+	XORQ   CX, CX
+	VPXOR  X1, X1, X1
+
+plastrow:
+	VMOVUPS (SI)(CX*1), Y0
+	VCVTNEPS2BF16_Y(0, 0)
+	VPUNPCKLWD X1, X0, X2
+	VPUNPCKHWD X1, X0, X3
+	VMOVDQU    X2, (DI)(CX*1)
+	VMOVDQU    X3, 16(DI)(CX*1)
+	ADDQ       $32, CX
+	CMPQ       CX, R13
+	JLT        plastrow
+
+pdone:
+	VZEROUPPER
+	RET
+
+// PAIR_DOTS adds the key pair's probabilities of the 8 rows (Z2-Z9, a pair a lane) times
+// its interleaved value dims Z0 (to A_r) and Z1 (to B_r).
+#define PAIR_DOTS \
+	VDPBF16PS_Z(0, 2, 16); \
+	VDPBF16PS_Z(1, 2, 24); \
+	VDPBF16PS_Z(0, 3, 17); \
+	VDPBF16PS_Z(1, 3, 25); \
+	VDPBF16PS_Z(0, 4, 18); \
+	VDPBF16PS_Z(1, 4, 26); \
+	VDPBF16PS_Z(0, 5, 19); \
+	VDPBF16PS_Z(1, 5, 27); \
+	VDPBF16PS_Z(0, 6, 20); \
+	VDPBF16PS_Z(1, 6, 28); \
+	VDPBF16PS_Z(0, 7, 21); \
+	VDPBF16PS_Z(1, 7, 29); \
+	VDPBF16PS_Z(0, 8, 22); \
+	VDPBF16PS_Z(1, 8, 30); \
+	VDPBF16PS_Z(0, 9, 23); \
+	VDPBF16PS_Z(1, 9, 31)
+
+// BROADCAST_PAIRS spreads a key pair's probability pairs of the 8 rows (at R12) over Z2-Z9.
+#define BROADCAST_PAIRS \
+	VPBROADCASTD 0(R12), Z2; \
+	VPBROADCASTD 4(R12), Z3; \
+	VPBROADCASTD 8(R12), Z4; \
+	VPBROADCASTD 12(R12), Z5; \
+	VPBROADCASTD 16(R12), Z6; \
+	VPBROADCASTD 20(R12), Z7; \
+	VPBROADCASTD 24(R12), Z8; \
+	VPBROADCASTD 28(R12), Z9
+
+// AHEAD(to) asks for the rows the next passes read at the key row DI's distances SI
+// (keys) and R15 (values), with prefetch instruction to.
+#define AHEAD(to) \
+	to (DI)(SI*1); \
+	to 64(DI)(SI*1); \
+	to (DI)(R15*1); \
+	to 64(DI)(R15*1)
+
+// func attnAccumDotAVX512(pp *uint32, nq, D int, v *uint16, vStride, nk int, o *float32, aheadK, aheadV int, toL2 bool)
+// attnAccumBF16AVX512 over key pairs: per 8 output rows and block of 32 dims, two keys'
+// value blocks are interleaved word by word (VPUNPCKLWD: dims 8L..8L+3 of each 128-bit
+// lane L, a key pair a 32-bit lane, to Z0; VPUNPCKHWD: dims 8L+4..8L+7 to Z1) and meet
+// the pair's probabilities (attnPairProbsAVX512) in one VDPBF16PS per row and half. So
+// A_r's lane 4L+i holds dim 8L+i of the block and B_r's dim 8L+4+i; in memory A_r is the
+// block's chunks 0|1 and B_r chunks 2|3, as the float32 kernel keeps them (dotOutDim is
+// the map). An odd nk's last key pairs with zeros. aheadK, aheadV and toL2 as in
+// attnAccumAVX512, for both keys of a pair.
+TEXT ·attnAccumDotAVX512(SB), NOSPLIT, $0-73
+	MOVQ nq+8(FP), R13
+	SHLQ $2, R13                // R13: bytes of one key pair's probability pairs
+	MOVQ D+16(FP), R11
+	SHLQ $2, R11                // R11: bytes of a plain float32 output row
+	MOVQ vStride+32(FP), R9
+	SHLQ $1, R9                 // R9: bytes between value rows
+	MOVQ aheadK+56(FP), SI
+	MOVQ aheadV+64(FP), R15
+	MOVQ o+48(FP), AX
+	MOVQ pp+0(FP), BX
+
+dagroup:
+	XORQ CX, CX                 // CX: the block's first float32 chunk, in bytes of a plain row
+
+dablock:
+	LEAQ (AX)(CX*4), R8
+	LEAQ (R8)(R11*4), DX
+	LOAD_ROWS_F32
+	MOVQ v+24(FP), DI
+	MOVQ CX, R10
+	SHRQ $1, R10
+	ADDQ R10, DI                // key 0's value block (bf16: half the float32 offset)
+	MOVQ BX, R12
+	MOVQ nk+40(FP), R10
+
+dapairs:
+	CMPQ      R10, $2
+	JLT       dalast
+	VMOVDQU32 (DI), Z10
+	TESTQ     SI, SI
+	JZ        dasecond
+	CMPB      toL2+72(FP), $0
+	JNE       dal2a
+	AHEAD(PREFETCHT0)
+	JMP       dasecond
+
+dal2a:
+	AHEAD(PREFETCHT1)
+
+dasecond:
+	ADDQ      R9, DI
+	VMOVDQU32 (DI), Z11
+	TESTQ     SI, SI
+	JZ        dadots
+	CMPB      toL2+72(FP), $0
+	JNE       dal2b
+	AHEAD(PREFETCHT0)
+	JMP       dadots
+
+dal2b:
+	AHEAD(PREFETCHT1)
+
+dadots:
+	VPUNPCKLWD Z11, Z10, Z0
+	VPUNPCKHWD Z11, Z10, Z1
+	BROADCAST_PAIRS
+	PAIR_DOTS
+	ADDQ       R9, DI
+	ADDQ       R13, R12
+	SUBQ       $2, R10
+	JMP        dapairs
+
+dalast:
+	TESTQ      R10, R10
+	JZ         dastore
+	VMOVDQU32  (DI), Z10
+	VPXORD     Z11, Z11, Z11
+	VPUNPCKLWD Z11, Z10, Z0
+	VPUNPCKHWD Z11, Z10, Z1
+	BROADCAST_PAIRS
+	PAIR_DOTS
+
+dastore:
+	STORE_ROWS_F32
+	ADDQ $128, CX
+	CMPQ CX, R11
+	JLT  dablock
+
+	ADDQ $32, BX
+	LEAQ (AX)(R11*8), AX
+	MOVQ pp+0(FP), CX
+	ADDQ R13, CX
+	CMPQ BX, CX
+	JLT  dagroup
+	VZEROUPPER
+	RET

@@ -33,6 +33,13 @@ import (
 // in its low half and the next odd dim in its high half, and each half becomes a float32
 // by one shift or one mask, no shuffle. A dot product does not care in which order its
 // dims are summed, so the kernels only have to agree with packQueries and mergeParts.
+//
+// A set with bf16 products (scoresDot, pairProbs, accumDot: AVX512_BF16's VDPBF16PS)
+// takes a bf16 cache's products in bf16 pairs instead, for head dims that are multiples of
+// 32: the packed query rows are bf16 (packQueriesBF16), rounded once per call; each key
+// block's probabilities are rounded to bf16 in key pairs (pairProbs), and the output rows
+// come back in dot order (dotOutDim), which mergeParts undoes. Sums stay float32; rounding
+// q and p to bf16 is what changes the numbers (attnOrder).
 
 // attnKernels are one implementation of the tiled attention's inner loops. nq (packed
 // rows) is a multiple of 8 and D of 16 (attnTileable).
@@ -60,6 +67,44 @@ type attnKernels struct {
 	// in elements), with q and o packed in pair order.
 	scoresBF16 func(q []float32, nq, D int, k []uint16, kStride, nk int, s []float32)
 	accumBF16  func(p []float32, nq, D int, v []uint16, vStride, nk int, o []float32, ahead attnAhead)
+	// scoresDot writes s like scoresBF16 from bf16 query rows (packQueriesBF16); pairProbs
+	// rounds a key block's probabilities to bf16 in key pairs: pp[(j/2)*nq+i] holds
+	// p[j*nq+i] in its low 16 bits and p[(j+1)*nq+i] in its high 16 (0 past an odd nk);
+	// accumDot adds Σ_j p_j·v_j from them to the output rows, packed in dot order. Nil in
+	// a set without bf16 products.
+	scoresDot func(q []uint16, nq, D int, k []uint16, kStride, nk int, s []float32)
+	pairProbs func(p []float32, nq, nk int, pp []uint32)
+	accumDot  func(pp []uint32, nq, D int, v []uint16, vStride, nk int, o []float32, ahead attnAhead)
+}
+
+// attnOrder is how a call's packed query and output rows are laid out, which the kernels,
+// packQueries and mergeParts agree on.
+type attnOrder int
+
+const (
+	orderPlain attnOrder = iota // a float32 cache: each chunk of 8 floats holds dims 8c..8c+7
+	orderPairs                  // a bf16 cache read as float32: pair order
+	orderDot                    // a bf16 cache in bf16 products: bf16 queries, outputs in dot order
+)
+
+// order is the layout this set runs a cache of dtype dt and head dim D in.
+func (k *attnKernels) order(dt graph.DType, D int) attnOrder {
+	switch {
+	case dt != graph.BF16:
+		return orderPlain
+	case k.scoresDot != nil && D%32 == 0:
+		return orderDot
+	}
+	return orderPairs
+}
+
+// dotOutDim is the dim, within its block of 32, of element e of chunk c (0-3) of a
+// packed output row in dot order: accumDot's first register of a row holds chunks 0 and
+// 1, whose lane 4L+i is dim 8L+i (VPUNPCKLWD's interleave of two keys' value words keeps
+// dims 8L..8L+3 of each 128-bit lane L), the second chunks 2 and 3, dims 8L+4+i.
+func dotOutDim(c, e int) int {
+	lane := 8*(c%2) + e
+	return 8*(lane/4) + lane%4 + 4*(c/2)
 }
 
 // attnAhead names the rows the passes after a value pass read (the next KV head's keys
@@ -83,20 +128,32 @@ func aheadOf[E float32 | uint16](v, nextK, nextV []E) attnAhead {
 // it to check every set.
 var attnFast = goAttnKernels
 
-// attnKernelSets lists the sets this machine can run, slowest first (the tests run each).
-var attnKernelSets = []*attnKernels{goAttnKernels}
+// attnKernelSets lists the sets this machine can run, the default last (the tests run
+// each).
+var attnKernelSets = []*attnKernels{goDotAttnKernels, goAttnKernels}
 
 // AttentionKernelNames are the names SetAttentionKernel knows on some machine.
-var AttentionKernelNames = []string{"go", "avx2", "avx512-l1", "avx512"}
+var AttentionKernelNames = []string{"go-bf16", "go", "avx2", "avx512-l1", "avx512", "avx512bf16"}
+
+// AttentionKernelsHere names the kernel sets this machine can run, the default last.
+func AttentionKernelsHere() []string {
+	var names []string
+	for _, k := range attnKernelSets {
+		names = append(names, k.name)
+	}
+	return names
+}
 
 // AttentionKernel names the tiled attention's kernel set in use.
 func AttentionKernel() string { return attnFast.name }
 
 // SetAttentionKernel makes the tiled attention (the fast kernels' attention) run the named
-// kernel set, process-wide: "go" (the portable loops), "avx2", "avx512" (those this
-// machine has); "" the fastest. pipeline.toml's [cpu] attention_kernel; the sets differ
-// only in the order of float32 sums (TestTiledAttentionMatchesReference holds each to
-// the scalar oracle).
+// kernel set, process-wide: "go" (the portable loops), "go-bf16" (the portable loops with
+// a bf16 cache's products in bf16), "avx2", "avx512-l1", "avx512", "avx512bf16" (those
+// this machine has); "" the fastest. pipeline.toml's [cpu] attention_kernel. Over a
+// float32 cache the sets differ only in the order of float32 sums; over a bf16 cache
+// "go-bf16" and "avx512bf16" also round the queries and probabilities to bf16
+// (TestTiledAttentionMatchesReference holds each to the scalar oracle).
 func SetAttentionKernel(name string) error {
 	if name == "" {
 		attnFast = attnKernelSets[len(attnKernelSets)-1]
@@ -177,7 +234,7 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	partL := grow(&buf.l, len(items)*KVH*rows)
 	partO := grow(&buf.o, len(items)*KVH*rows*D)
 	qs := q.F32()
-	pairs := kc.DType == graph.BF16
+	order := kern.order(kc.DType, D)
 	workers := min(w, len(items))
 	for len(buf.workers) < workers {
 		buf.workers = append(buf.workers, &attnScratch{})
@@ -186,15 +243,22 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 		it := items[i]
 		sc := buf.workers[worker]
 		sc.ensure(KVH, rows, D)
-		qp := grow(&sc.q, KVH*rows*D)
+		var qp []float32
+		var qh []uint16
 		for kvh := 0; kvh < KVH; kvh++ {
-			packQueries(qs, it, kvh, NH, G, D, scale*log2e, pairs, qp[kvh*rows*D:(kvh+1)*rows*D])
+			if order == orderDot {
+				qh = growU16(&sc.qh, KVH*rows*D)
+				packQueriesBF16(qs, it, kvh, NH, G, D, scale*log2e, qh[kvh*rows*D:(kvh+1)*rows*D])
+				continue
+			}
+			qp = grow(&sc.q, KVH*rows*D)
+			packQueries(qs, it, kvh, NH, G, D, scale*log2e, order == orderPairs, qp[kvh*rows*D:(kvh+1)*rows*D])
 		}
 		n := KVH * rows
 		m := partM[it.part*n : (it.part+1)*n]
 		l := partL[it.part*n : (it.part+1)*n]
 		op := partO[it.part*n*D : (it.part+1)*n*D]
-		attendRange(kern, qp, rows, it, G, D, C, kc, vc, m, l, op, sc)
+		attendRange(kern, order, qp, qh, rows, it, G, D, C, kc, vc, m, l, op, sc)
 	})
 	// Merge each block's partials (keys split over items; the items of a block are
 	// consecutive) and write the output rows.
@@ -210,7 +274,7 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 	merge := func(lo, hi int) {
 		for _, its := range blocks[lo:hi] {
 			for kvh := 0; kvh < KVH; kvh++ {
-				mergeParts(its, kvh, KVH, rows, G, NH, D, pairs, partM, partL, partO, o)
+				mergeParts(its, kvh, KVH, rows, G, NH, D, order, partM, partL, partO, o)
 			}
 		}
 	}
@@ -238,9 +302,25 @@ func grow(b *[]float32, n int) []float32 {
 	return (*b)[:n]
 }
 
+func growU16(b *[]uint16, n int) []uint16 {
+	if cap(*b) < n {
+		*b = make([]uint16, n)
+	}
+	return (*b)[:n]
+}
+
+func growU32(b *[]uint32, n int) []uint32 {
+	if cap(*b) < n {
+		*b = make([]uint32, n)
+	}
+	return (*b)[:n]
+}
+
 // attnScratch is one worker's buffers.
 type attnScratch struct {
 	q, s    []float32
+	qh      []uint16  // bf16 query rows (orderDot)
+	pp      []uint32  // a key block's probabilities in bf16 key pairs (orderDot)
 	m, l, o []float32 // attendRange's running maximum, sum and output (KVH heads)
 	bm      []float32 // a key block's row maxima
 }
@@ -253,6 +333,26 @@ func (sc *attnScratch) ensure(KVH, rows, D int) {
 	grow(&sc.l, KVH*rows)
 	grow(&sc.o, KVH*rows*D)
 	grow(&sc.bm, rows)
+}
+
+// packQueriesBF16 is packQueries for orderDot: the scaled rows rounded to bf16, a quad's
+// chunk c (16 dims) of row r at element 64c + 16r, the dims in their own order (a 32-bit
+// lane holds two neighbours, as a bf16 cache row does).
+func packQueriesBF16(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, dst []uint16) {
+	clear(dst)
+	for t := it.t0; t < it.t1; t++ {
+		for g := 0; g < G; g++ {
+			i := (t-it.t0)*G + g
+			src := qs[(t*NH+kvh*G+g)*D : (t*NH+kvh*G+g+1)*D]
+			base := (i/4)*4*D + (i%4)*16
+			for c := 0; c < D; c += 16 {
+				d := dst[base+c*4 : base+c*4+16 : base+c*4+16]
+				for e, x := range src[c : c+16 : c+16] {
+					d[e] = F32ToBF16(x * scale)
+				}
+			}
+		}
+	}
 }
 
 // packQueries writes the block's query rows of KV head kvh (row (t-t0)*G+g is head
@@ -297,7 +397,7 @@ func packQueries(qs []float32, it attnItem, kvh, NH, G, D int, scale float32, pa
 // items' partials lie side by side, and two workers updating neighbouring items' m and l
 // after every key block shared their cache lines (a decode step's items have 8 rows: 32
 // bytes of m each).
-func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C int, kc, vc *Tensor,
+func attendRange(kern *attnKernels, order attnOrder, qp []float32, qh []uint16, rows int, it attnItem, G, D, C int, kc, vc *Tensor,
 	outM, outL, outO []float32, sc *attnScratch) {
 	KVH := kc.Shape[1]
 	stride := KVH * D // elements between a head's cache rows
@@ -335,7 +435,6 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 	for j0 := it.k0; j0 < it.k1; j0 += attnKeyBlock {
 		nk := min(attnKeyBlock, it.k1-j0)
 		for kvh := 0; kvh < KVH; kvh++ {
-			q := qp[kvh*rows*D : (kvh+1)*rows*D]
 			hm, hl := m[kvh*rows:(kvh+1)*rows], l[kvh*rows:(kvh+1)*rows]
 			ho := op[kvh*rows*D : (kvh+1)*rows*D]
 			s := sc.s[:nk*rows]
@@ -360,10 +459,13 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 				// while this block's softmax and values run.
 				fetch(vc, kvh, j0, nk)
 			}
-			if pairs {
-				kern.scoresBF16(q, rows, D, bf16Rows(kc, kvh, j0, nk), stride, nk, s)
-			} else {
-				kern.scores(q, rows, D, f32Rows(kc, kvh, j0, nk), stride, nk, s)
+			switch order {
+			case orderDot:
+				kern.scoresDot(qh[kvh*rows*D:(kvh+1)*rows*D], rows, D, bf16Rows(kc, kvh, j0, nk), stride, nk, s)
+			case orderPairs:
+				kern.scoresBF16(qp[kvh*rows*D:(kvh+1)*rows*D], rows, D, bf16Rows(kc, kvh, j0, nk), stride, nk, s)
+			default:
+				kern.scores(qp[kvh*rows*D:(kvh+1)*rows*D], rows, D, f32Rows(kc, kvh, j0, nk), stride, nk, s)
 			}
 			if next := min(attnKeyBlock, it.k1-j0-nk); ahead && !kern.fetchesAhead && next > 0 {
 				fetch(kc, kvh, j0+nk, next)
@@ -408,7 +510,13 @@ func attendRange(kern *attnKernels, qp []float32, rows int, it attnItem, G, D, C
 				if fetchNext {
 					next = aheadOf(v, bf16Rows(kc, nextH, nextJ, nextN), bf16Rows(vc, nextH, nextJ, nextN))
 				}
-				kern.accumBF16(s, rows, D, v, stride, nk, ho, next)
+				if order == orderDot {
+					pp := growU32(&sc.pp, (nk+1)/2*rows)
+					kern.pairProbs(s, rows, nk, pp)
+					kern.accumDot(pp, rows, D, v, stride, nk, ho, next)
+				} else {
+					kern.accumBF16(s, rows, D, v, stride, nk, ho, next)
+				}
 			} else {
 				v := f32Rows(vc, kvh, j0, nk)
 				var next attnAhead
@@ -454,8 +562,8 @@ func bf16AsFloats(x []uint16) []float32 {
 }
 
 // mergeParts combines the partials of KV head kvh of one query block (its key ranges),
-// packed in pair order if pairs, and writes the normalised output rows of its tokens.
-func mergeParts(its []attnItem, kvh, KVH, rows, G, NH, D int, pairs bool, partM, partL, partO, o []float32) {
+// packed in order, and writes the normalised output rows of its tokens.
+func mergeParts(its []attnItem, kvh, KVH, rows, G, NH, D int, order attnOrder, partM, partL, partO, o []float32) {
 	it0 := its[0]
 	part := func(it attnItem) int { return (it.part*KVH + kvh) * rows } // its first row
 	for t := it0.t0; t < it0.t1; t++ {
@@ -479,7 +587,16 @@ func mergeParts(its []attnItem, kvh, KVH, rows, G, NH, D int, pairs bool, partM,
 				wgt := exp2f(partM[part(it)+i] - M)
 				L += l * wgt
 				src := partO[part(it)*D+base:]
-				if pairs {
+				switch order {
+				case orderDot:
+					for c := 0; c < D; c += 8 {
+						d, s := dst[c&^31:c&^31+32:c&^31+32], src[c*4:c*4+8:c*4+8]
+						for e := range s {
+							d[dotOutDim(c/8%4, e)] += wgt * s[e]
+						}
+					}
+					continue
+				case orderPairs:
 					for c := 0; c < D; c += 16 {
 						d := dst[c : c+16 : c+16]
 						even, odd := src[c*4:c*4+8:c*4+8], src[c*4+32:c*4+40:c*4+40]
@@ -615,6 +732,68 @@ func accumBF16Go(p []float32, nq, D int, v []uint16, vStride, nk int, o []float3
 					blk[40+e] += p1 * vo
 					blk[48+e] += p2 * vo
 					blk[56+e] += p3 * vo
+				}
+			}
+		}
+	}
+}
+
+// goDotAttnKernels ("go-bf16") are the portable kernels with bf16 products: the oracle of
+// the assembly ones (the same roundings of q and p; float32 sums in another order), and a
+// way to see the roundings' effect on any machine.
+var goDotAttnKernels = &attnKernels{name: "go-bf16", scores: scoresGo, accum: accumGo, rowMax: rowMaxGo, exp2Sum: exp2SumGo,
+	scoresBF16: scoresBF16Go, accumBF16: accumBF16Go, scoresDot: scoresDotGo, pairProbs: pairProbsGo, accumDot: accumDotGo}
+
+// scoresDotGo is scoresGo over bf16 query rows (packQueriesBF16) and bf16 key rows: each
+// product of two bf16 is exact in float32.
+func scoresDotGo(q []uint16, nq, D int, k []uint16, kStride, nk int, s []float32) {
+	for j := 0; j < nk; j++ {
+		kr := k[j*kStride : j*kStride+D]
+		for i := 0; i < nq; i++ {
+			base := (i/4)*4*D + (i%4)*16
+			var a float32
+			for c := 0; c < D; c += 16 {
+				qq := q[base+c*4 : base+c*4+16 : base+c*4+16]
+				for e, kk := range kr[c : c+16 : c+16] {
+					a += BF16ToF32(qq[e]) * BF16ToF32(kk)
+				}
+			}
+			s[j*nq+i] = a
+		}
+	}
+}
+
+func pairProbsGo(p []float32, nq, nk int, pp []uint32) {
+	for j := 0; j < nk; j += 2 {
+		for i := 0; i < nq; i++ {
+			var hi uint16
+			if j+1 < nk {
+				hi = F32ToBF16(p[(j+1)*nq+i])
+			}
+			pp[j/2*nq+i] = uint32(F32ToBF16(p[j*nq+i])) | uint32(hi)<<16
+		}
+	}
+}
+
+// accumDotGo adds each key pair's products to the output rows in dot order, the second
+// key's first (as VDPBF16PS is specified).
+func accumDotGo(pp []uint32, nq, D int, v []uint16, vStride, nk int, o []float32, _ attnAhead) {
+	for j := 0; j < nk; j += 2 {
+		v0 := v[j*vStride : j*vStride+D]
+		v1 := make([]uint16, D) // an odd nk's last key pairs with zeros
+		if j+1 < nk {
+			v1 = v[(j+1)*vStride : (j+1)*vStride+D]
+		}
+		for i := 0; i < nq; i++ {
+			w := pp[j/2*nq+i]
+			p0, p1 := BF16ToF32(uint16(w)), BF16ToF32(uint16(w>>16))
+			base := (i/4)*4*D + (i%4)*8
+			for c := 0; c < D; c += 8 {
+				blk := o[base+c*4 : base+c*4+8 : base+c*4+8]
+				for e := range blk {
+					d := c&^31 + dotOutDim(c/8%4, e)
+					blk[e] += p1 * BF16ToF32(v1[d])
+					blk[e] += p0 * BF16ToF32(v0[d])
 				}
 			}
 		}

@@ -73,13 +73,42 @@ func TestTiledAttentionMatchesReference(t *testing.T) {
 			for _, workers := range []int{1, 2, 3} {
 				t.Run(fmt.Sprintf("%s/T%d_C%d_H%dx%d_D%d_%v_w%d", k.name, c.T, c.C, c.NH, c.KVH, c.D, c.dt, workers), func(t *testing.T) {
 					got := runAttention(t, c, int64(ci), KernelsFast, workers)
-					// Float32 sums in another order and a polynomial exp: relative 1e-5 of
-					// the output scale (values are averages of unit normals).
-					near(t, "attention", got, want, 2e-5)
+					if k.order(c.dt, c.D) != orderDot {
+						// Float32 sums in another order and a polynomial exp: relative 1e-5
+						// of the output scale (values are averages of unit normals).
+						near(t, "attention", got, want, 2e-5)
+						return
+					}
+					// bf16 products: the Go kernels' over the same key ranges (the workers
+					// split the keys, and each range's probabilities are rounded against
+					// its own maximum) to float32 sums in another order; and the
+					// roundings of q and p themselves against the scalar oracle: their
+					// error is about 2^-9 of the output's scale (0.2% by rms in
+					// TestDotAttentionError), up to 1.3% at single outputs.
+					// The sets' exp2 may differ from the Go one in a last bit, which can
+					// round a probability to the neighbouring bf16 (2^-8 of it):
+					// TestAttnDotKernelsMatchGo holds the kernels themselves closer.
+					attnFast = goDotAttnKernels
+					wantDot := runAttention(t, c, int64(ci), KernelsFast, workers)
+					attnFast = k
+					near(t, "attention (go-bf16)", got, wantDot, 5e-4)
+					near(t, "attention", got, want, 3e-3)
 				})
 			}
 		}
 	}
+}
+
+// fastestDotAttnKernels is the last set of this machine with bf16 products other than the
+// portable one, or nil.
+func fastestDotAttnKernels() *attnKernels {
+	var dot *attnKernels
+	for _, k := range attnKernelSets {
+		if k.scoresDot != nil && k != goDotAttnKernels {
+			dot = k
+		}
+	}
+	return dot
 }
 
 // TestExp2f: the polynomial exp against math.Exp2 over the range softmax uses, and 0
@@ -140,11 +169,24 @@ func BenchmarkAttention(b *testing.B) {
 		flops := costAttention(&graph.Value{Args: []*graph.Value{{Type: graph.TensorType(graph.F32, graph.D(c.T), graph.D(c.NH), graph.D(c.D))},
 			{Type: graph.TensorType(graph.F32, graph.N, graph.D(c.KVH), graph.D(c.D))}}, Type: graph.TensorType(graph.F32, graph.D(c.T), graph.D(c.NH), graph.D(c.D))},
 			graph.Bindings{T: c.T, C: c.C, N: N}).Flops
-		for _, kernels := range []string{KernelsFast, KernelsReference} {
+		// A bf16 cache runs with bf16 products too ("fast-dot"), where the machine has them.
+		variants := []string{KernelsFast, KernelsReference}
+		dot := fastestDotAttnKernels()
+		if c.dt == graph.BF16 && dot != nil {
+			variants = append(variants, "fast-dot")
+		}
+		for _, variant := range variants {
+			kernels := variant
 			if kernels == KernelsReference && c.T > 1 {
 				continue // minutes per run
 			}
-			b.Run(c.name+"/"+kernels, func(b *testing.B) {
+			b.Run(c.name+"/"+variant, func(b *testing.B) {
+				if variant == "fast-dot" {
+					kernels = KernelsFast
+					old := attnFast
+					attnFast = dot
+					defer func() { attnFast = old }()
+				}
 				env := &Env{Bind: graph.Bindings{T: c.T, C: c.C, N: N}, Workers: 2, Kernels: kernels}
 				b.SetBytes(int64(2 * N * c.KVH * c.D * kcs[0].DType.Bits() / 8))
 				i := 0
@@ -264,6 +306,95 @@ func TestAttnBF16KernelsMatchFloat32(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// dotOrder returns packed output rows (nq rows of D) in dot order (dotOutDim).
+func dotOrder(x []float32, nq, D int) []float32 {
+	out := make([]float32, len(x))
+	for i := 0; i < nq; i++ {
+		base := (i/4)*4*D + (i%4)*8
+		for c := 0; c < D; c += 8 {
+			for e := 0; e < 8; e++ {
+				d := c&^31 + dotOutDim(c/8%4, e)
+				out[base+c*4+e] = x[base+(d/8)*32+d%8]
+			}
+		}
+	}
+	return out
+}
+
+// TestAttnDotKernelsMatchGo: each set's bf16-product kernels against the portable float32
+// ones over the same bf16 values widened (a product of two bf16 is exact in float32, so
+// only the order of the sums differs), and the probability pairs bit for bit against
+// pairProbsGo (F32ToBF16 rounds to nearest even, as VCVTNEPS2BF16 does).
+func TestAttnDotKernelsMatchGo(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	bf16s := func(n int) ([]uint16, []float32) {
+		h, f := make([]uint16, n), make([]float32, n)
+		for i := range h {
+			h[i] = F32ToBF16(float32(rng.NormFloat64()))
+			f[i] = BF16ToF32(h[i])
+		}
+		return h, f
+	}
+	ran := false
+	for _, k := range attnKernelSets {
+		if k.scoresDot == nil {
+			continue
+		}
+		ran = true
+		for _, nq := range []int{8, 16, 24, 32} {
+			for _, nk := range []int{1, 2, 3, 5, 64} {
+				for _, D := range []int{32, 64, 256} {
+					stride := 2 * D // two KV heads side by side
+					kv16, kv := bf16s((nk-1)*stride + D)
+					q16, q := bf16s(nq * D)
+					qp := make([]uint16, nq*D) // packQueriesBF16's layout
+					for i := 0; i < nq; i++ {
+						for d := 0; d < D; d++ {
+							qp[(i/4)*4*D+(i%4)*16+(d/16)*64+d%16] = q16[i*D+d]
+						}
+					}
+					qf := make([]float32, nq*D) // scoresGo's
+					for i := 0; i < nq; i++ {
+						for d := 0; d < D; d++ {
+							qf[(i/4)*4*D+(i%4)*8+(d/8)*32+d%8] = q[i*D+d]
+						}
+					}
+					want, got := make([]float32, nk*nq), make([]float32, nk*nq)
+					scoresGo(qf, nq, D, kv, stride, nk, want)
+					k.scoresDot(qp, nq, D, kv16, stride, nk, got)
+					near(t, k.name+" scoresDot", got, want, 1e-6*float64(D))
+
+					p := randF32(rng, nk*nq, 1)
+					p[0], p[len(p)-1] = 0, 1+1.0/256 // zero, and a tie that rounds to even
+					wpp, gpp := make([]uint32, (nk+1)/2*nq), make([]uint32, (nk+1)/2*nq)
+					pairProbsGo(p, nq, nk, wpp)
+					k.pairProbs(p, nq, nk, gpp)
+					for i := range wpp {
+						if gpp[i] != wpp[i] {
+							t.Fatalf("%s pairProbs nq %d nk %d: pair %d = %#x, want %#x", k.name, nq, nk, i, gpp[i], wpp[i])
+						}
+					}
+					pw := make([]float32, nk*nq) // the pairs' probabilities widened
+					for j := 0; j < nk; j++ {
+						for i := 0; i < nq; i++ {
+							pw[j*nq+i] = BF16ToF32(uint16(wpp[j/2*nq+i] >> (16 * (j % 2))))
+						}
+					}
+					o := randF32(rng, nq*D, 1)
+					wo := append([]float32(nil), o...)
+					gop := dotOrder(o, nq, D)
+					accumGo(pw, nq, D, kv, stride, nk, wo, attnAhead{})
+					k.accumDot(wpp, nq, D, kv16, stride, nk, gop, aheadOf(kv16, kv16[D:], kv16[D:]))
+					near(t, k.name+" accumDot", gop, dotOrder(wo, nq, D), 1e-6*float64(nk))
+				}
+			}
+		}
+	}
+	if !ran {
+		t.Fatal("no kernel set with bf16 products (go-bf16 is on every machine)")
 	}
 }
 

@@ -66,9 +66,8 @@ type CPU struct {
 	// overrides it.
 	Int8Kernel string `toml:"int8_kernel"`
 	// AttentionKernel names the tiled attention's kernel set (ops.SetAttentionKernel:
-	// "avx512", "avx512-l1", "avx2", "go", those the machine has), process-wide; empty,
-	// the fastest.
-	// PISTIL_CPU_ATTENTION_KERNEL overrides it.
+	// "avx512bf16", "avx512", "avx512-l1", "avx2", "go", "go-bf16", those the machine has),
+	// process-wide; empty, the fastest. PISTIL_CPU_ATTENTION_KERNEL overrides it.
 	AttentionKernel string `toml:"attention_kernel"`
 	// WorkerPool runs the parallel loops on persistent helpers that spin briefly between
 	// loops (ops.SetWorkerPool), process-wide (the default); false starts goroutines per

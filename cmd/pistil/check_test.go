@@ -209,6 +209,24 @@ func TestCheckBF16KVCache(t *testing.T) {
 			t.Errorf("%s with a bf16 KV cache at the exact tolerance: check said %v, want a FAIL on max abs error", layout, err)
 		}
 	}
+	// Every attention kernel set of this machine over the bf16 cache: "go-bf16" and
+	// "avx512bf16" round its queries and probabilities to bf16 as well, within the same
+	// tolerance.
+	for _, name := range ops.AttentionKernelsHere() {
+		pipe := filepath.Join(t.TempDir(), "pipeline.toml")
+		if err := os.WriteFile(pipe, []byte("[cpu]\nattention_kernel = \""+name+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, layout := range []string{"hf", "mlx-q4"} {
+			dir := fixtures.Path("golden/tiny-s1/" + layout)
+			for _, mode := range [][]string{nil, {"--chunk", "7"}, {"--decode-from", "40"}} {
+				args := append([]string{"--model", dir, "--reference", dir + "/reference.safetensors", "--pipeline", pipe, "--kv-cache", "bf16", "--tolerance", "bf16-kv"}, mode...)
+				if err := runCheck(args); err != nil {
+					t.Errorf("attention_kernel %q, %s %v: %v", name, layout, mode, err)
+				}
+			}
+		}
+	}
 	dir := fixtures.Path("golden/tiny-s1/mlx-q4")
 	if err := runCheck([]string{"--model", dir, "--reference", dir + "/reference.safetensors", "--kv-cache", "f16"}); err == nil || !strings.Contains(err.Error(), "--kv-cache") {
 		t.Errorf("--kv-cache f16: check said %v, want an error naming the flag", err)

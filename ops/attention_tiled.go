@@ -243,16 +243,19 @@ func tiledAttention(env *Env, q, kc, vc *Tensor, o []float32, C int, scale float
 		it := items[i]
 		sc := buf.workers[worker]
 		sc.ensure(KVH, rows, D)
-		var qp []float32
+		var qp []float32 // the packed query rows (bf16 in qh for orderDot)
 		var qh []uint16
+		if order == orderDot {
+			qh = growU16(&sc.qh, KVH*rows*D)
+		} else {
+			qp = grow(&sc.q, KVH*rows*D)
+		}
 		for kvh := 0; kvh < KVH; kvh++ {
 			if order == orderDot {
-				qh = growU16(&sc.qh, KVH*rows*D)
 				packQueriesBF16(qs, it, kvh, NH, G, D, scale*log2e, qh[kvh*rows*D:(kvh+1)*rows*D])
-				continue
+			} else {
+				packQueries(qs, it, kvh, NH, G, D, scale*log2e, order == orderPairs, qp[kvh*rows*D:(kvh+1)*rows*D])
 			}
-			qp = grow(&sc.q, KVH*rows*D)
-			packQueries(qs, it, kvh, NH, G, D, scale*log2e, order == orderPairs, qp[kvh*rows*D:(kvh+1)*rows*D])
 		}
 		n := KVH * rows
 		m := partM[it.part*n : (it.part+1)*n]
@@ -327,7 +330,6 @@ type attnScratch struct {
 
 // ensure sizes the buffers for KVH heads of rows packed query rows of D.
 func (sc *attnScratch) ensure(KVH, rows, D int) {
-	grow(&sc.q, KVH*rows*D)
 	grow(&sc.s, attnKeyBlock*rows)
 	grow(&sc.m, KVH*rows)
 	grow(&sc.l, KVH*rows)
@@ -778,9 +780,9 @@ func pairProbsGo(p []float32, nq, nk int, pp []uint32) {
 // accumDotGo adds each key pair's products to the output rows in dot order, the second
 // key's first (as VDPBF16PS is specified).
 func accumDotGo(pp []uint32, nq, D int, v []uint16, vStride, nk int, o []float32, _ attnAhead) {
+	zeros := make([]uint16, D) // an odd nk's last key pairs with zeros
 	for j := 0; j < nk; j += 2 {
-		v0 := v[j*vStride : j*vStride+D]
-		v1 := make([]uint16, D) // an odd nk's last key pairs with zeros
+		v0, v1 := v[j*vStride:j*vStride+D], zeros
 		if j+1 < nk {
 			v1 = v[(j+1)*vStride : (j+1)*vStride+D]
 		}

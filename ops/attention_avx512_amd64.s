@@ -654,7 +654,7 @@ banext:
 // bf16 halves of each 32-bit lane and adds both products to the lane's float32: half the
 // instructions of the float32 FMAs per product. The Go assembler has no mnemonic for it
 // or for VCVTNEPS2BF16, so the macros below spell their EVEX encodings out (checked by
-// TestDotKernelsMatchGo against the Go kernels, and by objdump when written).
+// TestAttnDotKernelsMatchGo against the Go kernels, and by objdump when written).
 
 // VDPBF16PS_Z(s2, s1, d): zmm d += the bf16 pair products of zmm s1 and zmm s2 (register
 // numbers 0-31), EVEX.512.F3.0F38.W0 52 /r: d in ModRM.reg (R, R'), s1 in EVEX.vvvv
@@ -877,13 +877,13 @@ pdone:
 	VPBROADCASTD 24(R12), Z8; \
 	VPBROADCASTD 28(R12), Z9
 
-// AHEAD(to) asks for the rows the next passes read at the key row DI's distances SI
-// (keys) and R15 (values), with prefetch instruction to.
+// AHEAD(to) asks, with prefetch instruction to, for the line of the next passes' rows at
+// the value block DI's distances SI (keys) and R15 (values): a pass's 32 bf16 dims are one
+// line of each row, so the eight passes of a 256-dim head ask for the next pass's rows
+// whole, as attnAccumBF16AVX512 does.
 #define AHEAD(to) \
 	to (DI)(SI*1); \
-	to 64(DI)(SI*1); \
-	to (DI)(R15*1); \
-	to 64(DI)(R15*1)
+	to (DI)(R15*1)
 
 // func attnAccumDotAVX512(pp *uint32, nq, D int, v *uint16, vStride, nk int, o *float32, aheadK, aheadV int, toL2 bool)
 // attnAccumBF16AVX512 over key pairs: per 8 output rows and block of 32 dims, two keys'

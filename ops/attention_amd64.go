@@ -228,15 +228,16 @@ func init() {
 		attnFast = avx2AttnKernels
 		attnKernelSets = append(attnKernelSets, avx2AttnKernels)
 		if cpu.X86.HasAVX512F {
-			// The last is the default: "avx512bf16" where the machine has VDPBF16PS (it
-			// differs from "avx512", its off switch, only over a bf16 cache, whose
-			// tolerance its roundings stay within), else "avx512".
+			// "avx512", the last, is the default. "avx512bf16" is asked for by name: over
+			// a bf16 cache it rounds the queries and probabilities to bf16 as well, and
+			// the CPU backend's default is what the other backends' kernels are checked
+			// against (ops/kernels/emu holds their bf16-cache attention to 2e-5 of it).
 			attnFast = avx512AttnKernels
-			attnKernelSets = append(attnKernelSets, avx512L1AttnKernels, avx512AttnKernels)
+			attnKernelSets = append(attnKernelSets, avx512L1AttnKernels)
 			if cpu.X86.HasAVX512BF16 && cpu.X86.HasAVX512BW {
-				attnFast = newAVX512DotAttnKernels()
-				attnKernelSets = append(attnKernelSets, attnFast)
+				attnKernelSets = append(attnKernelSets, newAVX512DotAttnKernels())
 			}
+			attnKernelSets = append(attnKernelSets, avx512AttnKernels)
 			attnAheadToL2 = amdFamily() == attnL2AheadFamily
 		}
 	}

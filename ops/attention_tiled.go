@@ -133,7 +133,7 @@ var attnFast = goAttnKernels
 var attnKernelSets = []*attnKernels{goDotAttnKernels, goAttnKernels}
 
 // AttentionKernelNames are the names SetAttentionKernel knows on some machine.
-var AttentionKernelNames = []string{"go-bf16", "go", "avx2", "avx512-l1", "avx512", "avx512bf16"}
+var AttentionKernelNames = []string{"go-bf16", "go", "avx2", "avx512-l1", "avx512bf16", "avx512"}
 
 // AttentionKernelsHere names the kernel sets this machine can run, the default last.
 func AttentionKernelsHere() []string {

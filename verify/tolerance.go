@@ -61,8 +61,8 @@ var Tolerances = []Tolerance{
 		Why: `[state] kv_cache = "bf16": every K and V row is rounded to bf16 (8 significant bits, ` +
 			"a relative error up to 2^-9) when it is appended; attention reads it back exactly and " +
 			"accumulates in float32, so only the stored keys and values change, except where the CPU " +
-			"backend multiplies them in bf16 pairs (attention_kernel \"avx512bf16\", the default " +
-			"on AVX512_BF16 machines, or \"go-bf16\"), which rounds the queries and the softmax's " +
+			"backend multiplies them in bf16 pairs (attention_kernel \"avx512bf16\" or " +
+			"\"go-bf16\"), which rounds the queries and the softmax's " +
 			"probabilities to bf16 too (the golden fixtures then move up to 0.042 instead of 0.038)",
 	},
 }

@@ -107,6 +107,14 @@ func dotOutDim(c, e int) int {
 	return 8*(lane/4) + lane%4 + 4*(c/2)
 }
 
+// dotOutDims[8c+e] is dotOutDim(c, e), for mergeParts' loop.
+var dotOutDims = func() (t [32]uint8) {
+	for i := range t {
+		t[i] = uint8(dotOutDim(i/8, i%8))
+	}
+	return t
+}()
+
 // attnAhead names the rows the passes after a value pass read (the next KV head's keys
 // and values of the block, or the next block's): k and v are their byte distances from
 // the value rows the pass reads, key for key at the same stride, 0 for none. A hint
@@ -593,8 +601,9 @@ func mergeParts(its []attnItem, kvh, KVH, rows, G, NH, D int, order attnOrder, p
 				case orderDot:
 					for c := 0; c < D; c += 8 {
 						d, s := dst[c&^31:c&^31+32:c&^31+32], src[c*4:c*4+8:c*4+8]
-						for e := range s {
-							d[dotOutDim(c/8%4, e)] += wgt * s[e]
+						dims := dotOutDims[c%32 : c%32+8 : c%32+8]
+						for e, x := range s {
+							d[dims[e]] += wgt * x
 						}
 					}
 					continue

@@ -1,4 +1,7 @@
 #!/bin/bash
+# Thirty-ninth session: no machine at all (H200 asks refused or not started all session,
+# an H100 ask refused too): everything below the next paragraph is still owed, in its
+# order, first PARTS=checks LAYOUTS=hf on whatever card comes.
 # Thirty-eighth session (H100 only: four asks for an H200 found none; a call naming
 # nvidia-h200 without needs_h200 came as an H100): PARTS=tests passed whole (1,751, 0
 # failed); PARTS=checks passed 111 of 152 lines, 0 failed, before a 420 s limit (the hf

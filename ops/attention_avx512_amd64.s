@@ -649,7 +649,7 @@ banext:
 	VZEROUPPER
 	RET
 
-// bf16 products (attnDotKernels, AVX512_BF16): a bf16 cache's keys and values meet the
+// bf16 products (newAVX512DotAttnKernels, AVX512_BF16): a bf16 cache's keys and values meet the
 // query rows and the probabilities rounded to bf16 in VDPBF16PS, which multiplies the two
 // bf16 halves of each 32-bit lane and adds both products to the lane's float32: half the
 // instructions of the float32 FMAs per product. The Go assembler has no mnemonic for it

@@ -79,15 +79,14 @@ func TestTiledAttentionMatchesReference(t *testing.T) {
 						near(t, "attention", got, want, 2e-5)
 						return
 					}
-					// bf16 products: the Go kernels' over the same key ranges (the workers
-					// split the keys, and each range's probabilities are rounded against
-					// its own maximum) to float32 sums in another order; and the
-					// roundings of q and p themselves against the scalar oracle: their
-					// error is about 2^-9 of the output's scale (0.2% by rms in
-					// TestDotAttentionError), up to 1.3% at single outputs.
-					// The sets' exp2 may differ from the Go one in a last bit, which can
-					// round a probability to the neighbouring bf16 (2^-8 of it):
-					// TestAttnDotKernelsMatchGo holds the kernels themselves closer.
+					// bf16 products. Against "go-bf16" over the same key ranges (the
+					// workers split the keys, and each range's probabilities are rounded
+					// against its own maximum): float32 sums in another order, and an exp2
+					// that may differ from the Go one in a last bit, which can round a
+					// probability to the neighbouring bf16 (TestAttnDotKernelsMatchGo
+					// holds the kernels themselves closer). Against the scalar oracle: the
+					// roundings of q and p themselves, about 2^-9 of the output's scale by
+					// rms on these cases and up to 1.3% of it at single outputs.
 					attnFast = goDotAttnKernels
 					wantDot := runAttention(t, c, int64(ci), KernelsFast, workers)
 					attnFast = k

@@ -1,7 +1,11 @@
 #!/bin/bash
-# Thirty-ninth session: no machine at all (H200 asks refused or not started all session,
-# an H100 ask refused too): everything below the next paragraph is still owed, in its
-# order, first PARTS=checks LAYOUTS=hf on whatever card comes.
+# Thirty-ninth session: eight H200 asks and one H100 ask found no machine; the ninth
+# nvidia-h200 ask came as an H100 at 19:48, on which PARTS=checks LAYOUTS=hf and
+# LAYOUTS=mlx-q4 passed whole (76 + 76 lines; with the thirty-eighth session's
+# PARTS=tests, all of device_check.sh on an H100) and decode / prefill were timed with
+# both caches (cuda/README.md). Still owed, first: anything on an H200 (PARTS=tests,
+# PARTS=checks LAYOUTS=mlx-q4, LAYOUTS=hf, a call each), then cuda/device_bf16_default.sh.
+# Start pistil synth only after the checks (beside them it slowed the checks 2.5x).
 # Thirty-eighth session (H100 only: four asks for an H200 found none; a call naming
 # nvidia-h200 without needs_h200 came as an H100): PARTS=tests passed whole (1,751, 0
 # failed); PARTS=checks passed 111 of 152 lines, 0 failed, before a 420 s limit (the hf

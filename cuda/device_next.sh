@@ -1,6 +1,6 @@
 #!/bin/bash
-# Thirty-ninth session: eight H200 asks and one H100 ask found no machine; the ninth
-# nvidia-h200 ask came as an H100 at 19:48, on which PARTS=checks LAYOUTS=hf and
+# Thirty-ninth session: twelve H200 asks and one H100 ask found no machine; the
+# thirteenth nvidia-h200 ask came as an H100 at 19:48, on which PARTS=checks LAYOUTS=hf and
 # LAYOUTS=mlx-q4 passed whole (76 + 76 lines; with the thirty-eighth session's
 # PARTS=tests, all of device_check.sh on an H100) and decode / prefill were timed with
 # both caches (cuda/README.md). Still owed, first: anything on an H200 (PARTS=tests,

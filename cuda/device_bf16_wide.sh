@@ -1,7 +1,7 @@
 #!/bin/bash
 # Decode attention over a bf16 cache with 16-byte loads (AD_BF16_WIDE, ops/kernels/
 # attention_mma.k) on a GPU machine, from the repository root with .dev/pistil and
-# .dev/cuda.test carried (cuda/device_pack.sh). STEPS picks (default "tests bench regs"):
+# .dev/cuda.test carried (cuda/device_pack.sh). STEPS picks (default "tests bench"; "regs" too when asked):
 #  tests: the decode attention kernels' per-op cases and the long-context options'
 #         golden check (cuda.test);
 #  bench: decode of 64 tokens at CONTEXTS (default 0,4096,32768), medians of 3, over a
@@ -15,7 +15,7 @@ set -u
 OUT=${OUT:-/tmp/cuda-out}
 CONTEXTS=${CONTEXTS:-0,4096,32768}
 ROUNDS=${ROUNDS:-2}
-STEPS=${STEPS:-tests bench regs}
+STEPS=${STEPS:-tests bench}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 export PISTIL_TESTDATA=${PISTIL_TESTDATA:-$PWD/testdata}

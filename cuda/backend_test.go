@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"pistil/exec"
+	"pistil/graph"
 	"pistil/ops/kernels"
 	"pistil/passes"
 	"pistil/plan"
@@ -228,6 +229,62 @@ func TestKernelDefinesKeepTheAnswer(t *testing.T) {
 	_, err := exec.Open(fixtures.Golden("mlx-q4"), exec.Options{Backend: "cuda", KernelDefines: []string{"MMA_UNGUARDED=0", "NO_SUCH_MACRO=1"}})
 	if err == nil || !strings.Contains(err.Error(), `"NO_SUCH_MACRO" is not one of the CUDA kernels' tuning macros`) {
 		t.Errorf("a define that is not a tuning macro: error %v", err)
+	}
+}
+
+// TestBF16WideDecodeAttentionKeepsTheAnswer: decode attention over a bf16 cache with its
+// 16-byte loads (AD_BF16_WIDE, the default: q's k-slots permuted, V's halves swapped
+// between lanes, two tiles at a time) and with the 8-byte loads of before
+// (AD_BF16_WIDE=0) each give the CPU backend's logits over the same bf16 cache within
+// exact's 2e-3, over a prefill of 23 tokens and decode steps on the golden mlx-q4
+// fixture; the two differ only in the order of the scores' float32 sums, so they agree
+// with each other within 1e-4.
+func TestBF16WideDecodeAttentionKeepsTheAnswer(t *testing.T) {
+	if _, err := loadDriver(); err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	dir := fixtures.Golden("mlx-q4")
+	tokens := []int32{11, 12, 13, 14, 15}
+	open := func(backend string, defines []string) [][]float32 {
+		m, err := exec.Open(dir, exec.Options{Backend: backend, KVCache: graph.BF16, KernelDefines: defines})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if backend == "cuda" {
+			b := m.Backend().(*Backend)
+			if variant := b.funcs[kernels.KernelAttentionGQAMMA] != b.dev.funcs[kernels.KernelAttentionGQAMMA]; variant != (len(defines) > 0) {
+				t.Fatalf("defines %q: the backend launches the default module's kernels: %v", defines, !variant)
+			}
+		}
+		return stepLogits(t, m, 7, tokens)
+	}
+	ref := open("cpu", nil)
+	wide := open("cuda", nil)
+	narrow := open("cuda", []string{"AD_BF16_WIDE=0"})
+	maxDiff := func(a, b [][]float32) float64 {
+		d := 0.0
+		for step := range a {
+			for i := range a[step] {
+				d = max(d, math.Abs(float64(a[step][i]-b[step][i])))
+			}
+		}
+		return d
+	}
+	for _, c := range []struct {
+		what   string
+		a, b   [][]float32
+		within float64
+	}{
+		{"wide loads against the CPU", wide, ref, 2e-3},
+		{"narrow loads against the CPU", narrow, ref, 2e-3},
+		{"wide against narrow loads", wide, narrow, 1e-4},
+	} {
+		d := maxDiff(c.a, c.b)
+		t.Logf("%s: max abs logit difference %.3g", c.what, d)
+		if d > c.within || math.IsNaN(d) {
+			t.Errorf("%s: max abs logit difference %.3g, want <= %g", c.what, d, c.within)
+		}
 	}
 }
 

@@ -46,6 +46,9 @@ sed 's/^# kernel_defines = .*/kernel_defines = ["GDC_MMA=0"]/' pipeline.toml > /
 # The prefill GEMMs' q4 kernels with their activations in two fp16 parts (MMA_F16=1;
 # three bf16 parts are the default).
 sed 's/^# kernel_defines = .*/kernel_defines = ["MMA_F16=1"]/' pipeline.toml > /tmp/f16x.toml
+# Decode attention over a bf16 cache in 8-byte loads, a tile ahead (AD_BF16_WIDE=0; 16-byte
+# loads, two tiles at a time, are the default since the fortieth session).
+sed 's/^# kernel_defines = .*/kernel_defines = ["AD_BF16_WIDE=0"]/' pipeline.toml > /tmp/narrowbf16.toml
 grep -q '^kernel_defines = ' /tmp/defines.toml || { echo "pipeline.toml has no kernel_defines example"; exit 1; }
 check() {
 	echo "== check $*" | tee -a "$OUT/check.log"
@@ -130,6 +133,7 @@ for layout in $LAYOUTS; do
 	# for a prefill step left untiled.
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-decode-attention/off
 	check --model "$dir" --reference "$ref" --decode-from 40 -pass=mma-decode-attention/off --kv-cache bf16 --tolerance bf16-kv
+	check --model "$dir" --reference "$ref" --decode-from 40 --kv-cache bf16 --tolerance bf16-kv --pipeline /tmp/narrowbf16.toml
 	check --model "$dir" --reference "$ref" --chunk 7 -pass=tile-attention/off -pass=mma-decode-attention/off
 	# The GDN decode prologue inside the step (gated_delta_step + conv_state_shift; off by
 	# default: slower on the H200) instead of staged.

@@ -1,4 +1,14 @@
 #!/bin/bash
+# Fortieth session: an H100 at 21:43 after six refused asks. Ran on binaries of 920cd11
+# (decode attention's 16-byte bf16 loads, AD_BF16_WIDE): cuda/device_bf16_wide.sh (the
+# per-op tests and decode over both caches), the off-by-default decode switches again
+# (all slower), device_check.sh whole (1,751 tests, 152 of 152 checks), and
+# device_bf16_default.sh STEPS=wide (the bf16 cache fails issue 11's 1.0002 on mlx-q4:
+# 1.00068). Still owed, first: anything on an H200 (PARTS=tests, PARTS=checks, a call
+# each; the checks now have 154 lines with AD_BF16_WIDE=0's), which runs
+# TestBF16WideDecodeAttentionKeepsTheAnswer on a GPU for the first time; then
+# device_bf16_default.sh STEPS=decode and device_bf16_wide.sh on the H200 against issue
+# 10's 400 / 400 / 340.
 # Thirty-ninth session: twelve H200 asks and one H100 ask found no machine; the
 # thirteenth nvidia-h200 ask came as an H100 at 19:48, on which PARTS=checks LAYOUTS=hf and
 # LAYOUTS=mlx-q4 passed whole (76 + 76 lines; with the thirty-eighth session's

@@ -8,7 +8,15 @@
 # each; the checks now have 154 lines with AD_BF16_WIDE=0's), which runs
 # TestBF16WideDecodeAttentionKeepsTheAnswer on a GPU for the first time; then
 # device_bf16_default.sh STEPS=decode and device_bf16_wide.sh on the H200 against issue
-# 10's 400 / 400 / 340.
+# 10's 400 / 400 / 340. Then branch attn-l2-prefetch (AD_L2_AHEAD: decode attention asks
+# the L2 for key tiles ahead of its register loads; written and passing cuda/emu, never
+# compiled by NVRTC): `BASE=main bash cuda/device_pack.sh` on the branch, then
+# cuda/device_l2_ahead.sh (per-op tests with it on; decode over both caches at
+# AD_L2_AHEAD 0 / 2 / 4 / 8). Not written yet, same idea for the weights: the staged
+# twins copy their whole tile before the programmatic-launch wait, but only the groups
+# already resident do (matvec_fused_staged_q4 is 1,024 groups, a few a multiprocessor
+# beside the kernel before it); an L2 prefetch of the later groups' tiles by the first
+# ones would stream a projection's 5-14 MB while the small kernels before it run.
 # Thirty-ninth session: twelve H200 asks and one H100 ask found no machine; the
 # thirteenth nvidia-h200 ask came as an H100 at 19:48, on which PARTS=checks LAYOUTS=hf and
 # LAYOUTS=mlx-q4 passed whole (76 + 76 lines; with the thirty-eighth session's

@@ -12,11 +12,10 @@
 # the L2 for key tiles ahead of its register loads; written and passing cuda/emu, never
 # compiled by NVRTC): `BASE=main bash cuda/device_pack.sh` on the branch, then
 # cuda/device_l2_ahead.sh (per-op tests with it on; decode over both caches at
-# AD_L2_AHEAD 0 / 2 / 4 / 8). Not written yet, same idea for the weights: the staged
-# twins copy their whole tile before the programmatic-launch wait, but only the groups
-# already resident do (matvec_fused_staged_q4 is 1,024 groups, a few a multiprocessor
-# beside the kernel before it); an L2 prefetch of the later groups' tiles by the first
-# ones would stream a projection's 5-14 MB while the small kernels before it run.
+# AD_L2_AHEAD 0 / 2 / 4 / 8). (The same for the weights would add little: the staged
+# twins' groups that do work, 386 of the GDN input projection's 1,024, fit the
+# multiprocessors' group memory at once, so their whole tiles are already copied before
+# the programmatic-launch wait.)
 # Thirty-ninth session: twelve H200 asks and one H100 ask found no machine; the
 # thirteenth nvidia-h200 ask came as an H100 at 19:48, on which PARTS=checks LAYOUTS=hf and
 # LAYOUTS=mlx-q4 passed whole (76 + 76 lines; with the thirty-eighth session's

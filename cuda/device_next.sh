@@ -1,5 +1,5 @@
 #!/bin/bash
-# Fortieth session: an H100 at 21:43 after six refused asks. Ran on binaries of 920cd11
+# Fortieth session: an H100 at 21:43 after nine failed or refused asks. Ran on binaries of 920cd11
 # (decode attention's 16-byte bf16 loads, AD_BF16_WIDE): cuda/device_bf16_wide.sh (the
 # per-op tests and decode over both caches), the off-by-default decode switches again
 # (all slower), device_check.sh whole (1,751 tests, 152 of 152 checks), and

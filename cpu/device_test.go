@@ -9,34 +9,25 @@ import (
 	"pistil/ops"
 )
 
-// TestProcessorName: the first "model name" line of a cpuinfo file, and nothing from a
-// file without one or no file.
+// TestProcessorName: the first "model name" line of a cpuinfo file, with its family and
+// model where given, and nothing from a file without one or no file.
 func TestProcessorName(t *testing.T) {
 	dir := t.TempDir()
-	info := filepath.Join(dir, "cpuinfo")
-	text := "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu\n\nprocessor\t: 1\nmodel name\t: other\n"
-	if err := os.WriteFile(info, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := processorName(info), "AMD EPYC 9R14 (family 25 model 17)"; got != want {
-		t.Errorf("processorName = %q, want %q", got, want)
-	}
-	arm := filepath.Join(dir, "arm")
-	if err := os.WriteFile(arm, []byte("processor\t: 0\nmodel name\t: ARMv8 Processor rev 0 (v8l)\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := processorName(arm), "ARMv8 Processor rev 0 (v8l)"; got != want {
-		t.Errorf("processorName without a family = %q, want %q", got, want)
-	}
-	none := filepath.Join(dir, "none")
-	if err := os.WriteFile(none, []byte("processor\t: 0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if got := processorName(none); got != "" {
-		t.Errorf("processorName without a model name = %q", got)
-	}
-	if got := processorName(filepath.Join(dir, "missing")); got != "" {
-		t.Errorf("processorName of a missing file = %q", got)
+	for _, c := range []struct{ file, text, want string }{
+		{"cpuinfo", "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu\n\nprocessor\t: 1\nmodel name\t: other\n", "AMD EPYC 9R14 (family 25 model 17)"},
+		{"arm", "processor\t: 0\nmodel name\t: ARMv8 Processor rev 0 (v8l)\n", "ARMv8 Processor rev 0 (v8l)"},
+		{"none", "processor\t: 0\n", ""},
+		{"missing", "", ""}, // no file written
+	} {
+		path := filepath.Join(dir, c.file)
+		if c.text != "" {
+			if err := os.WriteFile(path, []byte(c.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := processorName(path); got != c.want {
+			t.Errorf("processorName of %s = %q, want %q", c.file, got, c.want)
+		}
 	}
 }
 

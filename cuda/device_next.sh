@@ -6,7 +6,7 @@
 # then device_bf16_default.sh STEPS=decode and device_bf16_wide.sh on the H200 against
 # issue 10's 400 / 400 / 340; then the branch's timing, which the device time cut off
 # after its base: on the branch, `BASE=main bash cuda/device_pack.sh`, then
-# `AHEADS="0 4" CONTEXTS=4096,32768 cuda/device_l2_ahead.sh STEPS=bench` (about 150 s).
+# `STEPS=bench AHEADS="0 4" CONTEXTS=4096,32768 bash cuda/device_l2_ahead.sh` (about 150 s).
 # Fortieth session: an H100 at 21:43 after nine failed or refused asks. Ran on binaries of 920cd11
 # (decode attention's 16-byte bf16 loads, AD_BF16_WIDE): cuda/device_bf16_wide.sh (the
 # per-op tests and decode over both caches), the off-by-default decode switches again

@@ -7,6 +7,11 @@
 # issue 10's 400 / 400 / 340; then the branch's timing, which the device time cut off
 # after its base: on the branch, `BASE=main bash cuda/device_pack.sh`, then
 # `STEPS=bench AHEADS="0 4" CONTEXTS=4096,32768 bash cuda/device_l2_ahead.sh` (about 150 s).
+# Also written this session, on branch fa2-f32 (passes cuda/emu, never compiled by NVRTC):
+# attention_prefill_fa2 over a float32 cache (pass fa2-attention-f32, off), for issue
+# 11's prefill at depth over the default cache; on the branch `bash cuda/device_pack.sh`,
+# then `bash cuda/device_fa2_f32.sh` (tests, check lines, the wide fixture, and prefill
+# at 512 / 4,096 / 4,096 on top of 32,768 with the pass off and on; about 5 minutes).
 # Fortieth session: an H100 at 21:43 after nine failed or refused asks. Ran on binaries of 920cd11
 # (decode attention's 16-byte bf16 loads, AD_BF16_WIDE): cuda/device_bf16_wide.sh (the
 # per-op tests and decode over both caches), the off-by-default decode switches again

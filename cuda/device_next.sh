@@ -1,4 +1,6 @@
 #!/bin/bash
+# Before any call that carries a kernel change: `bash cuda/ptxas_check.sh` here (CI runs
+# it too), so what ptxas rejects never costs device time.
 # Forty-first session: two H100 calls (of six asks; none came as an H200) ran
 # device_check.sh whole on 35b4418 (1,752 tests, 154 of 154 checks, the last 23 with
 # SKIP=131) and branch attn-l2-prefetch's per-op tests with AD_L2_AHEAD=4 (406 passed:

@@ -9,7 +9,8 @@
 # issue 10's 400 / 400 / 340; then the branch's timing, which the device time cut off
 # after its base: on the branch, `BASE=main bash cuda/device_pack.sh`, then
 # `STEPS=bench AHEADS="0 4" CONTEXTS=4096,32768 bash cuda/device_l2_ahead.sh` (about 150 s).
-# Also written this session, on branch fa2-f32 (passes cuda/emu, never compiled by NVRTC):
+# Also written this session, on branch fa2-f32 (passes cuda/emu and cuda/ptxas_check.sh,
+# never run on a GPU):
 # attention_prefill_fa2 over a float32 cache (pass fa2-attention-f32, off), for issue
 # 11's prefill at depth over the default cache; on the branch `bash cuda/device_pack.sh`,
 # then `bash cuda/device_fa2_f32.sh` (tests, check lines, the wide fixture, and prefill

@@ -25,11 +25,7 @@ if has bench && [ ! -f /tmp/full/config.json ]; then
 	synth=$!
 fi
 if has tests; then
-	(cd cuda && timeout 300 ../.dev/cuda.test -test.v -test.count=1 -test.run \
-		'^(TestDecodeAttentionMMA|TestDecodeAttentionStaged|TestLongContextOptionsKeepTheAnswer)$' > "$OUT/wide_tests.txt" 2>&1
-	echo "tests exit $?")
-	echo "$(grep -c -- '--- PASS' "$OUT/wide_tests.txt") passed, $(grep -c -- '--- FAIL' "$OUT/wide_tests.txt") failed"
-	grep -E -- '--- FAIL' "$OUT/wide_tests.txt" | head
+	run_tests "$OUT/wide_tests.txt" 300 '^(TestDecodeAttentionMMA|TestDecodeAttentionStaged|TestLongContextOptionsKeepTheAnswer)$'
 fi
 if has bench; then
 	[ -n "${synth:-}" ] && wait "$synth"

@@ -14,6 +14,7 @@
 #         set to DEFINES (commas between defines), e.g. "unrolled=AD_FULL_UNROLL=1".
 # Logs in $OUT; each step prints a summary.
 set -u
+. "$(dirname "$0")/device_lib.sh"
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 STEPS=${STEPS:-tests regs check bench}
@@ -23,11 +24,7 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
 if has tests; then
-	(cd cuda && timeout 300 ../.dev/cuda.test -test.v -test.count=1 -test.run \
-		'^(TestDecodeAttentionMMA|TestAttentionVariants|TestKernelsMatchReferences|TestProgramLaunchesExactlyThePlan|TestProgrammaticEdgesKeepTheAnswer|TestLongContextOptionsKeepTheAnswer)$' > "$OUT/da_tests.txt" 2>&1
-	echo "tests exit $?")
-	echo "$(grep -c -- '--- PASS' "$OUT/da_tests.txt") passed, $(grep -c -- '--- FAIL' "$OUT/da_tests.txt") failed"
-	grep -E -- '--- FAIL' "$OUT/da_tests.txt" | head
+	run_tests "$OUT/da_tests.txt" 300 '^(TestDecodeAttentionMMA|TestAttentionVariants|TestKernelsMatchReferences|TestProgramLaunchesExactlyThePlan|TestProgrammaticEdgesKeepTheAnswer|TestLongContextOptionsKeepTheAnswer)$'
 fi
 if has regs; then
 	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"

@@ -15,6 +15,7 @@
 # The check step also runs the single products (FA_SPLIT=0) whole and in chunks of 7.
 # Logs in $OUT; each step prints a summary.
 set -u
+. "$(dirname "$0")/device_lib.sh"
 export PISTIL_TESTDATA=${PISTIL_TESTDATA:-$PWD/testdata}
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
@@ -38,11 +39,7 @@ if has regs; then
 	regs=$!
 fi
 if has tests; then
-	(cd cuda && timeout 400 ../.dev/cuda.test -test.v -test.count=1 -test.run \
-		'^(TestPrefillAttention.*|TestLongContextOptionsKeepTheAnswer)$' > "$OUT/fa2_tests.txt" 2>&1
-	echo "tests exit $?")
-	echo "$(grep -c -- '--- PASS' "$OUT/fa2_tests.txt") passed, $(grep -c -- '--- FAIL' "$OUT/fa2_tests.txt") failed"
-	grep -E -- '--- FAIL' "$OUT/fa2_tests.txt" | head
+	run_tests "$OUT/fa2_tests.txt" 400 '^(TestPrefillAttention.*|TestLongContextOptionsKeepTheAnswer)$'
 fi
 if has check; then
 	for layout in mlx-q4 hf; do

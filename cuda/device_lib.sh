@@ -11,3 +11,15 @@ decode_bench() {
 		--decode-tokens 64 --repeats 3 --bandwidth-mib 0 "$@" > "$log" 2>&1
 	echo "$label: $(grep -E '^decode' "$log" | awk '{printf "ctx %s %s  ", $5, $6}')$(grep -E 'rror' "$log" | tail -1)"
 }
+
+# run_tests LOG SECONDS REGEX runs the tests of .dev/cuda.test matching REGEX from cuda/
+# (where they find their fixtures) within SECONDS, the verbose output in LOG (an absolute
+# path), and prints the binary's exit status, the subtests passed and failed, and the
+# first failures. The caller's environment reaches the tests (PISTIL_CUDA_DEFINES for a
+# kernel variant).
+run_tests() {
+	local log=$1 secs=$2 re=$3
+	(cd cuda && timeout "$secs" ../.dev/cuda.test -test.v -test.count=1 -test.run "$re" > "$log" 2>&1; echo "tests exit $?")
+	echo "$(grep -c -- '--- PASS' "$log") passed, $(grep -c -- '--- FAIL' "$log") failed"
+	grep -E -- '--- FAIL' "$log" | head
+}

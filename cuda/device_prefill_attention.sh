@@ -17,6 +17,7 @@
 #           8,192-token prompt (cuda/device_stalls.sh; launches 71-73 of 80).
 # Logs in $OUT; each step prints a summary.
 set -u
+. "$(dirname "$0")/device_lib.sh"
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
 STEPS=${STEPS:-tests regs check bench}
@@ -27,11 +28,7 @@ has() { [[ " $STEPS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 [ -f /tmp/full/config.json ] || ./.dev/pistil synth --preset full --layout mlx-q4 --out /tmp/full > "$OUT/synth.log" 2>&1
 if has tests; then
-	(cd cuda && timeout 400 ../.dev/cuda.test -test.v -test.count=1 -test.run \
-		'^(TestPrefillAttention.*|TestDecodeAttentionMMA|TestAttentionVariants|TestKernelsMatchReferences|TestProgramLaunchesExactlyThePlan)$' > "$OUT/pa_tests.txt" 2>&1
-	echo "tests exit $?")
-	echo "$(grep -c -- '--- PASS' "$OUT/pa_tests.txt") passed, $(grep -c -- '--- FAIL' "$OUT/pa_tests.txt") failed"
-	grep -E -- '--- FAIL' "$OUT/pa_tests.txt" | head
+	run_tests "$OUT/pa_tests.txt" 400 '^(TestPrefillAttention.*|TestDecodeAttentionMMA|TestAttentionVariants|TestKernelsMatchReferences|TestProgramLaunchesExactlyThePlan)$'
 fi
 if has regs; then
 	./.dev/pistil kernels --backend cuda > "$OUT/kernels.cu"

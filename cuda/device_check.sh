@@ -53,7 +53,7 @@ sed 's/^# kernel_defines = .*/kernel_defines = ["AD_BF16_WIDE=0"]/' pipeline.tom
 grep -q '^kernel_defines = ' /tmp/defines.toml || { echo "pipeline.toml has no kernel_defines example"; exit 1; }
 # SKIP=N passes over the first N check lines of this run's layouts: a call that ran out of
 # time resumes at the line it did not finish (the H100 of the forty-first session ran 131
-# of 154 lines in 570 s, then LAYOUTS=hf SKIP=55).
+# of 154 lines in 570 s, then the other 23 with SKIP=131).
 SKIP=${SKIP:-0}
 checked=0
 check() {

@@ -10,9 +10,9 @@
 # forty-first's `FA_KEYS` redefinition, were found this way). Fails on any compile error.
 # Needs nvcc: Debian's nvidia-cuda-toolkit (CUDA 11.8, in the non-free component; .ci/run
 # installs it), whose nvcc takes clang-14 as its host compiler (it refuses gcc 12). ptxas
-# 11.8 is older than the device's NVRTC: what passes here can still fail there, never the
-# other way round for the features the kernels use. Output in $OUT (default: a temporary
-# folder): kernels.cu and per target its cubin and log.
+# 11.8 is older than the device's NVRTC: what passes here can still fail there, and a PTX
+# feature newer than CUDA 11.8 would fail here and pass there (the kernels use none).
+# Output in $OUT (default: a temporary folder): kernels.cu and per target its cubin and log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 command -v nvcc > /dev/null || { echo "no nvcc: see this script's header" >&2; exit 1; }
